@@ -1,0 +1,307 @@
+"""The DTS wire: Envelope framing (split, pack, reassemble) and the two file streams.
+
+`.pb` files are protobuf's standard varint-length-delimited stream of Envelope messages; `dts-json`
+files are JSON Lines holding one Entry per line in protobuf's canonical JSON mapping. Both are read
+and written one message at a time, so memory stays flat with file size.
+
+>>> from bridge import subscribe_pb2 as pb
+>>> entries = pb.Entries(items=[pb.Entry(header=pb.Header(seqId=7))])
+>>> envs = split_entries(entries.SerializeToString(), max_message_bytes=64)
+>>> r = Reassembler()
+>>> [out for i, env in enumerate(envs) for out in r.feed(0, i, env.SerializeToString())][0].entries.items[0].header.seqId
+7
+"""
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable, Iterator
+
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as _PbDecodeError
+
+from . import subscribe_pb2 as pb
+from .errors import DecodeError, FramingError
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "split_entries",
+    "pack_entries",
+    "Reassembler",
+    "Assembled",
+    "write_pb",
+    "read_pb",
+    "iter_pb_messages",
+    "write_dts_json",
+    "read_dts_json",
+    "entry_to_json_line",
+    "entry_from_json_line",
+    "encode_varint",
+]
+
+ENVELOPE_VERSION = 1
+# tag(1)+varint(<=5) for version, total, index; tag(1)+length varint(<=5) for data.
+_ENVELOPE_OVERHEAD = 24
+
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(bits | 0x80)
+        else:
+            out.append(bits)
+            return bytes(out)
+
+
+def split_entries(data: bytes, max_message_bytes: int = 1 << 20) -> list[pb.Envelope]:
+    """Cut one encoded Entries into Envelopes whose encodings are at most `max_message_bytes` each."""
+    if max_message_bytes <= _ENVELOPE_OVERHEAD:
+        raise ValueError(f"max_message_bytes must exceed {_ENVELOPE_OVERHEAD}")
+    chunk = max_message_bytes - _ENVELOPE_OVERHEAD
+    if len(data) <= chunk:
+        return [pb.Envelope(version=ENVELOPE_VERSION, total=1, index=0, data=data)]
+    total = -(-len(data) // chunk)
+    return [pb.Envelope(version=ENVELOPE_VERSION, total=total, index=i, data=data[i * chunk:(i + 1) * chunk])
+            for i in range(total)]
+
+
+def pack_entries(entries: Iterable[pb.Entry], max_message_bytes: int = 1 << 20) -> Iterator[pb.Envelope]:
+    """Merge consecutive Entry messages into Entries under the size limit, as the DTS producer does.
+
+    An Entry too large for one message alone travels in its own Entries, split into segments.
+    """
+    budget = max_message_bytes - _ENVELOPE_OVERHEAD
+    parts: list[bytes] = []
+    size = 0
+    for entry in entries:
+        raw = entry.SerializeToString()
+        item = b"\x0a" + encode_varint(len(raw)) + raw  # Entries.items, field 1, length-delimited
+        if parts and size + len(item) > budget:
+            yield from split_entries(b"".join(parts), max_message_bytes)
+            parts, size = [], 0
+        parts.append(item)
+        size += len(item)
+    if parts:
+        yield from split_entries(b"".join(parts), max_message_bytes)
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A complete Entries and where its segments came from."""
+    entries: pb.Entries
+    partition: object
+    first_offset: int
+    last_offset: int
+    segments: int
+
+
+@dataclass
+class _Buffer:
+    total: int
+    first_offset: int
+    next_index: int = 0
+    chunks: list = field(default_factory=list)
+
+
+class Reassembler:
+    """Rebuilds Entries from Envelopes fed per partition in offset order (SPEC section 1).
+
+    `feed` returns a list whose items are either an `Assembled` Entries or a `FramingError` /
+    `DecodeError` describing what went wrong; the caller's error policy decides what to do with
+    the errors. Every error's `count` says how many input Envelopes it disposes of, so that
+    converted + rejected always accounts for the input.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[object, _Buffer] = {}
+        self._last_offset: dict[object, int] = {}
+
+    @property
+    def open_partitions(self) -> list:
+        return sorted(self._open, key=repr)
+
+    def feed(self, partition, offset: int, value: bytes) -> list:
+        results: list = []
+        last = self._last_offset.get(partition)
+        if last is not None and offset <= last:
+            return [_error(FramingError, f"offset not after the previous one ({last})", partition, offset, 1)]
+        self._last_offset[partition] = offset
+        env = pb.Envelope()
+        try:
+            env.ParseFromString(value)
+        except (_PbDecodeError, TypeError) as exc:
+            return [_error(DecodeError, f"not an Envelope ({exc})", partition, offset, 1, value)]
+        if env.version != ENVELOPE_VERSION:
+            return [_error(FramingError, f"unsupported Envelope version {env.version}", partition, offset, 1)]
+        if env.total == 0:
+            return [_error(FramingError, "Envelope total is 0", partition, offset, 1)]
+        if env.index >= env.total:
+            return [_error(FramingError, f"Envelope index {env.index} not below total {env.total}",
+                           partition, offset, 1)]
+        buf = self._open.get(partition)
+        if env.index == 0:
+            if buf is not None:
+                results.append(self._abandon(partition, offset,
+                                             f"new first segment while segment {buf.next_index} of "
+                                             f"{buf.total} (from offset {buf.first_offset}) was awaited"))
+            buf = _Buffer(total=env.total, first_offset=offset)
+        elif buf is None:
+            return [_error(FramingError, f"segment {env.index} of {env.total} without its first segment",
+                           partition, offset, 1)]
+        elif env.total != buf.total:
+            err = self._abandon(partition, offset, f"segment of a different total ({env.total}, buffer has "
+                                f"{buf.total}, from offset {buf.first_offset})", extra=1)
+            return [err]
+        elif env.index != buf.next_index:
+            kind = "duplicated" if env.index < buf.next_index else "missing"
+            err = self._abandon(partition, offset, f"{kind} segment: expected index {buf.next_index} of "
+                                f"{buf.total}, got {env.index} (buffer from offset {buf.first_offset})", extra=1)
+            return [err]
+        buf.chunks.append(env.data)
+        buf.next_index += 1
+        if buf.next_index < buf.total:
+            self._open[partition] = buf
+            return results
+        self._open.pop(partition, None)
+        data = env.data if buf.total == 1 else b"".join(buf.chunks)
+        entries = pb.Entries()
+        try:
+            entries.ParseFromString(data)
+        except _PbDecodeError as exc:
+            err = _error(DecodeError, f"segments do not parse as Entries ({exc})", partition, offset,
+                         buf.total, data)
+            err.where.setdefault("first_offset", buf.first_offset)
+            results.append(err)
+            return results
+        results.append(Assembled(entries, partition, buf.first_offset, offset, buf.total))
+        return results
+
+    def finish(self) -> list[FramingError]:
+        """End of input: every unfinished buffer is reported, never silently dropped."""
+        errors = []
+        for partition, buf in list(self._open.items()):
+            err = FramingError(f"unfinished Entries at end of input: {buf.next_index} of {buf.total} segments",
+                               partition=partition, offset=buf.first_offset)
+            err.count = buf.next_index
+            errors.append(err)
+        self._open.clear()
+        return errors
+
+    def _abandon(self, partition, offset: int, reason: str, extra: int = 0) -> FramingError:
+        buf = self._open.pop(partition)
+        err = FramingError(reason, partition=partition, offset=offset)
+        err.count = len(buf.chunks) + extra
+        return err
+
+
+def _error(cls, reason: str, partition, offset: int, count: int, value=None):
+    err = cls(reason, value=value, partition=partition, offset=offset)
+    err.count = count
+    return err
+
+
+# ---- .pb streams: varint-length-delimited Envelopes -------------------------------------------
+
+def write_pb(out: BinaryIO, envelopes: Iterable[pb.Envelope | bytes]) -> int:
+    """Write Envelopes (messages or their encodings) with varint length prefixes; returns the count."""
+    n = 0
+    for env in envelopes:
+        raw = env if isinstance(env, (bytes, bytearray)) else env.SerializeToString()
+        out.write(encode_varint(len(raw)))
+        out.write(raw)
+        n += 1
+    return n
+
+
+def iter_pb_messages(stream: BinaryIO, source: str | None = None) -> Iterator[tuple[int, int, bytes]]:
+    """Yield (message number, byte position, raw message) from a delimited stream.
+
+    A truncated length prefix or body raises DecodeError naming the message number and byte position.
+    """
+    stream = stream if isinstance(stream, io.BufferedIOBase) else io.BufferedReader(stream)
+    number = 0
+    pos = 0
+    read = stream.read
+    while True:
+        first = read(1)
+        if not first:
+            return
+        start = pos
+        length = 0
+        shift = 0
+        byte = first[0]
+        pos += 1
+        while True:
+            length |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise DecodeError("varint length prefix longer than 10 bytes", message=number,
+                                  byte=start, source=source)
+            nxt = read(1)
+            if not nxt:
+                raise DecodeError("truncated length prefix", message=number, byte=start, source=source)
+            byte = nxt[0]
+            pos += 1
+        body = read(length)
+        if len(body) != length:
+            raise DecodeError(f"truncated message: {len(body)} of {length} bytes", message=number,
+                              byte=start, source=source)
+        pos += length
+        yield number, start, body
+        number += 1
+
+
+def read_pb(path_or_stream, source: str | None = None) -> Iterator[tuple[int, int, bytes]]:
+    """Open a `.pb` file (or use a binary stream) and yield (number, byte position, raw Envelope)."""
+    if isinstance(path_or_stream, (str, os.PathLike)):
+        with open(path_or_stream, "rb") as fh:
+            yield from iter_pb_messages(fh, source or os.fspath(path_or_stream))
+    else:
+        yield from iter_pb_messages(path_or_stream, source)
+
+
+# ---- dts-json: one Entry per line, protobuf canonical JSON --------------------------------------
+
+def entry_to_json_line(entry: pb.Entry) -> bytes:
+    return orjson.dumps(json_format.MessageToDict(entry)) + b"\n"
+
+
+def entry_from_json_line(line: bytes | str, line_number: int | None = None, source: str | None = None) -> pb.Entry:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON ({exc.msg})", value=line, line=line_number,
+                          column_number=exc.colno, source=source) from None
+    entry = pb.Entry()
+    try:
+        json_format.ParseDict(obj, entry)
+    except (json_format.ParseError, TypeError, ValueError, AttributeError) as exc:
+        raise DecodeError(f"not an Entry in protobuf JSON ({exc})", value=line, line=line_number,
+                          source=source) from None
+    return entry
+
+
+def write_dts_json(out: BinaryIO, entries: Iterable[pb.Entry]) -> int:
+    n = 0
+    for entry in entries:
+        out.write(entry_to_json_line(entry))
+        n += 1
+    return n
+
+
+def read_dts_json(path_or_stream, source: str | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield (1-based line number, raw line) for each non-blank line; parse with entry_from_json_line."""
+    if isinstance(path_or_stream, (str, os.PathLike)):
+        with open(path_or_stream, "rb") as fh:
+            yield from read_dts_json(fh, source or os.fspath(path_or_stream))
+        return
+    for number, line in enumerate(path_or_stream, 1):
+        if line.strip():
+            yield number, line

@@ -1,0 +1,87 @@
+"""The one options object shared by the library functions, the Spark transforms and the CLI.
+
+Every option is declared once, with its type, default, choices and a description (the CLI builds
+its flags from these declarations); nonsensical combinations are rejected at construction, naming
+the option.
+
+>>> Options(decimal="double").decimal
+'double'
+>>> Options(strict=True, control_events="emit")
+Traceback (most recent call last):
+...
+bridge.errors.OptionsError: option 'control_events' = 'emit' needs the lossless extension; it cannot be combined with strict=True
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .errors import OptionsError
+
+__all__ = ["Options", "DEFAULT_OPTIONS", "option_specs"]
+
+
+def _opt(default, help, choices=None):
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Options:
+    strict: bool = _opt(False, "emit only the documented DataHub fields (no 'dts' extension, no reserved properties)")
+    timezone: str = _opt("UTC", "IANA time zone in which DATETIME values (which carry no zone) are read and written")
+    decimal: str = _opt("string", "how DECIMAL values travel in Blob messages", ("string", "double"))
+    control_events: str | None = _opt(
+        None, "checkpoint and rollback entries: emit (lossless default) or drop and count (strict default)", ("emit", "drop"))
+    system_time: bool = _opt(False, "add timestamp.systemTime (conversion time; makes output non-deterministic)")
+    on_error: str = _opt("fail", "bad records: fail on the first, skip and count them, or keep them with the error",
+                         ("fail", "skip", "keep"))
+    max_message_bytes: int = _opt(1 << 20, "largest Envelope message written; larger Entries are split into segments")
+    db_version: str = _opt("", "schema.source.dbVersion written when the input does not carry one")
+    tuple_binary: str = _opt("base64", "how binary values are written into Tuple STRING fields", ("base64", "hex"))
+    source_table: bool = _opt(False, "add the _source_table_ meta column to Tuple rows (topics that take several tables)")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            choices = f.metadata.get("choices")
+            if choices is not None and value is not None and value not in choices:
+                raise OptionsError(f"option {f.name!r} must be one of {', '.join(choices)}", value=value)
+            if f.type in ("bool", bool) and not isinstance(value, bool):
+                raise OptionsError(f"option {f.name!r} must be true or false", value=value)
+        if not isinstance(self.max_message_bytes, int) or not 64 <= self.max_message_bytes <= 1 << 30:
+            raise OptionsError("option 'max_message_bytes' must be an integer between 64 and 1 GiB",
+                               value=self.max_message_bytes)
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            raise OptionsError("option 'timezone' is not a known IANA time zone", value=self.timezone) from None
+        if self.strict and self.control_events == "emit":
+            raise OptionsError("option 'control_events' = 'emit' needs the lossless extension; "
+                               "it cannot be combined with strict=True")
+
+    @property
+    def lossless(self) -> bool:
+        return not self.strict
+
+    @property
+    def emit_control(self) -> bool:
+        """Whether checkpoint and rollback entries travel (they do in lossless mode unless dropped)."""
+        return self.control_events == "emit" or (self.control_events is None and not self.strict)
+
+    @cached_property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def replace(self, **changes) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+
+def option_specs() -> list[tuple[str, str, object, tuple | None, str]]:
+    """(name, type, default, choices, description) for every option, in declaration order."""
+    return [(f.name, str(f.type), f.default, f.metadata["choices"], f.metadata["help"])
+            for f in dataclasses.fields(Options)]
+
+
+DEFAULT_OPTIONS = Options()
