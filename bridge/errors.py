@@ -27,6 +27,12 @@ def shorten(value: Any, limit: int = 80) -> str:
     """A printable, bounded rendering of an offending value for error messages."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
+        try:
+            text = raw.decode("utf-8")
+            if text.isprintable():
+                return shorten(text, limit)
+        except UnicodeDecodeError:
+            pass
         text = raw[: limit // 2].hex()
         return f"0x{text}{'...' if len(raw) > limit // 2 else ''} ({len(raw)} bytes)"
     text = value if isinstance(value, str) else repr(value)

@@ -1,0 +1,458 @@
+"""DataHub Blob messages -> DTS Entries (SPEC sections 2 and 4).
+
+Messages written by the bridge carry the `"dts"` extension and rebuild their Entries exactly:
+the rows of one DML event are regrouped, BEGIN/COMMIT/DDL/heartbeat/checkpoint/rollback entries
+come back with every header field. Foreign messages (e.g. written by DataWorks) get the
+documented DTS types of their Blob types, and whatever DataHub says that DTS cannot (millisecond
+eventTime, systemTime, checkpointTime, ddlMeta, version, dbVersion, BOOLEAN, the sequenceId)
+travels in `properties` under the reserved prefix `datahub:`, so Blob -> DTS -> Blob is exact.
+
+Update halves are paired by sequenceId. A half whose partner has not come within `max_pending`
+messages, or by the end of input, is reported (ConversionError naming its sequenceId), never
+dropped silently.
+
+>>> msg = decode_blob(b'{"schema":{},"payload":{"op":"MHEARTBEAT","sequenceId":"9000000",'
+...                   b'"timestamp":{"eventTime":1605339932000,"checkpointTime":1605339932000}},"version":"0.0.1"}')
+>>> [(e.header.messageType == pb.HEARTBEAT, e.header.seqId, e.header.timestamp) for e in blob_to_entries([msg])]
+[(True, 9, 1605339932)]
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import orjson
+
+from . import subscribe_pb2 as pb
+from .blob_encode import EVENT_FIELDS, FORMAT_VERSION, ROW_DIGITS, sequence_id
+from .errors import BlobFormatError, BridgeError, ConversionError
+from .options import DEFAULT_OPTIONS, Options
+from .values import (BOOLEAN_PROPERTY, DDL_OP_NAMES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
+                     SOURCE_TYPES_BY_NAME, codec_for, ddl_op, raw_to_data)
+
+__all__ = ["decode_blob", "blob_to_entries", "BlobDecoder", "FOREIGN_COLUMN_TYPES", "ALL_OPS"]
+
+_ROW_SCALE = 10 ** ROW_DIGITS
+DML_OP_NAMES = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "UPDATE")
+MESSAGE_TYPE_BY_OP = {op: mt for mt, op in OPS_BY_MESSAGE_TYPE.items() if op}
+MESSAGE_TYPE_BY_OP.update({op: pb.DDL for op in DDL_OP_NAMES})
+MESSAGE_TYPE_BY_OP.update({op: pb.DML for op in DML_OP_NAMES})
+ALL_OPS = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "TRANSACTION_BEGIN", "TRANSACTION_END",
+           "CREATE", "ALTER", "ERASE", "QUERY", "TRUNCATE", "RENAME", "CINDEX", "DINDEX", "GTID",
+           "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "UPDATE")
+DML_TYPE_BY_OP = {"INSERT": pb.INSERT, "UPDATE_BEFOR": pb.UPDATE, "UPDATE_AFTER": pb.UPDATE,
+                  "UPDATE": pb.UPDATE, "DELETE": pb.DELETE}
+
+# Blob type of a foreign column -> (originalType, column properties) of its DTS column.
+FOREIGN_COLUMN_TYPES: dict[str, tuple[str, tuple]] = {
+    "LONG": ("bigint(20)", ()),
+    "DOUBLE": ("double", ()),
+    "BOOLEAN": ("tinyint(1)", ((BOOLEAN_PROPERTY, "BOOLEAN"),)),
+    "STRING": ("longtext", ()),
+    "BYTES": ("longblob", ()),
+    "DATE": ("datetime(3)", ()),
+}
+_KNOWN_TOP = ("schema", "payload", "version", "dts")
+_KNOWN_PAYLOAD = ("before", "after", "op", "sequenceId", "timestamp", "ddl")
+
+
+def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:
+    """Parse one Blob message (JSON bytes) and check its envelope shape."""
+    try:
+        msg = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BlobFormatError(f"invalid JSON ({exc.msg})", value=data, line=line, column_number=exc.colno,
+                              source=source) from None
+    check_shape(msg, line=line, source=source)
+    return msg
+
+
+def check_shape(msg, *, line: int | None = None, source: str | None = None) -> None:
+    """The minimal shape every converter relies on; the JSON Schema says the rest."""
+    def bad(reason, value=None):
+        return BlobFormatError(reason, value=value, line=line, source=source)
+    if not isinstance(msg, dict):
+        raise bad("a Blob message must be a JSON object", msg)
+    payload = msg.get("payload")
+    if not isinstance(payload, dict):
+        raise bad("payload must be an object", payload)
+    op = payload.get("op")
+    if op not in ALL_OPS:
+        raise bad("unknown op", op)
+    seq = payload.get("sequenceId")
+    if not isinstance(seq, str) or not seq.isdigit() or not seq.isascii():
+        raise bad("sequenceId must be a string of digits", seq)
+    stamp = payload.get("timestamp")
+    if not isinstance(stamp, dict) or not _is_int(stamp.get("eventTime")):
+        raise bad("timestamp.eventTime must be an integer", stamp)
+    if not isinstance(msg.get("schema", {}), dict):
+        raise bad("schema must be an object", msg.get("schema"))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass
+class _Row:
+    """One row change being rebuilt (an update waits for its second half)."""
+    seq: str
+    row: pb.RowChange
+    halves: set = field(default_factory=set)
+
+
+@dataclass
+class _Event:
+    """A DML event being regrouped from its rows' messages (lossless extension)."""
+    entry: pb.Entry
+    nrows: int
+    rows: dict = field(default_factory=dict)
+
+
+class BlobDecoder:
+    """Stream-level Blob -> DTS converter: `feed` messages, collect Entries; `finish` at end of input."""
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS, max_pending: int = 100_000) -> None:
+        self.options = options
+        self.max_pending = max_pending
+        self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, entry template, event key)
+        self._events: OrderedDict = OrderedDict()   # (seqId, columns) -> _Event
+        self.messages = 0
+        self.entries = 0
+
+    def feed(self, msg: dict, *, line: int | None = None) -> list[pb.Entry]:
+        try:
+            out = self._feed(msg)
+        except BridgeError as exc:
+            raise exc.located(line=line, sequence_id=_seq_of(msg))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise BlobFormatError(f"malformed Blob message ({type(exc).__name__}: {exc})",
+                                  line=line, sequence_id=_seq_of(msg)) from None
+        self.messages += 1
+        self.entries += len(out)
+        return out
+
+    def finish(self) -> list[ConversionError]:
+        """Errors for every update half or partial event still waiting at end of input."""
+        errors = []
+        for seq, (row, _, _) in self._halves.items():
+            missing = "UPDATE_AFTER" if "before" in row.halves else "UPDATE_BEFOR"
+            err = ConversionError(f"update half without its partner at end of input ({missing} missing)",
+                                  sequence_id=seq)
+            err.count = 1
+            errors.append(err)
+        for (seq, _), event in self._events.items():
+            err = ConversionError(f"DML event incomplete at end of input: {len(event.rows)} of "
+                                  f"{event.nrows} rows", seq_id=seq)
+            err.count = sum(len(r.halves) for r in event.rows.values())
+            errors.append(err)
+        self._halves.clear()
+        self._events.clear()
+        return errors
+
+    # -- per message ---------------------------------------------------------------------------
+    def _feed(self, msg: dict) -> list[pb.Entry]:
+        check_shape(msg)
+        payload = msg["payload"]
+        op = payload["op"]
+        ext = msg.get("dts") if self.options.lossless else None
+        if ext is not None and not isinstance(ext, dict):
+            raise BlobFormatError("the 'dts' extension must be an object", value=ext)
+        mtype = MESSAGE_TYPE_BY_OP[op]
+        if mtype == pb.DML:
+            return self._dml(msg, payload, op, ext)
+        if op in ("XACOMMIT",) or (op in ("GTID", "XAROLLBACK") and ext is None):
+            raise ConversionError(f"op {op} has no DTS counterpart without the bridge's 'dts' extension")
+        entry = pb.Entry()
+        header = entry.header
+        seq = payload["sequenceId"]
+        facts: dict = {}
+        self._header(header, msg, payload, mtype, ext, facts, with_source=mtype == pb.DDL)
+        sub = getattr(entry.event, EVENT_FIELDS[mtype])
+        sub.SetInParent()
+        event = (ext or {}).get("event") or {}
+        for key, value in event.items():
+            if key == "properties":
+                _add_kv(entry.event.properties, value)
+            else:
+                setattr(sub, key, value)
+        if mtype == pb.DDL:
+            ddl = payload.get("ddl")
+            if not isinstance(ddl, dict) or not isinstance(ddl.get("text"), str):
+                raise BlobFormatError("a DDL message needs payload.ddl.text", value=ddl)
+            sub.sql = ddl["text"]
+            if "ddlMeta" in ddl:
+                facts["ddlMeta"] = ddl["ddlMeta"]
+            if ddl_op(sub.sql) != op:
+                facts["op"] = op
+            expected_schema = {"source": None}
+        else:
+            expected_schema = {}
+            if "ddl" in payload:
+                if payload["ddl"] is None:
+                    facts["ddlNull"] = "1"
+                else:
+                    facts["payloadExtra"] = orjson.dumps({"ddl": payload["ddl"]}).decode()
+        schema = msg.get("schema", None)
+        if mtype != pb.DDL and schema != expected_schema:
+            facts["schema"] = orjson.dumps(schema).decode()
+        elif mtype == pb.DDL and set((schema or {}).keys()) != {"source"}:
+            facts["schema"] = orjson.dumps(schema).decode()
+        self._sequence(header, seq, 0, ext, facts)
+        self._shape_facts(msg, payload, facts)
+        if self.options.lossless:
+            _add_facts(header.properties, facts)
+        return [entry]
+
+    def _dml(self, msg: dict, payload: dict, op: str, ext) -> list[pb.Entry]:
+        schema = msg.get("schema")
+        if not isinstance(schema, dict) or not isinstance(schema.get("dataColumn"), list):
+            raise BlobFormatError("a DML message needs schema.dataColumn", value=schema)
+        seq = payload["sequenceId"]
+        entry = pb.Entry()
+        header = entry.header
+        facts: dict = {}
+        self._header(header, msg, payload, pb.DML, ext, facts, with_source=True)
+        dml = entry.event.dmlEvent
+        dml.dmlEventType = DML_TYPE_BY_OP[op]
+        if ext and ext.get("event"):
+            _add_kv(entry.event.properties, ext["event"].get("properties", []))
+        codecs, names = self._columns(dml, schema, ext, facts)
+        row_index, nrows = (ext.get("row") or [0, 1]) if ext else (0, 1)
+        self._sequence(header, seq, row_index, ext, facts)
+        self._shape_facts(msg, payload, facts, dml=True)
+        row = pb.RowChange()
+        if ext:
+            _add_kv(row.properties, ext.get("rowProperties", []))
+        images = ("before", "after") if op == "UPDATE" else (("after",) if op in ("INSERT", "UPDATE_AFTER")
+                                                                  else ("before",))
+        for image in images:
+            self._image(row, image, payload, codecs, names, ext, op == "UPDATE")
+        if op == "UPDATE":
+            facts["op"] = "UPDATE"
+        half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
+        if half != "both":
+            row, facts, done = self._pair(seq, half, row, facts, entry)
+            if not done:
+                return []
+        if self.options.lossless:
+            _add_facts(row.properties, facts)
+        if not ext:
+            dml.rows.append(row)
+            return [entry]
+        return self._regroup(entry, row, row_index, nrows)
+
+    # -- parts ---------------------------------------------------------------------------------
+    def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
+        header.messageType = mtype
+        if ext and ext.get("header"):
+            for key, value in ext["header"].items():
+                if key == "properties":
+                    _add_kv(header.properties, value)
+                else:
+                    setattr(header, key, value)
+        elif not ext:
+            header.version = 1
+            if not with_source:
+                header.sourceType = pb.MYSQL
+        stamp = payload["timestamp"]
+        event_time = stamp["eventTime"]
+        if not 0 <= event_time < (1 << 32) * 1000:
+            raise BlobFormatError("eventTime outside the range of a DTS timestamp", value=event_time)
+        header.timestamp = event_time // 1000
+        if event_time % 1000:
+            facts["eventTime"] = str(event_time)
+        if "systemTime" in stamp:
+            facts["systemTime"] = str(stamp["systemTime"])
+        if "checkpointTime" not in stamp:
+            facts["checkpointTime"] = "none"
+        elif stamp["checkpointTime"] != event_time:
+            facts["checkpointTime"] = str(stamp["checkpointTime"])
+        if with_source:
+            source = (msg.get("schema") or {}).get("source")
+            if not isinstance(source, dict):
+                raise BlobFormatError("schema.source must be an object", value=source)
+            db_type = source.get("dbType")
+            source_type = SOURCE_TYPES_BY_NAME.get(str(db_type).lower())
+            header.sourceType = pb.MYSQL if source_type is None else source_type
+            header.schemaName = str(source.get("dbName") or "")
+            header.tableName = str(source.get("tableName") or "")
+            version = source.get("dbVersion", "")
+            if version != self.options.db_version:
+                facts["dbVersion"] = version
+            expected = {"dbType": SOURCE_TYPES[header.sourceType]}
+            if version:
+                expected["dbVersion"] = version
+            expected.update(dbName=header.schemaName, schemaName=header.schemaName, tableName=header.tableName)
+            if source != expected or list(source) != list(expected):
+                facts["source"] = orjson.dumps(source).decode()
+
+    def _sequence(self, header, seq: str, row_index: int, ext, facts) -> None:
+        value = int(seq)
+        seq_id = value // _ROW_SCALE
+        if seq_id >= 1 << 64:
+            seq_id = 0
+        header.seqId = seq_id
+        if sequence_id(seq_id, row_index) != seq:
+            facts["sequenceId"] = seq
+
+    def _shape_facts(self, msg, payload, facts, dml=False) -> None:
+        version = msg.get("version", None)
+        if version is None and "version" not in msg:
+            facts["version"] = "none"
+        elif version != FORMAT_VERSION:
+            if not isinstance(version, str):
+                raise BlobFormatError("version must be a string", value=version)
+            facts["version"] = version
+        extra = {k: v for k, v in msg.items() if k not in _KNOWN_TOP}
+        if extra:
+            facts["extra"] = orjson.dumps(extra).decode()
+        pextra = {k: v for k, v in payload.items() if k not in _KNOWN_PAYLOAD}
+        if dml and "ddl" in payload:
+            if payload["ddl"] is None:
+                facts["ddlNull"] = "1"
+            else:
+                pextra["ddl"] = payload["ddl"]
+        if pextra:
+            facts["payloadExtra"] = orjson.dumps(pextra).decode()
+        nulls = [k for k in ("before", "after") if k in payload and payload[k] is None]
+        if nulls:
+            facts["nullImage"] = ",".join(nulls)
+
+    def _columns(self, dml, schema, ext, facts):
+        cols = schema["dataColumn"]
+        types = (ext.get("columns") or {}).get("types") if ext else None
+        props = (ext.get("columns") or {}).get("properties", {}) if ext else {}
+        pkey = schema.get("primaryKey") or []
+        if not isinstance(pkey, list):
+            raise BlobFormatError("schema.primaryKey must be a list", value=pkey)
+        if types is not None and len(types) != len(cols):
+            raise BlobFormatError("the extension's column types do not match schema.dataColumn", value=types)
+        names, codecs = [], []
+        for i, col in enumerate(cols):
+            if not isinstance(col, dict) or not isinstance(col.get("name"), str):
+                raise BlobFormatError("schema.dataColumn entries need a name", value=col)
+            column = dml.columns.add(name=col["name"], isKey=col["name"] in pkey)
+            if types is not None:
+                column.originalType = types[i]
+                _add_kv(column.properties, props.get(str(i), []))
+            else:
+                mapped = FOREIGN_COLUMN_TYPES.get(col.get("type"))
+                if mapped is None:
+                    raise BlobFormatError("unknown Blob column type", value=col.get("type"), column=col["name"])
+                column.originalType = mapped[0]
+                for key, value in mapped[1]:
+                    column.properties.add(key=key, value=value)
+            codec = codec_for(column, self.options)
+            if codec.blob_type != col.get("type"):
+                raise BlobFormatError(f"column type {col.get('type')} does not match {column.originalType}",
+                                      column=col["name"])
+            names.append(col["name"])
+            codecs.append(codec)
+        if pkey != [n for n in names if n in pkey]:
+            facts["primaryKey"] = orjson.dumps(pkey).decode()
+        return codecs, names
+
+    def _image(self, row, image, payload, codecs, names, ext, merged) -> None:
+        body = payload.get(image)
+        if not isinstance(body, dict) or not isinstance(body.get("dataColumn"), dict):
+            raise BlobFormatError(f"payload.{image}.dataColumn must be an object", value=body)
+        values = body["dataColumn"]
+        target = row.oldColumns if image == "before" else row.newColumns
+        if ext and ext.get("image") == "empty":
+            return
+        unknown = set(values) - set(names)
+        if unknown:
+            raise BlobFormatError("image names columns not in schema.dataColumn", value=sorted(unknown))
+        raws = (ext or {}).get("values") or {}
+        charsets = (ext or {}).get("charsets") or {}
+        for i, name in enumerate(names):
+            raw = raws.get(str(i))
+            if raw is not None:
+                target.append(raw_to_data(raw))
+            elif name not in values:
+                target.append(pb.Data(dataType=pb.NA))
+            elif values[name] is None:
+                target.append(pb.Data(dataType=pb.NIL))
+            else:
+                try:
+                    target.append(codecs[i].from_blob(values[name], charsets.get(str(i), "utf8mb4")))
+                except BridgeError as exc:
+                    raise exc.located(column=name)
+
+    def _pair(self, seq, half, row, facts, entry):
+        """Join the two halves of an update; returns (row, facts, complete)."""
+        pending = self._halves.pop(seq, None)
+        if pending is None:
+            if len(self._halves) >= self.max_pending:
+                old_seq, _ = self._halves.popitem(last=False)
+                raise ConversionError(f"update half without its partner within {self.max_pending} messages",
+                                      sequence_id=old_seq)
+            holder = _Row(seq, row, {half})
+            self._halves[seq] = (holder, facts, entry)
+            return row, facts, False
+        holder, other_facts, other_entry = pending
+        if half in holder.halves:
+            raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a sequenceId",
+                                  sequence_id=seq)
+        before_row, after_row = (holder.row, row) if half == "after" else (row, holder.row)
+        before_facts, after_facts = (other_facts, facts) if half == "after" else (facts, other_facts)
+        merged = pb.RowChange()
+        merged.oldColumns.extend(before_row.oldColumns)
+        merged.newColumns.extend(after_row.newColumns)
+        merged.properties.extend(after_row.properties)
+        out = dict(after_facts)
+        for key in set(before_facts) | set(after_facts):
+            if before_facts.get(key) != after_facts.get(key):
+                out["before." + key] = before_facts.get(key, "default")
+        if half == "before":
+            entry.CopyFrom(other_entry)
+            entry.event.dmlEvent.ClearField("rows")
+        return merged, out, True
+
+    def _regroup(self, entry, row, row_index, nrows) -> list[pb.Entry]:
+        if nrows == 1:
+            entry.event.dmlEvent.rows.append(row)
+            return [entry]
+        key = (entry.header.seqId, entry.event.dmlEvent.SerializeToString())
+        event = self._events.get(key)
+        if event is None:
+            event = self._events[key] = _Event(entry, nrows)
+        if row_index in event.rows or not 0 <= row_index < nrows:
+            raise ConversionError(f"row {row_index} of {nrows} repeated or out of range",
+                                  seq_id=entry.header.seqId)
+        event.rows[row_index] = _Row("", row, {"row"})
+        if len(event.rows) < nrows:
+            return []
+        del self._events[key]
+        out = event.entry
+        out.event.dmlEvent.rows.extend(event.rows[i].row for i in range(nrows))
+        return [out]
+
+
+def _add_kv(target, pairs) -> None:
+    for key, value in pairs:
+        target.add(key=key, value=value)
+
+
+def _add_facts(target, facts: dict) -> None:
+    for key in sorted(facts):
+        target.add(key=RESERVED_PREFIX + key, value=facts[key])
+
+
+def _seq_of(msg) -> str | None:
+    try:
+        return msg["payload"]["sequenceId"]
+    except (KeyError, TypeError):
+        return None
+
+
+def blob_to_entries(messages: Iterable[dict], options: Options = DEFAULT_OPTIONS) -> Iterator[pb.Entry]:
+    """Entries rebuilt from a stream of Blob message dicts; unpaired halves raise at the end."""
+    decoder = BlobDecoder(options)
+    for msg in messages:
+        yield from decoder.feed(msg)
+    errors = decoder.finish()
+    if errors:
+        raise errors[0]

@@ -1,0 +1,426 @@
+"""DTS Entry -> DataHub Blob messages (SPEC sections 2 to 4).
+
+One Entry gives zero or more messages: a DML event one per row change (an update two, sharing a
+sequenceId), every other kind one, checkpoints and rollbacks one only in lossless mode. In lossless
+mode (the default) each message carries a top-level `"dts"` key holding what DataHub cannot say,
+so that `blob_decode` rebuilds the Entry byte for byte.
+
+>>> from bridge import pb
+>>> e = pb.Entry(header=pb.Header(messageType=pb.HEARTBEAT, timestamp=1605339932, seqId=9))
+>>> _ = e.event.heartbeatEvent.SetInParent()
+>>> entry_to_blob(e, Options(strict=True))
+[{'schema': {}, 'payload': {'op': 'MHEARTBEAT', 'sequenceId': '9000000', 'timestamp': {'eventTime': 1605339932000, 'checkpointTime': 1605339932000}}, 'version': '0.0.1'}]
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import orjson
+
+from . import subscribe_pb2 as pb
+from .errors import BridgeError, ConversionError
+from .options import DEFAULT_OPTIONS, Options
+from .values import (CONTROL_MESSAGE_TYPES, DML_OPS, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
+                     Inexact, codec_for, data_to_raw, ddl_op)
+
+__all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key",
+           "sequence_id", "ROW_DIGITS", "EVENT_FIELDS", "FORMAT_VERSION"]
+
+FORMAT_VERSION = "0.0.1"
+ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
+_ROW_SCALE = 10 ** ROW_DIGITS
+
+# MessageType -> the Event field holding its sub-message.
+EVENT_FIELDS: dict[int, str] = {
+    pb.BEGIN: "beginEvent", pb.COMMIT: "commitEvent", pb.DML: "dmlEvent", pb.DDL: "ddlEvent",
+    pb.ROLLBACK: "rollbackEvent", pb.HEARTBEAT: "heartbeatEvent", pb.CHECKPOINT: "checkpointEvent",
+}
+# Header fields the documented envelope expresses (the rest travel in dts.header).
+_HEADER_IN_ENVELOPE = {"messageType", "timestamp", "seqId"}
+_HEADER_IN_SOURCE = {"schemaName", "tableName", "sourceType"}
+
+
+def sequence_id(seq_id: int, row: int = 0) -> str:
+    return str(seq_id * _ROW_SCALE + row)
+
+
+def encode_blob(msg: dict) -> bytes:
+    """Compact UTF-8 JSON of a Blob message; keys keep the order the converter built them in."""
+    return orjson.dumps(msg)
+
+
+def shard_key(msg: dict) -> str:
+    """DataWorks' sharding rule: primary-key values when the table has a key, else the table name."""
+    schema = msg.get("schema") or {}
+    source = schema.get("source") or {}
+    keys = schema.get("primaryKey") or []
+    payload = msg.get("payload") or {}
+    image = (payload.get("after") or payload.get("before") or {}).get("dataColumn") or {}
+    if keys and image:
+        return orjson.dumps([image.get(k) for k in keys]).decode()
+    return f"{source.get('dbName', '')}.{source.get('tableName', '')}"
+
+
+def _kv(props) -> list:
+    return [[p.key, p.value] for p in props]
+
+
+def _split_props(props) -> tuple[list, dict]:
+    """(ordinary KVPairs, DataHub facts) of a properties list."""
+    plain, facts = [], {}
+    for p in props:
+        if p.key.startswith(RESERVED_PREFIX):
+            facts[p.key[len(RESERVED_PREFIX):]] = p.value
+        else:
+            plain.append([p.key, p.value])
+    return plain, facts
+
+
+def _message_fields(msg, skip=()) -> dict:
+    """Non-default scalar fields of a protobuf message, JSON-ready (KVPair lists as [[k, v]])."""
+    out = {}
+    for fd, value in msg.ListFields():
+        if fd.name in skip:
+            continue
+        out[fd.name] = _kv(value) if fd.name == "properties" else value
+    return out
+
+
+@dataclass
+class _TableCodec:
+    """Per column set: names, codecs, the schema part and the extension's column part, built once."""
+    names: list
+    codecs: list
+    schema_columns: list
+    primary_key: list
+    ext_columns: dict
+
+
+class BlobEncoder:
+    """Stream-level DTS -> Blob converter: caches column codecs per column set and counts output.
+
+    `emitted` counts messages, `not_emitted` counts entries that give none, by reason.
+    """
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
+        self.options = options
+        self.emitted = 0
+        self.entries = 0
+        self.not_emitted: Counter = Counter()
+        self._tables: dict = {}
+
+    # -- public ------------------------------------------------------------------------------
+    def convert(self, entry: pb.Entry) -> list[dict]:
+        header = entry.header
+        try:
+            out = self._convert(entry, header)
+        except BridgeError as exc:
+            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+        except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
+            raise ConversionError(f"cannot convert entry ({exc})", seq_id=header.seqId,
+                                  table=_table_name(header)) from exc
+        self.entries += 1
+        self.emitted += len(out)
+        return out
+
+    # -- entry kinds -------------------------------------------------------------------------
+    def _convert(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
+        mtype = header.messageType
+        if mtype not in EVENT_FIELDS:
+            raise ConversionError(f"unknown MessageType {mtype}")
+        event_field = EVENT_FIELDS[mtype]
+        present = [fd.name for fd, _ in entry.event.ListFields() if fd.name != "properties"]
+        if present and present != [event_field]:
+            raise ConversionError(f"event carries {', '.join(present)} but messageType is "
+                                  f"{pb.MessageType.Name(mtype)}")
+        if mtype in CONTROL_MESSAGE_TYPES and not self.options.emit_control:
+            self.not_emitted[pb.MessageType.Name(mtype)] += 1
+            return []
+        if mtype == pb.DML:
+            return self._dml(entry, header)
+        sub = getattr(entry.event, event_field)
+        with_source = mtype == pb.DDL
+        op = ddl_op(sub.sql) if mtype == pb.DDL else OPS_BY_MESSAGE_TYPE[mtype]
+        plain_props, facts = _split_props(header.properties)
+        payload = {"op": op, "sequenceId": facts.get("sequenceId") or sequence_id(header.seqId)}
+        payload["timestamp"] = self._timestamp(header, facts)
+        schema = {"source": self._source(header, facts)} if with_source else {}
+        if mtype == pb.DDL:
+            ddl = {"text": sub.sql}
+            if "ddlMeta" in facts:
+                ddl["ddlMeta"] = facts["ddlMeta"]
+            payload["ddl"] = ddl
+        msg = {"schema": schema, "payload": payload}
+        self._version(msg, facts)
+        if facts:
+            _apply_shape_facts(msg, facts)
+        if self.options.lossless:
+            ext = {"header": self._ext_header(header, plain_props, with_source)}
+            event = _message_fields(sub, skip=("sql",))
+            ev_plain = _kv(entry.event.properties)
+            if ev_plain:
+                event["properties"] = ev_plain
+            if event:
+                ext["event"] = event
+            msg["dts"] = ext
+        return [msg]
+
+    def _dml(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
+        dml = entry.event.dmlEvent
+        ops = DML_OPS.get(dml.dmlEventType)
+        if ops is None:
+            raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
+        if not dml.rows:
+            self.not_emitted["DML without rows"] += 1
+            return []
+        if len(dml.rows) > _ROW_SCALE:
+            raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
+        table = self._table(dml.columns)
+        lossless = self.options.lossless
+        plain_props, facts = _split_props(header.properties)
+        source = self._source(header, facts)
+        schema = {"dataColumn": table.schema_columns, "primaryKey": table.primary_key, "source": source}
+        ext_base = None
+        if lossless:
+            ext_base = {"header": self._ext_header(header, plain_props, True)}
+            ev_plain = _kv(entry.event.properties)
+            if ev_plain:
+                ext_base["event"] = {"properties": ev_plain}
+            ext_base["columns"] = table.ext_columns
+        out = []
+        nrows = len(dml.rows)
+        for index, row in enumerate(dml.rows):
+            row_plain, own_facts = _split_props(row.properties)
+            row_facts = {**facts, **own_facts} if own_facts else facts
+            row_schema = schema
+            if own_facts:
+                row_schema = {**schema, "source": self._source(header, row_facts)}
+            if (ops[0] == "INSERT" and row.oldColumns) or (ops[0] == "DELETE" and row.newColumns):
+                raise ConversionError(f"{ops[0]} row change {index} carries a "
+                                      f"{'before' if row.oldColumns else 'after'} image")
+            seq = row_facts.get("sequenceId") or sequence_id(header.seqId, index)
+            stamp = self._timestamp(header, row_facts)
+            for op in ops:
+                image_name = "after" if op in ("INSERT", "UPDATE_AFTER") else "before"
+                datas = row.newColumns if image_name == "after" else row.oldColumns
+                if op == "UPDATE_BEFOR" and any(k.startswith("before.") for k in row_facts):
+                    half_facts = _before_facts(row_facts)
+                    msg_stamp = self._timestamp(header, half_facts)
+                else:
+                    half_facts, msg_stamp = row_facts, stamp
+                values, raws, charsets = self._image(table, datas, lossless)
+                payload = {image_name: {"dataColumn": values}, "op": op, "sequenceId": seq,
+                           "timestamp": msg_stamp}
+                msg = {"schema": row_schema, "payload": payload}
+                self._version(msg, half_facts)
+                if half_facts:
+                    _apply_shape_facts(msg, half_facts)
+                if lossless:
+                    ext = dict(ext_base)
+                    ext["row"] = [index, nrows]
+                    if row_plain:
+                        ext["rowProperties"] = row_plain
+                    if charsets:
+                        ext["charsets"] = charsets
+                    if raws:
+                        ext["values"] = raws
+                    if not datas:
+                        ext["image"] = "empty"  # no Data at all, unlike an image of NA values
+                    msg["dts"] = ext
+                out.append(msg)
+            if facts.get("op") == "UPDATE" or row_facts.get("op") == "UPDATE":
+                out[-2:] = [_merge_update(out[-2], out[-1])]
+        return out
+
+    # -- parts -------------------------------------------------------------------------------
+    def _image(self, table: _TableCodec, datas, lossless: bool):
+        """(dataColumn dict, raw Data by column index for inexact values, charsets by column)."""
+        n = len(table.names)
+        if len(datas) != n:
+            if not datas:
+                return {}, None, None
+            raise ConversionError(f"row image has {len(datas)} values for {n} columns")
+        values = {}
+        raws = None
+        charsets = None
+        for i, d in enumerate(datas):
+            dt = d.dataType
+            if dt == 14:  # NA: absent from this image
+                if d.charset or d.sv or d.bv:
+                    raws = raws or {}
+                    raws[str(i)] = data_to_raw(d)
+                continue
+            name = table.names[i]
+            if dt == 0:  # NIL: SQL NULL
+                values[name] = None
+                if d.charset or d.sv or d.bv:
+                    raws = raws or {}
+                    raws[str(i)] = data_to_raw(d)
+                continue
+            if dt > 14:
+                raise ConversionError(f"unknown DataType {dt}", column=name)
+            try:
+                values[name] = table.codecs[i].to_blob(d)
+                if d.charset and d.charset != "binary":
+                    charsets = charsets or {}
+                    charsets[str(i)] = d.charset
+            except Inexact as inexact:
+                if not lossless:
+                    raise ConversionError(inexact.reason, value=d.sv or d.bv, column=name) from None
+                values[name] = inexact.best
+                raws = raws or {}
+                raws[str(i)] = data_to_raw(d)
+            except ConversionError as exc:
+                if not lossless:
+                    raise exc.located(column=name, value=None)
+                values[name] = None
+                raws = raws or {}
+                raws[str(i)] = data_to_raw(d)
+        return values, raws, charsets
+
+    def _table(self, columns) -> _TableCodec:
+        key = tuple((c.name, c.originalType, c.isKey, tuple((p.key, p.value) for p in c.properties))
+                    for c in columns)
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = self._build_table(columns)
+        return table
+
+    def _build_table(self, columns) -> _TableCodec:
+        names, codecs, schema_columns, pkey = [], [], [], []
+        seen = set()
+        for c in columns:
+            if c.name in seen:
+                raise ConversionError("duplicate column name", column=c.name)
+            seen.add(c.name)
+            try:
+                codec = codec_for(c, self.options)
+            except ConversionError as exc:
+                raise exc.located(column=c.name)
+            names.append(c.name)
+            codecs.append(codec)
+            schema_columns.append({"name": c.name, "type": codec.blob_type})
+            if c.isKey:
+                pkey.append(c.name)
+        ext = {"types": [c.originalType for c in columns]}
+        props = {str(i): _kv(c.properties) for i, c in enumerate(columns) if c.properties}
+        if props:
+            ext["properties"] = props
+        return _TableCodec(names, codecs, schema_columns, pkey, ext)
+
+    def _source(self, header: pb.Header, facts: dict) -> dict:
+        db_type = SOURCE_TYPES.get(header.sourceType)
+        if db_type is None:
+            raise ConversionError(f"unknown SourceType {header.sourceType}")
+        if "source" in facts:
+            return orjson.loads(facts["source"])
+        source = {"dbType": db_type}
+        version = facts.get("dbVersion", self.options.db_version)
+        if version:
+            source["dbVersion"] = version
+        source.update(dbName=header.schemaName, schemaName=header.schemaName, tableName=header.tableName)
+        return source
+
+    def _timestamp(self, header: pb.Header, facts: dict) -> dict:
+        event_time = int(facts["eventTime"]) if "eventTime" in facts else header.timestamp * 1000
+        stamp = {"eventTime": event_time}
+        if "systemTime" in facts:
+            stamp["systemTime"] = int(facts["systemTime"])
+        elif self.options.system_time:
+            stamp["systemTime"] = time.time_ns() // 1_000_000
+        checkpoint = facts.get("checkpointTime")
+        if checkpoint is None:
+            stamp["checkpointTime"] = event_time
+        elif checkpoint != "none":
+            stamp["checkpointTime"] = int(checkpoint)
+        return stamp
+
+    @staticmethod
+    def _version(msg: dict, facts: dict) -> None:
+        version = facts.get("version", FORMAT_VERSION)
+        if version != "none":
+            msg["version"] = version
+
+    @staticmethod
+    def _ext_header(header: pb.Header, plain_props: list, with_source: bool) -> dict:
+        skip = _HEADER_IN_ENVELOPE | (_HEADER_IN_SOURCE if with_source else set()) | {"properties"}
+        out = _message_fields(header, skip=skip)
+        if plain_props:
+            out["properties"] = plain_props
+        return out
+
+
+def _apply_shape_facts(msg: dict, facts: dict) -> None:
+    """Restore the shape of a foreign (e.g. DataWorks-written) message from its DataHub facts."""
+    payload = msg["payload"]
+    if "op" in facts and facts["op"] != "UPDATE":
+        payload["op"] = facts["op"]
+    if "schema" in facts:
+        msg["schema"] = orjson.loads(facts["schema"])
+    elif "primaryKey" in facts:
+        msg["schema"] = {**msg["schema"], "primaryKey": orjson.loads(facts["primaryKey"])}
+    for name in facts.get("nullImage", "").split(","):
+        if name:
+            payload[name] = None
+    if "ddlNull" in facts:
+        payload["ddl"] = None
+    if "payloadExtra" in facts:
+        payload.update(orjson.loads(facts["payloadExtra"]))
+    if "extra" in facts:
+        msg.update(orjson.loads(facts["extra"]))
+
+
+def _before_facts(facts: dict) -> dict:
+    """Facts of an update's before-half: the after-half's, overridden by `before.` keys."""
+    out = {k: v for k, v in facts.items() if not k.startswith("before.")}
+    for key, value in facts.items():
+        if key.startswith("before."):
+            if value == "default":
+                out.pop(key[7:], None)
+            else:
+                out[key[7:]] = value
+    return out
+
+
+def _merge_update(before: dict, after: dict) -> dict:
+    """One UPDATE message holding both images (restores a foreign message that came that way)."""
+    payload = dict(after["payload"])
+    payload = {"before": before["payload"]["before"], "after": payload["after"], **{
+        k: v for k, v in payload.items() if k not in ("before", "after")}}
+    payload["op"] = "UPDATE"
+    msg = dict(after)
+    msg["payload"] = payload
+    return msg
+
+
+def _table_name(header: pb.Header) -> str | None:
+    if header.schemaName or header.tableName:
+        return f"{header.schemaName}.{header.tableName}"
+    return None
+
+
+def entry_to_blob(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
+    """Blob messages of one Entry (a list: an update gives two, a checkpoint in strict mode none)."""
+    return _encoder(options).convert(entry)
+
+
+def entries_to_blob(entries: Iterable[pb.Entry], options: Options = DEFAULT_OPTIONS) -> Iterator[dict]:
+    """Blob messages of a stream of Entries, in order, sharing one encoder's caches."""
+    encoder = BlobEncoder(options)
+    for entry in entries:
+        yield from encoder.convert(entry)
+
+
+_ENCODERS: dict[Options, BlobEncoder] = {}
+
+
+def _encoder(options: Options) -> BlobEncoder:
+    enc = _ENCODERS.get(options)
+    if enc is None:
+        if len(_ENCODERS) > 32:
+            _ENCODERS.clear()
+        enc = _ENCODERS[options] = BlobEncoder(options)
+    return enc
