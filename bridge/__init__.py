@@ -1,13 +1,27 @@
-"""dts-datahub-bridge: Tencent Cloud DTS subscription messages <-> Alibaba Cloud DataHub messages."""
+"""dts-datahub-bridge: Tencent Cloud DTS subscription messages <-> Alibaba Cloud DataHub messages.
+
+>>> import bridge
+>>> entry = bridge.pb.Entry(header=bridge.pb.Header(messageType=bridge.pb.BEGIN, timestamp=1605339932, seqId=1))
+>>> _ = entry.event.beginEvent.SetInParent()
+>>> [m["payload"]["op"] for m in bridge.entry_to_blob(entry)]
+['TRANSACTION_BEGIN']
+>>> list(bridge.blob_to_entries(bridge.entry_to_blob(entry)))[0] == entry
+True
+"""
 from . import subscribe_pb2 as pb
 from ._wire import (Assembled, Reassembler, pack_entries, read_dts_json, read_pb, split_entries,
                     write_dts_json, write_pb)
+from .blob_decode import BlobDecoder, blob_to_entries, decode_blob
+from .blob_encode import BlobEncoder, encode_blob, entries_to_blob, entry_to_blob, shard_key
 from .errors import (BlobFormatError, BridgeError, ConversionError, DecodeError, FramingError,
                      OptionsError, TupleFormatError)
 from .options import DEFAULT_OPTIONS, Options
+from .validation import validate_blob
 
 __all__ = [
     "pb", "Options", "DEFAULT_OPTIONS",
+    "entry_to_blob", "entries_to_blob", "blob_to_entries", "encode_blob", "decode_blob", "validate_blob",
+    "shard_key", "BlobEncoder", "BlobDecoder",
     "BridgeError", "FramingError", "DecodeError", "ConversionError", "BlobFormatError",
     "TupleFormatError", "OptionsError",
     "Reassembler", "Assembled", "split_entries", "pack_entries", "read_pb", "write_pb",

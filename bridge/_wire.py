@@ -44,6 +44,8 @@ __all__ = [
 ENVELOPE_VERSION = 1
 # tag(1)+varint(<=5) for version, total, index; tag(1)+length varint(<=5) for data.
 _ENVELOPE_OVERHEAD = 24
+_MAX_MESSAGE_BYTES = (1 << 31) - 1
+_READ_CHUNK = 1 << 20
 
 
 def encode_varint(value: int) -> bytes:
@@ -221,12 +223,22 @@ def write_pb(out: BinaryIO, envelopes: Iterable[pb.Envelope | bytes]) -> int:
 def iter_pb_messages(stream: BinaryIO, source: str | None = None) -> Iterator[tuple[int, int, bytes]]:
     """Yield (message number, byte position, raw message) from a delimited stream.
 
-    A truncated length prefix or body raises DecodeError naming the message number and byte position.
+    Any object with `read(size)` will do; an unbuffered raw stream is buffered here and left open.
+    A truncated length prefix or body, or a length beyond protobuf's 2 GiB limit, raises
+    DecodeError naming the message number and byte position.
     """
-    stream = stream if isinstance(stream, io.BufferedIOBase) else io.BufferedReader(stream)
+    raw = isinstance(stream, io.RawIOBase)
+    reader = io.BufferedReader(stream) if raw else stream
+    try:
+        yield from _delimited(reader.read, source)
+    finally:
+        if raw:
+            reader.detach()  # closing the wrapper would close the caller's stream
+
+
+def _delimited(read, source: str | None) -> Iterator[tuple[int, int, bytes]]:
     number = 0
     pos = 0
-    read = stream.read
     while True:
         first = read(1)
         if not first:
@@ -249,13 +261,29 @@ def iter_pb_messages(stream: BinaryIO, source: str | None = None) -> Iterator[tu
                 raise DecodeError("truncated length prefix", message=number, byte=start, source=source)
             byte = nxt[0]
             pos += 1
-        body = read(length)
+        if length > _MAX_MESSAGE_BYTES:
+            raise DecodeError(f"length prefix {length} beyond protobuf's 2 GiB message limit",
+                              message=number, byte=start, source=source)
+        body = _read_exact(read, length)
         if len(body) != length:
             raise DecodeError(f"truncated message: {len(body)} of {length} bytes", message=number,
                               byte=start, source=source)
         pos += length
         yield number, start, body
         number += 1
+
+
+def _read_exact(read, size: int) -> bytes:
+    # Streams may return short reads before the end; bounded chunks keep a bogus length from
+    # allocating its size up front.
+    parts = []
+    while size > 0:
+        part = read(min(size, _READ_CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
 
 
 def read_pb(path_or_stream, source: str | None = None) -> Iterator[tuple[int, int, bytes]]:

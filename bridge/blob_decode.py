@@ -108,6 +108,7 @@ class _Event:
     entry: pb.Entry
     nrows: int
     rows: dict = field(default_factory=dict)
+    messages: int = 0
 
 
 class BlobDecoder:
@@ -133,6 +134,11 @@ class BlobDecoder:
         self.entries += len(out)
         return out
 
+    @property
+    def pending_messages(self) -> int:
+        """Messages fed but not yet part of a returned Entry (update halves, rows of open events)."""
+        return len(self._halves) + sum(e.messages for e in self._events.values())
+
     def finish(self) -> list[ConversionError]:
         """Errors for every update half or partial event still waiting at end of input."""
         errors = []
@@ -145,7 +151,7 @@ class BlobDecoder:
         for (seq, _), event in self._events.items():
             err = ConversionError(f"DML event incomplete at end of input: {len(event.rows)} of "
                                   f"{event.nrows} rows", seq_id=seq)
-            err.count = sum(len(r.halves) for r in event.rows.values())
+            err.count = event.messages
             errors.append(err)
         self._halves.clear()
         self._events.clear()
@@ -423,6 +429,7 @@ class BlobDecoder:
             raise ConversionError(f"row {row_index} of {nrows} repeated or out of range",
                                   seq_id=entry.header.seqId)
         event.rows[row_index] = _Row("", row, {"row"})
+        event.messages += 2 if entry.event.dmlEvent.dmlEventType == pb.UPDATE else 1
         if len(event.rows) < nrows:
             return []
         del self._events[key]

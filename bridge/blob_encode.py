@@ -32,6 +32,7 @@ __all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "sh
 FORMAT_VERSION = "0.0.1"
 ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
 _ROW_SCALE = 10 ** ROW_DIGITS
+_MIN_EVENT_TIME, _MAX_EVENT_TIME = 10 ** 12, 10 ** 13 - 1  # the format's 13-digit epoch milliseconds
 
 # MessageType -> the Event field holding its sub-message.
 EVENT_FIELDS: dict[int, str] = {
@@ -326,6 +327,9 @@ class BlobEncoder:
 
     def _timestamp(self, header: pb.Header, facts: dict) -> dict:
         event_time = int(facts["eventTime"]) if "eventTime" in facts else header.timestamp * 1000
+        if not _MIN_EVENT_TIME <= event_time <= _MAX_EVENT_TIME:
+            raise ConversionError("timestamp gives no 13-digit eventTime (before 2001-09-09)",
+                                  value=header.timestamp)
         stamp = {"eventTime": event_time}
         if "systemTime" in facts:
             stamp["systemTime"] = int(facts["systemTime"])

@@ -1,0 +1,267 @@
+"""Values for the sample streams: how DTS encodes one MySQL value as `Data`, and the edge rows.
+
+The encoder here is the generator's own reading of SPEC section 1 ("Value encoding"), kept apart
+from the converters' tables on purpose: the samples are an independent witness of the format,
+so a mistake in one side's mapping shows up as a test failure instead of agreeing with itself.
+
+>>> encode_value("tinyint(3) unsigned", "", 255)
+dataType: UINT8
+sv: "255"
+<BLANKLINE>
+"""
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+from . import subscribe_pb2 as pb
+
+__all__ = ["NULL", "NA", "CHARSET_CODECS", "ColumnType", "encode_value", "mysql_json", "wkb_point",
+           "wkb_polygon", "ALL_TYPES_EDGE_ROWS", "CHARSET_EDGE_ROWS", "TEXTS"]
+
+NULL = None  # SQL NULL -> Data NIL
+
+
+class _Absent:
+    """The column is not in this row image (binlog_row_image=MINIMAL) -> Data NA."""
+
+    def __repr__(self) -> str:
+        return "NA"
+
+
+NA = _Absent()
+
+# MySQL charset name -> Python codec; MySQL's "latin1" is really Windows-1252.
+CHARSET_CODECS = {"utf8mb4": "utf-8", "utf8": "utf-8", "utf8mb3": "utf-8", "latin1": "cp1252",
+                  "gbk": "gbk", "gb18030": "gb18030", "big5": "big5"}
+
+# family -> (bits, signed DataType, unsigned DataType)
+_INTEGERS = {"tinyint": (8, pb.INT8, pb.UINT8), "smallint": (16, pb.INT16, pb.UINT16),
+             "mediumint": (24, pb.INT32, pb.UINT32), "int": (32, pb.INT32, pb.UINT32),
+             "bigint": (64, pb.INT64, pb.UINT64)}
+_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
+_BINARY_TEXT = {"binary", "varbinary"}
+_BYTES = {"json", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring",
+          "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection"}
+_FRACTION = r"(?:\.(\d+))?"
+_TEMPORAL = {"date": re.compile(r"\d{4}-\d\d-\d\d()"),
+             "datetime": re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d" + _FRACTION),
+             "timestamp": re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d" + _FRACTION + r" [+-]\d\d:\d\d"),
+             "time": re.compile(r"-?\d{2,3}:\d\d:\d\d" + _FRACTION)}
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A MySQL column type as `Column.originalType` prints it, e.g. `decimal(30,9)`."""
+    text: str
+
+    @property
+    def family(self) -> str:
+        return re.match(r"[a-z]+", self.text).group(0)
+
+    @property
+    def unsigned(self) -> bool:
+        return " unsigned" in self.text
+
+    @property
+    def args(self) -> list[int]:
+        found = re.match(r"[a-z]+\(([\d,]+)\)", self.text)
+        return [int(a) for a in found.group(1).split(",")] if found else []
+
+
+def _check(ok: bool, t: ColumnType, value, why: str) -> None:
+    # A wrong sample would silently teach the converters a wrong format, so fail loudly here.
+    if not ok:
+        raise ValueError(f"sample value {value!r} does not fit {t.text}: {why}")
+
+
+def _integer(t: ColumnType, value, charset: str) -> pb.Data:
+    bits, signed, unsigned = _INTEGERS[t.family]
+    lo, hi = (0, 2 ** bits - 1) if t.unsigned else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+    _check(isinstance(value, int) and lo <= value <= hi, t, value, f"outside {lo}..{hi}")
+    return pb.Data(dataType=unsigned if t.unsigned else signed, sv=str(value))
+
+
+def _bit(t: ColumnType, value, charset: str) -> pb.Data:
+    _check(0 <= value < 2 ** t.args[0], t, value, "too many bits")
+    # BIT is INT64 on the wire; bit(64) values above int64 max cannot be INT64, so they say UINT64.
+    return pb.Data(dataType=pb.INT64 if value < 2 ** 63 else pb.UINT64, sv=str(value))
+
+
+def _year(t: ColumnType, value, charset: str) -> pb.Data:
+    _check(value == 0 or 1901 <= value <= 2155, t, value, "YEAR is 0 or 1901..2155")
+    return pb.Data(dataType=pb.INT64, sv=str(value))
+
+
+def _real(data_type: int) -> Callable:
+    def encode(t: ColumnType, value, charset: str) -> pb.Data:
+        _check(isinstance(value, str) and abs(float(value)) < float("inf"), t, value, "finite text")
+        return pb.Data(dataType=data_type, sv=value)
+    return encode
+
+
+def _decimal(t: ColumnType, value, charset: str) -> pb.Data:
+    precision, scale = (t.args + [10, 0])[:2] if len(t.args) != 1 else (t.args[0], 0)
+    found = re.fullmatch(r"-?(\d+)(?:\.(\d+))?", value)
+    _check(bool(found) and len(found.group(2) or "") == scale, t, value, f"needs exactly {scale} decimals")
+    _check(len(found.group(1).lstrip("0")) <= precision - scale, t, value, "too many integer digits")
+    return pb.Data(dataType=pb.DECIMAL, sv=value)
+
+
+def _text(t: ColumnType, value, charset: str) -> pb.Data:
+    _check(isinstance(value, str), t, value, "text columns take str")
+    _check(charset not in ("utf8", "utf8mb3") or all(ord(ch) <= 0xFFFF for ch in value), t, value,
+           f"{charset} holds 3-byte UTF-8 only")
+    return pb.Data(dataType=pb.STRING, charset=charset, bv=value.encode(CHARSET_CODECS[charset]))
+
+
+def _binary_text(t: ColumnType, value, charset: str) -> pb.Data:
+    _check(isinstance(value, bytes) and len(value) <= t.args[0], t, value, "bytes up to the length")
+    return pb.Data(dataType=pb.STRING, charset="binary", bv=value)
+
+
+def _temporal(t: ColumnType, value, charset: str) -> pb.Data:
+    found = _TEMPORAL[t.family].fullmatch(value)
+    fsp = t.args[0] if t.args else 0
+    _check(bool(found) and len(found.group(1) or "") == fsp, t, value, f"needs {fsp} fractional digits")
+    return pb.Data(dataType=pb.STRING, bv=value.encode("ascii"))
+
+
+def _bytes(t: ColumnType, value, charset: str) -> pb.Data:
+    raw = value.encode("utf-8") if isinstance(value, str) else value  # json arrives as its text
+    _check(isinstance(raw, bytes), t, value, "bytes (or JSON text)")
+    return pb.Data(dataType=pb.BYTES, bv=raw)
+
+
+# MySQL type family -> encoder(type, value, charset) -> Data.
+ENCODERS: dict[str, Callable] = {
+    **{f: _integer for f in _INTEGERS}, "bit": _bit, "year": _year,
+    "float": _real(pb.FLOAT32), "double": _real(pb.FLOAT64), "decimal": _decimal,
+    **{f: _text for f in _TEXT}, **{f: _binary_text for f in _BINARY_TEXT},
+    **{f: _temporal for f in _TEMPORAL}, **{f: _bytes for f in _BYTES},
+}
+TEXT_FAMILIES = frozenset(_TEXT)
+
+
+def encode_value(original_type: str, charset: str, value) -> pb.Data:
+    """One column value as DTS puts it in a row image; `charset` matters for text columns only.
+
+    >>> encode_value("varchar(8)", "latin1", "€5").bv
+    b'\\x805'
+    """
+    if value is NULL:
+        return pb.Data(dataType=pb.NIL)
+    if value is NA:
+        return pb.Data(dataType=pb.NA)
+    t = ColumnType(original_type)
+    return ENCODERS[t.family](t, value, charset)
+
+
+def mysql_json(doc) -> str:
+    """JSON text as MySQL prints a JSON column: `", "` / `": "` separators, unescaped unicode,
+    object keys ordered by length, then bytewise (MySQL's binary JSON order)."""
+    if isinstance(doc, dict):
+        keys = sorted(doc, key=lambda k: (len(k.encode()), k.encode()))
+        return "{" + ", ".join(f"{mysql_json(k)}: {mysql_json(doc[k])}" for k in keys) + "}"
+    if isinstance(doc, list):
+        return "[" + ", ".join(mysql_json(v) for v in doc) + "]"
+    if doc is None or isinstance(doc, bool):
+        return {None: "null", True: "true", False: "false"}[doc]
+    if isinstance(doc, str):
+        escaped = doc.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    return repr(doc)
+
+
+def wkb_point(x: float, y: float, srid: int = 0) -> bytes:
+    """MySQL's internal geometry value: 4-byte little-endian SRID, then little-endian WKB."""
+    return struct.pack("<IBIdd", srid, 1, 1, x, y)
+
+
+def wkb_polygon(ring: list[tuple[float, float]], srid: int = 0) -> bytes:
+    points = b"".join(struct.pack("<dd", x, y) for x, y in ring)
+    return struct.pack("<IBIII", srid, 1, 3, 1, len(ring)) + points
+
+
+# Text in each charset, chosen for the bytes that catch a wrong codec.
+TEXTS = {
+    "utf8mb4": "emoji 👍🏽 𝄞 中文 Ünïcödé",       # 4-byte UTF-8 sequences
+    "utf8": "Ünïcödé ☃ 中文 ✓",                  # 3 bytes at most (utf8 is utf8mb3)
+    "utf8mb3": "Ŝpëçîål ✓ 日本語",
+    "latin1": "€ 5 Ÿ œ ß é ‰ “quoted” – ok",       # cp1252: € is 0x80, not valid ISO-8859-1
+    "gbk": "中文汉字 简体 ＡＢＣ",
+    "gb18030": "𠀀 😀 € 中文",                   # 4-byte GB18030 sequences
+    "big5": "繁體中文 測試 臺灣",
+}
+
+_ALL_BYTES = bytes(range(256))
+_JSON_DOC = mysql_json({"id": 1, "name": "张三 😀", "tags": ["a", "b\"c", "\\"], "price": 19.99,
+                        "active": True, "nested": {"k": None, "list": [1, 2.5, -3]}})
+
+# all_types rows: the extremes of every type. Columns left out take their NULL-row value.
+ALL_TYPES_EDGE_ROWS: list[dict] = [
+    {"id": 1, "c_tinyint": -128, "c_tinyint_u": 0, "c_bool": 0, "c_smallint": -32768, "c_smallint_u": 0,
+     "c_mediumint": -8388608, "c_mediumint_u": 0, "c_int": -2147483648, "c_int_u": 0,
+     "c_bigint": -9223372036854775808, "c_bigint_u": 0, "c_float": "-3.4028235e+38",
+     "c_double": "-1.7976931348623157e+308", "c_decimal": "-999999999999999999999.999999999",
+     "c_money": "-99999999.99", "c_bit1": 0, "c_bit8": 0, "c_bit64": 0, "c_year": 1901,
+     "c_date": "1000-01-01", "c_datetime": "1000-01-01 00:00:00", "c_datetime6": "1000-01-01 00:00:00.000000",
+     "c_timestamp": "1970-01-01 00:00:01 +00:00", "c_timestamp3": "1970-01-01 08:00:01.000 +08:00",
+     "c_time": "-838:59:59", "c_time3": "-838:59:59.000", "c_char": "a", "c_varchar": "a",
+     "c_tinytext": "a", "c_text": "a", "c_mediumtext": "a", "c_longtext": "a", "c_enum": "draft",
+     "c_set": "red", "c_binary": bytes(16), "c_varbinary": b"\x00", "c_tinyblob": b"\x00",
+     "c_blob": b"\x00", "c_mediumblob": b"\x00", "c_longblob": b"\x00", "c_json": "null",
+     "c_geometry": wkb_point(-180.0, -90.0, 4326)},
+    {"id": 2, "c_tinyint": 127, "c_tinyint_u": 255, "c_bool": 1, "c_smallint": 32767, "c_smallint_u": 65535,
+     "c_mediumint": 8388607, "c_mediumint_u": 16777215, "c_int": 2147483647, "c_int_u": 4294967295,
+     "c_bigint": 9223372036854775807, "c_bigint_u": 18446744073709551615, "c_float": "3.4028235e+38",
+     "c_double": "1.7976931348623157e+308", "c_decimal": "999999999999999999999.999999999",
+     "c_money": "99999999.99", "c_bit1": 1, "c_bit8": 255, "c_bit64": 18446744073709551615,
+     "c_year": 2155, "c_date": "9999-12-31", "c_datetime": "9999-12-31 23:59:59",
+     "c_datetime6": "9999-12-31 23:59:59.999999", "c_timestamp": "2038-01-19 03:14:07 +00:00",
+     "c_timestamp3": "2038-01-19 11:14:07.999 +08:00", "c_time": "838:59:59", "c_time3": "838:59:59.000",
+     "c_char": "ＡＢＣ😀", "c_varchar": TEXTS["utf8mb4"], "c_tinytext": "☃" * 85, "c_text": TEXTS["utf8mb4"] * 4,
+     "c_mediumtext": "\t\n\r\\\"'%_\x00", "c_longtext": "line1\nline2\r\n" + TEXTS["utf8mb4"],
+     "c_enum": "archived", "c_set": "red,green,blue", "c_binary": b"\xff" * 16,
+     "c_varbinary": bytes(range(255)), "c_tinyblob": bytes(range(255, 0, -1)), "c_blob": _ALL_BYTES,
+     "c_mediumblob": _ALL_BYTES[::-1], "c_longblob": _ALL_BYTES * 2, "c_json": _JSON_DOC,
+     "c_geometry": wkb_polygon([(0, 0), (10, 0), (10, 10), (0, 10), (0, 0)])},
+    {"id": 3, "c_tinyint": -1, "c_tinyint_u": 1, "c_bool": 1, "c_smallint": -1, "c_smallint_u": 1,
+     "c_mediumint": -1, "c_mediumint_u": 1, "c_int": -1, "c_int_u": 1, "c_bigint": -1, "c_bigint_u": 1,
+     "c_float": "1e-45", "c_double": "5e-324", "c_decimal": "-0.000000001", "c_money": "0.01",
+     "c_bit1": 1, "c_bit8": 1, "c_bit64": 9223372036854775807, "c_year": 2021, "c_date": "2021-05-17",
+     "c_datetime": "2021-05-17 07:22:42", "c_datetime6": "2021-05-17 07:22:42.123456",
+     "c_timestamp": "2021-05-17 12:52:42 +05:30", "c_timestamp3": "2021-05-17 00:22:42.123 -07:00",
+     "c_time": "-12:00:00", "c_time3": "20:12:22.500", "c_char": "中", "c_varchar": " leading and trailing ",
+     "c_tinytext": "x", "c_text": "x", "c_mediumtext": "x", "c_longtext": "x", "c_enum": "published",
+     "c_set": "green", "c_binary": bytes.fromhex("0f1e2d3c4b5a69788796a5b4c3d2e1f0"),
+     "c_varbinary": b"\xc3\x28 not utf-8 \xff", "c_tinyblob": b"x", "c_blob": b"x", "c_mediumblob": b"x",
+     "c_longblob": b"x", "c_json": mysql_json(["天", 1, True, None, {"a": []}]),
+     "c_geometry": wkb_point(116.397128, 39.916527, 4326)},
+    # Zero values and empty strings: not NULL, and zero dates are legal MySQL data.
+    {"id": 4, **{c: 0 for c in ("c_tinyint", "c_tinyint_u", "c_bool", "c_smallint", "c_smallint_u",
+                                 "c_mediumint", "c_mediumint_u", "c_int", "c_int_u", "c_bigint",
+                                 "c_bigint_u", "c_bit1", "c_bit8", "c_bit64", "c_year")},
+     "c_float": "-0.0", "c_double": "-0.0", "c_decimal": "0.000000000", "c_money": "0.00",
+     "c_date": "0000-00-00", "c_datetime": "0000-00-00 00:00:00", "c_datetime6": "0000-00-00 00:00:00.000000",
+     "c_timestamp": "0000-00-00 00:00:00 +00:00", "c_timestamp3": "0000-00-00 00:00:00.000 +00:00",
+     "c_time": "00:00:00", "c_time3": "00:00:00.000", "c_char": "", "c_varchar": "", "c_tinytext": "",
+     "c_text": "", "c_mediumtext": "", "c_longtext": "", "c_enum": "", "c_set": "", "c_binary": b"",
+     "c_varbinary": b"", "c_tinyblob": b"", "c_blob": b"", "c_mediumblob": b"", "c_longblob": b"",
+     "c_json": "{}", "c_geometry": wkb_point(0.0, 0.0)},
+    {"id": 5},  # every other column NULL
+    {"id": 4294967295, "c_float": "1.1754944e-38", "c_double": "2.2250738585072014e-308",
+     "c_decimal": "123456789012345678901.123456789", "c_time": "-00:00:01", "c_time3": "-00:00:00.001",
+     "c_datetime6": "2021-05-17 07:22:42.000001", "c_timestamp": "2021-05-17 15:22:42 +08:00",
+     "c_timestamp3": "2021-05-17 07:22:42.999 +00:00", "c_json": mysql_json("a JSON string, not an object"),
+     "c_text": TEXTS["utf8"], "c_bit64": 9223372036854775808},
+]
+
+# charsets rows: the same idea in every charset, then empty strings, then NULLs.
+CHARSET_EDGE_ROWS: list[dict] = [
+    {"id": 1, **{f"c_{cs}": TEXTS[cs] for cs in TEXTS}, "c_gbk_char": "中文", "c_latin1_text": "€" * 100},
+    {"id": 2, **{f"c_{cs}": "" for cs in TEXTS}, "c_gbk_char": "", "c_latin1_text": ""},
+    {"id": 3},
+]

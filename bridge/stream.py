@@ -1,0 +1,200 @@
+"""Streams of records through the converters, with the error policy applied in one place.
+
+Every face (the CLI, the Spark transforms, the Kafka consumer) reads records, converts them and
+writes results through these functions, so the accounting law holds everywhere:
+`converted + rejected + not_emitted == input`, counted in input records. A record is an Entry for
+DTS input (plus one per Envelope that framing rejects before it could become part of an Entry),
+a message for Blob input and a row for Tuple input.
+
+>>> tally = Tally()
+>>> policy = ErrorPolicy("skip", tally=tally)
+>>> list(blob_lines_to_entries([b'{"bad json'], policy))
+[]
+>>> (tally.input, tally.rejected, policy.rejects[0]["reason"][:12])
+(1, 1, 'invalid JSON')
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from . import subscribe_pb2 as pb
+from ._wire import Assembled, Reassembler, entry_from_json_line
+from .blob_decode import BlobDecoder, decode_blob
+from .blob_encode import BlobEncoder
+from .errors import BridgeError, ConversionError
+from .options import DEFAULT_OPTIONS, Options
+
+__all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
+           "entries_to_messages", "blob_lines_to_entries", "reject_record"]
+
+
+@dataclass
+class Tally:
+    """Counts in input records; `input == converted + rejected + not_emitted` once a run ends."""
+    input: int = 0
+    converted: int = 0
+    rejected: int = 0
+    not_emitted: int = 0
+    outputs: int = 0
+    envelopes: int = 0
+
+    def balanced(self) -> bool:
+        return self.input == self.converted + self.rejected + self.not_emitted
+
+    def summary(self) -> str:
+        return (f"converted {self.converted}, rejected {self.rejected}, not emitted {self.not_emitted} "
+                f"(of {self.input} input records); wrote {self.outputs}")
+
+
+def reject_record(err: BridgeError, raw: Any = None) -> dict:
+    """A rejects-file line: where, why, and the raw input shortened (base64 when binary)."""
+    out = err.to_dict()
+    if isinstance(raw, (bytes, bytearray)):
+        raw = bytes(raw)
+        out["raw_base64"] = base64.b64encode(raw[:4096]).decode("ascii")
+        if len(raw) > 4096:
+            out["raw_truncated_from"] = len(raw)
+    elif isinstance(raw, str):
+        out["raw"] = raw[:4096]
+    elif raw is not None:
+        out["raw"] = repr(raw)[:4096]
+    return out
+
+
+@dataclass
+class ErrorPolicy:
+    """fail: raise the first error; skip: count it and keep a rejects record; keep: like skip, and
+    the caller also emits a row carrying the error (Spark's PERMISSIVE)."""
+    on_error: str = "fail"
+    tally: Tally = field(default_factory=Tally)
+    sink: Callable[[dict], None] | None = None
+    rejects: list = field(default_factory=list)
+    keep_records: bool = True
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ("fail", "skip", "keep"):
+            raise ValueError(f"on_error must be fail, skip or keep, not {self.on_error!r}")
+
+    def reject(self, err: BridgeError, raw: Any = None, count: int = 1) -> dict:
+        if self.on_error == "fail":
+            raise err
+        record = reject_record(err, raw)
+        self.tally.rejected += count
+        if self.sink is not None:
+            self.sink(record)
+        elif self.keep_records:
+            self.rejects.append(record)
+        return record
+
+
+def dts_records_to_entries(records: Iterable[tuple[Any, int, bytes]], policy: ErrorPolicy,
+                           reassembler: Reassembler | None = None, finish: bool = True
+                           ) -> Iterator[tuple[dict, pb.Entry]]:
+    """(partition, offset, Envelope bytes) in offset order per partition -> (where, Entry).
+
+    Framing errors go to the policy, counted in the Envelopes they dispose of.
+    """
+    reassembler = reassembler or Reassembler()
+    tally = policy.tally
+    for partition, offset, value in records:
+        tally.envelopes += 1
+        for item in reassembler.feed(partition, offset, value):
+            if isinstance(item, Assembled):
+                where = {"partition": item.partition, "offset": item.first_offset}
+                for index, entry in enumerate(item.entries.items):
+                    tally.input += 1
+                    yield {**where, "entry": index}, entry
+            else:
+                tally.input += item.count
+                policy.reject(item, value if item.count == 1 else None, item.count)
+    if finish:
+        for err in reassembler.finish():
+            tally.input += err.count
+            policy.reject(err, None, err.count)
+
+
+def dts_json_lines_to_entries(lines: Iterable[tuple[int, bytes]], policy: ErrorPolicy,
+                              source: str | None = None) -> Iterator[tuple[dict, pb.Entry]]:
+    """(line number, line) of a dts-json file -> (where, Entry); bad lines go to the policy."""
+    for number, line in lines:
+        policy.tally.input += 1
+        try:
+            entry = entry_from_json_line(line, number, source)
+        except BridgeError as err:
+            policy.reject(err, line)
+            continue
+        yield {"line": number}, entry
+
+
+def entries_to_messages(entries: Iterable[tuple[dict, pb.Entry]], convert: Callable[[pb.Entry], list],
+                        policy: ErrorPolicy, *, not_emitted: Callable[[], int] | None = None
+                        ) -> Iterator[tuple[dict, Any]]:
+    """Apply a per-Entry converter (e.g. BlobEncoder.convert); yields (where, output item).
+
+    An Entry giving no output counts as not emitted; one that fails goes to the policy.
+    """
+    tally = policy.tally
+    for where, entry in entries:
+        try:
+            outputs = convert(entry)
+        except BridgeError as err:
+            err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
+            policy.reject(err, entry.SerializeToString())
+            if policy.on_error == "keep":
+                yield {**where, "error": str(err)}, None
+            continue
+        if outputs:
+            tally.converted += 1
+        else:
+            tally.not_emitted += 1
+        for index, item in enumerate(outputs):
+            tally.outputs += 1
+            yield {**where, "row": index}, item
+
+
+def blob_lines_to_entries(lines: Iterable[bytes | tuple[int, bytes]], policy: ErrorPolicy,
+                          options: Options = DEFAULT_OPTIONS, source: str | None = None
+                          ) -> Iterator[tuple[dict, pb.Entry]]:
+    """Blob JSON Lines -> (where, Entry). Messages of one Entry (an update pair, the rows of an
+    event) all count as converted when it completes; unpaired halves are rejected at the end."""
+    decoder = BlobDecoder(options)
+    tally = policy.tally
+    fed = 0
+    converted_before = tally.converted
+    for number, item in enumerate(lines, 1):
+        if isinstance(item, tuple):
+            number, line = item
+        else:
+            line = item
+        if not line.strip():
+            continue
+        tally.input += 1
+        try:
+            msg = decode_blob(line, line=number, source=source)
+            entries = decoder.feed(msg, line=number)
+        except BridgeError as err:
+            policy.reject(err.located(line=number, source=source), line)
+            continue
+        fed += 1
+        tally.converted = converted_before + fed - decoder.pending_messages
+        for entry in entries:
+            tally.outputs += 1
+            yield {"line": number}, entry
+    for err in decoder.finish():
+        fed -= err.count
+        policy.reject(err.located(source=source), None, err.count)
+    tally.converted = converted_before + fed
+
+
+def convert_dts_to_blob(entries: Iterable[tuple[dict, pb.Entry]], policy: ErrorPolicy,
+                        options: Options = DEFAULT_OPTIONS) -> Iterator[tuple[dict, dict]]:
+    """Convenience: DTS entries -> Blob messages under the policy."""
+    encoder = BlobEncoder(options)
+    return entries_to_messages(entries, encoder.convert, policy)
+
+
+def require(condition: bool, reason: str) -> None:
+    if not condition:
+        raise ConversionError(reason)
