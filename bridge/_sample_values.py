@@ -1,4 +1,5 @@
-"""Values for the sample streams: how DTS encodes one MySQL value as `Data`, and the edge rows.
+"""Values for the sample streams: how DTS encodes one MySQL value as `Data`, value generators,
+the Col / Table / Change building blocks (FULL and MINIMAL row images), and the edge rows.
 
 The encoder here is the generator's own reading of SPEC section 1 ("Value encoding"), kept apart
 from the converters' tables on purpose: the samples are an independent witness of the format,
@@ -11,15 +12,19 @@ sv: "255"
 """
 from __future__ import annotations
 
+import datetime as _dt
+import random
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from . import subscribe_pb2 as pb
 
 __all__ = ["NULL", "NA", "CHARSET_CODECS", "ColumnType", "encode_value", "mysql_json", "wkb_point",
-           "wkb_polygon", "ALL_TYPES_EDGE_ROWS", "CHARSET_EDGE_ROWS", "TEXTS"]
+           "wkb_polygon", "RowContext", "serial", "one_of", "integer", "real", "decimal", "words",
+           "raw_bytes", "moment", "clock", "json_doc", "nullable", "Col", "Table", "FULL", "MINIMAL",
+           "Change", "insert", "update", "delete", "ALL_TYPES_EDGE_ROWS", "CHARSET_EDGE_ROWS", "TEXTS"]
 
 NULL = None  # SQL NULL -> Data NIL
 
@@ -118,7 +123,9 @@ def _text(t: ColumnType, value, charset: str) -> pb.Data:
 
 
 def _binary_text(t: ColumnType, value, charset: str) -> pb.Data:
-    _check(isinstance(value, bytes) and len(value) <= t.args[0], t, value, "bytes up to the length")
+    # binary(n) is zero-padded to n bytes by MySQL; varbinary(n) holds up to n.
+    fits = len(value) == t.args[0] if t.family == "binary" else len(value) <= t.args[0]
+    _check(isinstance(value, bytes) and fits, t, value, "wrong length")
     return pb.Data(dataType=pb.STRING, charset="binary", bv=value)
 
 
@@ -185,6 +192,163 @@ def wkb_polygon(ring: list[tuple[float, float]], srid: int = 0) -> bytes:
     return struct.pack("<IBIII", srid, 1, 3, 1, len(ring)) + points
 
 
+# ---- value generators: (RowContext) -> value in the forms encode_value takes --------------------
+
+
+@dataclass
+class RowContext:
+    rng: random.Random
+    n: int      # 1-based number of this row among the generated rows of its table
+    now: int    # header time (Unix seconds) of the event that writes the row
+    zone: int   # the server's time_zone offset in minutes
+
+
+Gen = Callable[[RowContext], object]
+
+
+def serial(start: int = 1) -> Gen:
+    return lambda c: start + c.n - 1
+
+
+def one_of(*values) -> Gen:
+    return lambda c: c.rng.choice(values)
+
+
+def integer(lo: int, hi: int) -> Gen:
+    return lambda c: c.rng.randint(lo, hi)
+
+
+def real(lo: float, hi: float, places: int) -> Gen:
+    # repr of a rounded value is the shortest text that parses back, as converters will print it.
+    return lambda c: repr(round(c.rng.uniform(lo, hi), places))
+
+
+def decimal(lo: int, hi: int, scale: int) -> Gen:
+    def gen(c: RowContext) -> str:
+        units = c.rng.randint(lo * 10 ** scale, hi * 10 ** scale)
+        whole, frac = divmod(abs(units), 10 ** scale)
+        return ("-" if units < 0 else "") + str(whole) + (f".{frac:0{scale}d}" if scale else "")
+    return gen
+
+
+def words(vocabulary: tuple[str, ...], lo: int, hi: int) -> Gen:
+    return lambda c: " ".join(c.rng.choice(vocabulary) for _ in range(c.rng.randint(lo, hi)))
+
+
+def raw_bytes(lo: int, hi: int) -> Gen:
+    return lambda c: c.rng.randbytes(c.rng.randint(lo, hi))
+
+
+def moment(kind: str = "datetime", fsp: int = 0, within: int = 0) -> Gen:
+    """Temporal text `within` seconds before the event, in the server's zone; TIMESTAMP adds it."""
+    def gen(c: RowContext) -> str:
+        at = _dt.datetime.fromtimestamp(c.now - c.rng.randint(0, within), _dt.timezone.utc)
+        at += _dt.timedelta(minutes=c.zone)
+        text = at.strftime("%Y-%m-%d" if kind == "date" else "%Y-%m-%d %H:%M:%S")
+        if fsp:
+            text += "." + str(c.rng.randrange(10 ** fsp)).zfill(fsp)
+        if kind == "timestamp":
+            text += f" {'+' if c.zone >= 0 else '-'}{abs(c.zone) // 60:02d}:{abs(c.zone) % 60:02d}"
+        return text
+    return gen
+
+
+def clock(lo_hours: int = 0, hi_hours: int = 23) -> Gen:
+    return lambda c: f"{c.rng.randint(lo_hours, hi_hours):02d}:{c.rng.choice((0, 15, 30, 45)):02d}:00"
+
+
+def json_doc(make: Callable[[RowContext], object]) -> Gen:
+    return lambda c: mysql_json(make(c))
+
+
+def nullable(gen: Gen, p: float = 0.25) -> Gen:
+    return lambda c: NULL if c.rng.random() < p else gen(c)
+
+
+# ---- columns and tables --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    type: str               # Column.originalType, as MySQL 5.7 prints it
+    gen: Gen
+    key: bool = False
+    charset: str = ""       # text columns only; empty means the table's charset
+
+
+@dataclass(frozen=True)
+class Table:
+    schema: str
+    name: str
+    cols: tuple[Col, ...]
+    charset: str = "utf8mb4"
+    engine: str = "InnoDB"
+
+    @property
+    def has_key(self) -> bool:
+        return any(c.key for c in self.cols)
+
+    def charset_of(self, col: Col) -> str:
+        return (col.charset or self.charset) if ColumnType(col.type).family in TEXT_FAMILIES else ""
+
+    def columns(self) -> list[pb.Column]:
+        return [pb.Column(name=c.name, originalType=c.type, isKey=c.key) for c in self.cols]
+
+    def encode(self, row: dict) -> list[pb.Data]:
+        # Indexing (not .get) so that a row missing a column is a generator bug, not a silent NULL.
+        return [encode_value(c.type, self.charset_of(c), row[c.name]) for c in self.cols]
+
+    def with_column(self, col: Col) -> "Table":
+        return replace(self, cols=self.cols + (col,))
+
+    def create_sql(self) -> str:
+        lines = []
+        for c in self.cols:
+            charset = f" CHARACTER SET {c.charset}" if c.charset and c.charset != self.charset else ""
+            lines.append(f"  `{c.name}` {c.type}{charset}{' NOT NULL' if c.key else ''}")
+        if self.has_key:
+            lines.append(f"  PRIMARY KEY ({','.join(f'`{c.name}`' for c in self.cols if c.key)})")
+        body = ",\n".join(lines)
+        return (f"CREATE TABLE `{self.name}` (\n{body}\n) ENGINE={self.engine} "
+                f"DEFAULT CHARSET={self.charset}")
+
+
+# ---- row changes ---------------------------------------------------------------------------------
+
+FULL, MINIMAL = "FULL", "MINIMAL"  # MySQL binlog_row_image
+
+
+@dataclass
+class Change:
+    """One rows event: its table, DML type and (before, after) images; `pieces` > 1 makes DTS
+    cut the event into that many Entries (Header.eventIndex 0.., isLast on the last)."""
+    table: Table
+    kind: int
+    images: list[tuple[dict | None, dict | None]]
+    pieces: int = 1
+
+
+def _key_only(table: Table, row: dict) -> dict:
+    # MINIMAL before image: the primary key identifies the row; a table without one logs everything.
+    return {c.name: row[c.name] if c.key or not table.has_key else NA for c in table.cols}
+
+
+def insert(table: Table, rows: list[dict], pieces: int = 1) -> Change:
+    return Change(table, pb.INSERT, [(None, r) for r in rows], pieces)  # MINIMAL: pass NA for defaults
+
+
+def update(table: Table, pairs: list[tuple[dict, dict]], image: str = FULL) -> Change:
+    if image == MINIMAL:
+        pairs = [(_key_only(table, old), {k: v if old[k] != v else NA for k, v in new.items()})
+                 for old, new in pairs]
+    return Change(table, pb.UPDATE, list(pairs))
+
+
+def delete(table: Table, rows: list[dict], image: str = FULL) -> Change:
+    return Change(table, pb.DELETE, [(_key_only(table, r) if image == MINIMAL else r, None) for r in rows])
+
+
 # Text in each charset, chosen for the bytes that catch a wrong codec.
 TEXTS = {
     "utf8mb4": "emoji 👍🏽 𝄞 中文 Ünïcödé",       # 4-byte UTF-8 sequences
@@ -211,7 +375,7 @@ ALL_TYPES_EDGE_ROWS: list[dict] = [
      "c_timestamp": "1970-01-01 00:00:01 +00:00", "c_timestamp3": "1970-01-01 08:00:01.000 +08:00",
      "c_time": "-838:59:59", "c_time3": "-838:59:59.000", "c_char": "a", "c_varchar": "a",
      "c_tinytext": "a", "c_text": "a", "c_mediumtext": "a", "c_longtext": "a", "c_enum": "draft",
-     "c_set": "red", "c_binary": bytes(16), "c_varbinary": b"\x00", "c_tinyblob": b"\x00",
+     "c_set": "red", "c_binary": bytes(15) + b"\x01", "c_varbinary": b"\x00", "c_tinyblob": b"\x00",
      "c_blob": b"\x00", "c_mediumblob": b"\x00", "c_longblob": b"\x00", "c_json": "null",
      "c_geometry": wkb_point(-180.0, -90.0, 4326)},
     {"id": 2, "c_tinyint": 127, "c_tinyint_u": 255, "c_bool": 1, "c_smallint": 32767, "c_smallint_u": 65535,
@@ -248,7 +412,7 @@ ALL_TYPES_EDGE_ROWS: list[dict] = [
      "c_date": "0000-00-00", "c_datetime": "0000-00-00 00:00:00", "c_datetime6": "0000-00-00 00:00:00.000000",
      "c_timestamp": "0000-00-00 00:00:00 +00:00", "c_timestamp3": "0000-00-00 00:00:00.000 +00:00",
      "c_time": "00:00:00", "c_time3": "00:00:00.000", "c_char": "", "c_varchar": "", "c_tinytext": "",
-     "c_text": "", "c_mediumtext": "", "c_longtext": "", "c_enum": "", "c_set": "", "c_binary": b"",
+     "c_text": "", "c_mediumtext": "", "c_longtext": "", "c_enum": "", "c_set": "", "c_binary": bytes(16),
      "c_varbinary": b"", "c_tinyblob": b"", "c_blob": b"", "c_mediumblob": b"", "c_longblob": b"",
      "c_json": "{}", "c_geometry": wkb_point(0.0, 0.0)},
     {"id": 5},  # every other column NULL

@@ -28,7 +28,7 @@ from . import subscribe_pb2 as pb
 from .blob_encode import EVENT_FIELDS, FORMAT_VERSION, ROW_DIGITS, sequence_id
 from .errors import BlobFormatError, BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options
-from .values import (BOOLEAN_PROPERTY, DDL_OP_NAMES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
+from .values import (BOOLEAN_PROPERTY, DEFAULT_CHARSET, DDL_OP_NAMES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      SOURCE_TYPES_BY_NAME, codec_for, ddl_op, raw_to_data)
 
 __all__ = ["decode_blob", "blob_to_entries", "BlobDecoder", "FOREIGN_COLUMN_TYPES", "ALL_OPS"]
@@ -383,7 +383,7 @@ class BlobDecoder:
                 target.append(pb.Data(dataType=pb.NIL))
             else:
                 try:
-                    target.append(codecs[i].from_blob(values[name], charsets.get(str(i), "utf8mb4")))
+                    target.append(codecs[i].from_blob(values[name], charsets.get(str(i), DEFAULT_CHARSET)))
                 except BridgeError as exc:
                     raise exc.located(column=name)
 

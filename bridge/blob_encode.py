@@ -23,7 +23,7 @@ import orjson
 from . import subscribe_pb2 as pb
 from .errors import BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options
-from .values import (CONTROL_MESSAGE_TYPES, DML_OPS, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
+from .values import (CONTROL_MESSAGE_TYPES, DEFAULT_CHARSET, DML_OPS, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, codec_for, data_to_raw, ddl_op)
 
 __all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key",
@@ -98,6 +98,7 @@ class _TableCodec:
     schema_columns: list
     primary_key: list
     ext_columns: dict
+    text: list  # per column: is it text whose charset must travel
 
 
 class BlobEncoder:
@@ -265,12 +266,15 @@ class BlobEncoder:
                 raise ConversionError(f"unknown DataType {dt}", column=name)
             try:
                 values[name] = table.codecs[i].to_blob(d)
-                if d.charset and d.charset != "binary":
+                if table.text[i] and d.charset != DEFAULT_CHARSET:
                     charsets = charsets or {}
                     charsets[str(i)] = d.charset
             except Inexact as inexact:
                 if not lossless:
-                    raise ConversionError(inexact.reason, value=d.sv or d.bv, column=name) from None
+                    if inexact.changed:
+                        raise ConversionError(inexact.reason, value=d.sv or d.bv, column=name) from None
+                    values[name] = inexact.best
+                    continue
                 values[name] = inexact.best
                 raws = raws or {}
                 raws[str(i)] = data_to_raw(d)
@@ -310,7 +314,8 @@ class BlobEncoder:
         props = {str(i): _kv(c.properties) for i, c in enumerate(columns) if c.properties}
         if props:
             ext["properties"] = props
-        return _TableCodec(names, codecs, schema_columns, pkey, ext)
+        text = [codec.ct.kind == "text" for codec in codecs]
+        return _TableCodec(names, codecs, schema_columns, pkey, ext, text)
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
         db_type = SOURCE_TYPES.get(header.sourceType)

@@ -14,17 +14,15 @@ same on every run (the tests compare them with the committed files in `samples/`
 """
 from __future__ import annotations
 
-import datetime as _dt
-import os
 import pathlib
 import random
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import dataclass, replace
 
 from . import subscribe_pb2 as pb
-from ._sample_values import (ALL_TYPES_EDGE_ROWS, CHARSET_EDGE_ROWS, NA, NULL, TEXTS, TEXT_FAMILIES,
-                             ColumnType, encode_value, mysql_json, wkb_point)
+from ._sample_values import (ALL_TYPES_EDGE_ROWS, CHARSET_EDGE_ROWS, MINIMAL, NA, NULL, TEXTS, Change,
+                             Col, RowContext, Table, clock, decimal, delete, insert, integer, json_doc, moment,
+                             nullable, one_of, raw_bytes, real, serial, update, words, wkb_point)
 from ._wire import Assembled, Reassembler, pack_entries, write_dts_json, write_pb
 
 __all__ = ["build_sample_entries", "write_samples", "stream_summary", "STREAM_MESSAGE_BYTES"]
@@ -32,127 +30,7 @@ __all__ = ["build_sample_entries", "write_samples", "stream_summary", "STREAM_ME
 # Kafka message size per stream: "large" uses a small limit so that big Entries get split.
 STREAM_MESSAGE_BYTES = {"mixed": 16384, "types": 16384, "mariadb": 16384, "large": 4096}
 
-# ---- value generators: (RowContext) -> value, see _sample_values for the value forms ------------
-
-
-@dataclass
-class RowContext:
-    rng: random.Random
-    n: int      # 1-based number of this row among the generated rows of its table
-    now: int    # header time (Unix seconds) of the event that writes the row
-    zone: int   # the server's time_zone offset in minutes
-
-
-Gen = Callable[[RowContext], object]
-
-
-def serial(start: int = 1) -> Gen:
-    return lambda c: start + c.n - 1
-
-
-def one_of(*values) -> Gen:
-    return lambda c: c.rng.choice(values)
-
-
-def integer(lo: int, hi: int) -> Gen:
-    return lambda c: c.rng.randint(lo, hi)
-
-
-def real(lo: float, hi: float, places: int) -> Gen:
-    # repr of a rounded value is the shortest text that parses back, as converters will print it.
-    return lambda c: repr(round(c.rng.uniform(lo, hi), places))
-
-
-def decimal(lo: int, hi: int, scale: int) -> Gen:
-    def gen(c: RowContext) -> str:
-        units = c.rng.randint(lo * 10 ** scale, hi * 10 ** scale)
-        whole, frac = divmod(abs(units), 10 ** scale)
-        return ("-" if units < 0 else "") + str(whole) + (f".{frac:0{scale}d}" if scale else "")
-    return gen
-
-
-def words(vocabulary: tuple[str, ...], lo: int, hi: int) -> Gen:
-    return lambda c: " ".join(c.rng.choice(vocabulary) for _ in range(c.rng.randint(lo, hi)))
-
-
-def raw_bytes(lo: int, hi: int) -> Gen:
-    return lambda c: c.rng.randbytes(c.rng.randint(lo, hi))
-
-
-def moment(kind: str = "datetime", fsp: int = 0, within: int = 0) -> Gen:
-    """Temporal text `within` seconds before the event, in the server's zone; TIMESTAMP adds it."""
-    def gen(c: RowContext) -> str:
-        at = _dt.datetime.fromtimestamp(c.now - c.rng.randint(0, within), _dt.timezone.utc)
-        at += _dt.timedelta(minutes=c.zone)
-        text = at.strftime("%Y-%m-%d" if kind == "date" else "%Y-%m-%d %H:%M:%S")
-        if fsp:
-            text += "." + str(c.rng.randrange(10 ** fsp)).zfill(fsp)
-        if kind == "timestamp":
-            text += f" {'+' if c.zone >= 0 else '-'}{abs(c.zone) // 60:02d}:{abs(c.zone) % 60:02d}"
-        return text
-    return gen
-
-
-def clock(lo_hours: int = 0, hi_hours: int = 23) -> Gen:
-    return lambda c: f"{c.rng.randint(lo_hours, hi_hours):02d}:{c.rng.choice((0, 15, 30, 45)):02d}:00"
-
-
-def json_doc(make: Callable[[RowContext], object]) -> Gen:
-    return lambda c: mysql_json(make(c))
-
-
-def nullable(gen: Gen, p: float = 0.25) -> Gen:
-    return lambda c: NULL if c.rng.random() < p else gen(c)
-
-
 # ---- tables as data ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Col:
-    name: str
-    type: str               # Column.originalType, as MySQL 5.7 prints it
-    gen: Gen
-    key: bool = False
-    charset: str = ""       # text columns only; empty means the table's charset
-
-
-@dataclass(frozen=True)
-class Table:
-    schema: str
-    name: str
-    cols: tuple[Col, ...]
-    charset: str = "utf8mb4"
-    engine: str = "InnoDB"
-
-    @property
-    def has_key(self) -> bool:
-        return any(c.key for c in self.cols)
-
-    def charset_of(self, col: Col) -> str:
-        return (col.charset or self.charset) if ColumnType(col.type).family in TEXT_FAMILIES else ""
-
-    def columns(self) -> list[pb.Column]:
-        return [pb.Column(name=c.name, originalType=c.type, isKey=c.key) for c in self.cols]
-
-    def encode(self, row: dict) -> list[pb.Data]:
-        # Indexing (not .get) so that a row missing a column is a generator bug, not a silent NULL.
-        return [encode_value(c.type, self.charset_of(c), row[c.name]) for c in self.cols]
-
-    def with_column(self, col: Col) -> "Table":
-        return replace(self, cols=self.cols + (col,))
-
-    def create_sql(self) -> str:
-        lines = []
-        for c in self.cols:
-            charset = f" CHARACTER SET {c.charset}" if c.charset and c.charset != self.charset else ""
-            lines.append(f"  `{c.name}` {c.type}{charset}{' NOT NULL' if c.key else ''}")
-        if self.has_key:
-            lines.append(f"  PRIMARY KEY ({','.join(f'`{c.name}`' for c in self.cols if c.key)})")
-        body = ",\n".join(lines)
-        return (f"CREATE TABLE `{self.name}` (\n{body}\n) ENGINE={self.engine} "
-                f"DEFAULT CHARSET={self.charset}")
-
 
 SURNAMES = ("王", "李", "Müller", "García", "O'Brien", "Nguyễn", "Smith", "Kowalski")
 GIVEN = ("伟", "芳", "José", "Zoë", "Ann", "Łukasz", "Søren", "🦄 Uni")
@@ -301,41 +179,6 @@ THUMBNAILS = Table("media", "thumbnails", (
     Col("png", "blob", raw_bytes(20, 40)),
 ))
 
-# ---- row changes ---------------------------------------------------------------------------------
-
-FULL, MINIMAL = "FULL", "MINIMAL"  # MySQL binlog_row_image
-
-
-@dataclass
-class Change:
-    """One rows event: its table, DML type and (before, after) images; `pieces` > 1 makes DTS
-    cut the event into that many Entries (Header.eventIndex 0.., isLast on the last)."""
-    table: Table
-    kind: int
-    images: list[tuple[dict | None, dict | None]]
-    pieces: int = 1
-
-
-def _key_only(table: Table, row: dict) -> dict:
-    # MINIMAL before image: the primary key identifies the row; a table without one logs everything.
-    return {c.name: row[c.name] if c.key or not table.has_key else NA for c in table.cols}
-
-
-def insert(table: Table, rows: list[dict], pieces: int = 1) -> Change:
-    return Change(table, pb.INSERT, [(None, r) for r in rows], pieces)  # MINIMAL: pass NA for defaults
-
-
-def update(table: Table, pairs: list[tuple[dict, dict]], image: str = FULL) -> Change:
-    if image == MINIMAL:
-        pairs = [(_key_only(table, old), {k: v if old[k] != v else NA for k, v in new.items()})
-                 for old, new in pairs]
-    return Change(table, pb.UPDATE, list(pairs))
-
-
-def delete(table: Table, rows: list[dict], image: str = FULL) -> Change:
-    return Change(table, pb.DELETE, [(_key_only(table, r) if image == MINIMAL else r, None) for r in rows])
-
-
 # ---- the binlog model ----------------------------------------------------------------------------
 
 
@@ -372,6 +215,7 @@ class Binlog:
         self.gtid_no = source.gtid_no - 1
         self.entries: list[pb.Entry] = []
         self._last_checkpoint = source.start
+        self._unsaved = False  # a transaction or DDL came after the last checkpoint
         self._rows: Counter = Counter()
         self._txns: Counter = Counter()  # transactions begun per header second, for transactionId
 
@@ -409,12 +253,11 @@ class Binlog:
 
     def idle(self, seconds: int) -> None:
         """Nothing written for a while: DTS sends heartbeats (and still checkpoints)."""
-        while seconds > 0:
-            step = min(seconds, self.HEARTBEAT_SECONDS)
-            self.now += step
-            seconds -= step
+        for _ in range(seconds // self.HEARTBEAT_SECONDS):
+            self.now += self.HEARTBEAT_SECONDS
             self._checkpoint_if_due()
             self._emit(pb.HEARTBEAT, heartbeatEvent=pb.HeartbeatEvent(epoch=self.now))
+        self.now += seconds % self.HEARTBEAT_SECONDS
 
     def rotate(self) -> None:
         """FLUSH LOGS: the next event is in the next file, and positions start over."""
@@ -422,8 +265,10 @@ class Binlog:
         self.position = _FIRST_EVENT
 
     def finish(self) -> list[pb.Entry]:
-        self.now += 1
-        self._checkpoint()  # end every sample at a safe commit point
+        """The Entries so far, ending at a checkpoint (a safe commit point) if anything needs one."""
+        if self._unsaved:
+            self.now += 1
+            self._checkpoint()
         return self.entries
 
     # -- internals
@@ -435,6 +280,7 @@ class Binlog:
     def _next_unit(self) -> None:
         self.now += self.rng.randint(0, 2)
         self._checkpoint_if_due()
+        self._unsaved = True
 
     def _next_gtid(self) -> str:
         self.gtid_no += 1
@@ -448,6 +294,7 @@ class Binlog:
 
     def _checkpoint(self) -> None:
         self._last_checkpoint = self.now
+        self._unsaved = False
         if self.src.kind == pb.MARIADB:
             synced = f"0-{self.src.server_id}-{self.gtid_no}"
         else:
@@ -598,7 +445,7 @@ def _large() -> list[pb.Entry]:
     b.ddl(THUMBNAILS.create_sql(), schema="media", table="thumbnails")
     small = [b.row(ATTACHMENTS) for _ in range(3)]
     b.transaction(insert(ATTACHMENTS, small))
-    big = b.row(ATTACHMENTS, body=random.Random(7).randbytes(12000), caption="扫描件说明。" * 400)
+    big = b.row(ATTACHMENTS, body=random.Random(7).randbytes(9000), caption="扫描件说明。" * 250)
     b.transaction(insert(ATTACHMENTS, [big]))
     b.idle(6)
     b.transaction(update(ATTACHMENTS, [(big, {**big, "caption": "short caption"})]))
@@ -645,7 +492,9 @@ def write_samples(out_dir, *, max_message_bytes: int | None = None) -> list[path
     `max_message_bytes` overrides the per-stream Kafka limits in STREAM_MESSAGE_BYTES.
 
     >>> import tempfile
-    >>> [p.name for p in write_samples(tempfile.mkdtemp())][:2]
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     names = [p.name for p in write_samples(tmp)]
+    >>> names[:2]
     ['large.pb', 'large.dts.jsonl']
     """
     out = pathlib.Path(out_dir)
@@ -679,9 +528,3 @@ def stream_summary(name: str, entries: list[pb.Entry]) -> str:
     counts = " | ".join(str(kinds[t]) for t in pb.MessageType.values())
     return (f"| {name} | {pb.SourceType.Name(entries[0].header.sourceType)} | {len(entries)} | {counts} | "
             f"{rows} | {len(envelopes)} | {', '.join(split) or '-'} |")
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m bridge.samples [DIR]`
-    import sys
-    for path in write_samples(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.getcwd(), "samples")):
-        print(path)

@@ -33,6 +33,7 @@ from .errors import ConversionError
 from .options import DEFAULT_OPTIONS, Options
 
 DT = pb.DataType
+DEFAULT_CHARSET = "utf8mb4"  # text whose charset the Blob side does not name
 RESERVED_PREFIX = "datahub:"  # DTS property keys the bridge owns (DataHub-only facts)
 BLOB_TYPES = ("BOOLEAN", "DOUBLE", "DATE", "BYTES", "LONG", "STRING")
 
@@ -301,10 +302,13 @@ BLOB_KIND_TYPES: dict[str, str] = {
 class Inexact(Exception):
     """The Blob value cannot give back the exact Data: `best` is the closest value (or None)."""
 
-    def __init__(self, best: Any, reason: str) -> None:
+    def __init__(self, best: Any, reason: str, changed: bool = True) -> None:
         super().__init__(reason)
         self.best = best
         self.reason = reason
+        # False: `best` is the same value, only its DTS spelling is not the canonical one, so strict
+        # mode may emit it; True: the Blob value would differ from the DTS value.
+        self.changed = changed
 
 
 _INT_RE = re.compile(r"-?\d+\Z")
@@ -344,7 +348,7 @@ def _integer_codec(ct: ColumnType, options: Options) -> Codec:
             raise Inexact(None, f"integer outside the signed 64-bit range of LONG ({ct.text})")
         out = sv if as_text else v
         if d.dataType != ct.canonical_datatype(v) or d.charset or d.bv or str(v) != sv:
-            raise Inexact(str(v) if as_text else v, "non-canonical integer")
+            raise Inexact(str(v) if as_text else v, "non-canonical integer", changed=False)
         return out
 
     def from_blob(value, charset=""):
@@ -388,7 +392,7 @@ def _float_codec(ct: ColumnType, options: Options) -> Codec:
         if v in (float("inf"), float("-inf")):
             raise Inexact(None, "float overflows a double")
         if repr(v) != sv or d.dataType != dt or d.charset or d.bv:
-            raise Inexact(v, "non-canonical float text")
+            raise Inexact(v, "non-canonical float text", changed=False)
         return v
 
     def from_blob(value, charset=""):
@@ -414,7 +418,7 @@ def _decimal_codec(ct: ColumnType, options: Options) -> Codec:
         else:
             v = sv
         if d.dataType != DT.DECIMAL or d.charset or d.bv:
-            raise Inexact(v, "non-canonical decimal")
+            raise Inexact(v, "non-canonical decimal", changed=False)
         return v
 
     def from_blob(value, charset=""):
@@ -440,12 +444,12 @@ def _text_codec(ct: ColumnType, options: Options) -> Codec:
         except UnicodeDecodeError as exc:
             raise Inexact(None, f"bytes do not decode as {d.charset or 'utf8'} ({exc.reason} at byte {exc.start})")
         if check and encode(text)[0] != d.bv:
-            raise Inexact(text, f"text does not re-encode to the same {d.charset} bytes")
+            raise Inexact(text, f"text does not re-encode to the same {d.charset} bytes", changed=False)
         if d.dataType != DT.STRING or d.sv:
-            raise Inexact(text, "non-canonical text value")
+            raise Inexact(text, "non-canonical text value", changed=False)
         return text
 
-    def from_blob(value, charset="utf8mb4"):
+    def from_blob(value, charset=DEFAULT_CHARSET):
         if not isinstance(value, str):
             raise ConversionError("STRING value must be text", value=value)
         codec = charset_codec(charset)
@@ -467,7 +471,7 @@ def _bytes_codec(ct: ColumnType, options: Options) -> Codec:
     def to_blob(d: pb.Data):
         out = base64.b64encode(d.bv).decode("ascii")
         if d.dataType != dt or d.charset != charset or d.sv:
-            raise Inexact(out, "non-canonical binary value")
+            raise Inexact(out, "non-canonical binary value", changed=False)
         return out
 
     def from_blob(value, _charset=""):
@@ -489,7 +493,7 @@ def _json_codec(ct: ColumnType, options: Options) -> Codec:
         except UnicodeDecodeError:
             raise Inexact(None, "json bytes are not UTF-8") from None
         if d.dataType != DT.BYTES or d.charset or d.sv:
-            raise Inexact(text, "non-canonical json value")
+            raise Inexact(text, "non-canonical json value", changed=False)
         return text
 
     def from_blob(value, charset=""):
@@ -507,7 +511,7 @@ def _time_codec(ct: ColumnType, options: Options) -> Codec:
         except UnicodeDecodeError:
             raise Inexact(None, "time text is not UTF-8") from None
         if d.dataType != DT.STRING or d.charset or not d.bv or d.sv:
-            raise Inexact(text, "non-canonical time value")
+            raise Inexact(text, "non-canonical time value", changed=False)
         return text
 
     def from_blob(value, charset=""):
@@ -589,13 +593,16 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             raise Inexact(None, f"{kind} text is not UTF-8") from None
         try:
             ms, micros = parse_temporal(text, zone)
-        except (ValueError, OverflowError) as exc:
+        except (ValueError, OverflowError, OSError) as exc:
             raise Inexact(None, f"{kind} value has no epoch time ({exc})") from None
         if micros:
             raise Inexact(ms, f"{kind} has sub-millisecond digits")
-        if (d.dataType != DT.STRING or d.charset or d.sv
-                or format_temporal(ms, kind, fsp, zone) != text):
-            raise Inexact(ms, f"{kind} text does not come back from epoch milliseconds")
+        try:
+            again = format_temporal(ms, kind, fsp, zone)
+        except (ValueError, OverflowError, OSError):
+            again = None
+        if d.dataType != DT.STRING or d.charset or d.sv or again != text:
+            raise Inexact(ms, f"{kind} text does not come back from epoch milliseconds", changed=False)
         return ms
 
     def from_blob(value, charset=""):
@@ -603,7 +610,7 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             raise ConversionError("DATE value must be integer epoch milliseconds", value=value)
         try:
             text = format_temporal(value, kind, fsp, zone)
-        except (ValueError, OverflowError):
+        except (ValueError, OverflowError, OSError):
             raise ConversionError("DATE value out of range", value=value) from None
         return pb.Data(dataType=DT.STRING, bv=text.encode("ascii"))
 
