@@ -197,6 +197,7 @@ def wkb_polygon(ring: list[tuple[float, float]], srid: int = 0) -> bytes:
 
 @dataclass
 class RowContext:
+    """What a value generator may look at; everything else would make the output vary."""
     rng: random.Random
     n: int      # 1-based number of this row among the generated rows of its table
     now: int    # header time (Unix seconds) of the event that writes the row
@@ -270,6 +271,7 @@ def nullable(gen: Gen, p: float = 0.25) -> Gen:
 
 @dataclass(frozen=True)
 class Col:
+    """A column declared as data: `Col("id", "bigint(20) unsigned", serial(1), key=True)`."""
     name: str
     type: str               # Column.originalType, as MySQL 5.7 prints it
     gen: Gen
@@ -279,6 +281,7 @@ class Col:
 
 @dataclass(frozen=True)
 class Table:
+    """A table declared as data: its columns in order; rows are dicts keyed by column name."""
     schema: str
     name: str
     cols: tuple[Col, ...]
