@@ -32,6 +32,8 @@ __all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "sh
 FORMAT_VERSION = "0.0.1"
 ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
 _ROW_SCALE = 10 ** ROW_DIGITS
+_NIL, _NA = int(pb.NIL), int(pb.NA)
+_DML, _DDL = int(pb.DML), int(pb.DDL)
 _MIN_EVENT_TIME, _MAX_EVENT_TIME = 10 ** 12, 10 ** 13 - 1  # the format's 13-digit epoch milliseconds
 
 # MessageType -> the Event field holding its sub-message.
@@ -99,6 +101,7 @@ class _TableCodec:
     primary_key: list
     ext_columns: dict
     text: list  # per column: is it text whose charset must travel
+    columns: list = field(default_factory=list)  # (name, to_blob, text) per column, for the hot loop
 
 
 class BlobEncoder:
@@ -113,6 +116,7 @@ class BlobEncoder:
         self.entries = 0
         self.not_emitted: Counter = Counter()
         self._tables: dict = {}
+        self._last: dict = {}  # (schema, table) -> (copy of its last columns, _TableCodec)
 
     # -- public ------------------------------------------------------------------------------
     def convert(self, entry: pb.Entry) -> list[dict]:
@@ -141,7 +145,7 @@ class BlobEncoder:
         if mtype in CONTROL_MESSAGE_TYPES and not self.options.emit_control:
             self.not_emitted[pb.MessageType.Name(mtype)] += 1
             return []
-        if mtype == pb.DML:
+        if mtype == _DML:
             return self._dml(entry, header)
         sub = getattr(entry.event, event_field)
         with_source = mtype == pb.DDL
@@ -180,7 +184,7 @@ class BlobEncoder:
             return []
         if len(dml.rows) > _ROW_SCALE:
             raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
-        table = self._table(dml.columns)
+        table = self._table(header, dml.columns)
         lossless = self.options.lossless
         plain_props, facts = _split_props(header.properties)
         source = self._source(header, facts)
@@ -240,33 +244,27 @@ class BlobEncoder:
     # -- parts -------------------------------------------------------------------------------
     def _image(self, table: _TableCodec, datas, lossless: bool):
         """(dataColumn dict, raw Data by column index for inexact values, charsets by column)."""
-        n = len(table.names)
-        if len(datas) != n:
+        if len(datas) != len(table.names):
             if not datas:
                 return {}, None, None
-            raise ConversionError(f"row image has {len(datas)} values for {n} columns")
+            raise ConversionError(f"row image has {len(datas)} values for {len(table.names)} columns")
         values = {}
         raws = None
         charsets = None
-        for i, d in enumerate(datas):
+        for i, (d, (name, to_blob, text)) in enumerate(zip(datas, table.columns)):
             dt = d.dataType
-            if dt == 14:  # NA: absent from this image
+            if dt == _NA or dt == _NIL:
+                if dt == _NIL:
+                    values[name] = None
                 if d.charset or d.sv or d.bv:
                     raws = raws or {}
                     raws[str(i)] = data_to_raw(d)
                 continue
-            name = table.names[i]
-            if dt == 0:  # NIL: SQL NULL
-                values[name] = None
-                if d.charset or d.sv or d.bv:
-                    raws = raws or {}
-                    raws[str(i)] = data_to_raw(d)
-                continue
-            if dt > 14:
+            if dt > _NA:
                 raise ConversionError(f"unknown DataType {dt}", column=name)
             try:
-                values[name] = table.codecs[i].to_blob(d)
-                if table.text[i] and d.charset != DEFAULT_CHARSET:
+                values[name] = to_blob(d)
+                if text and d.charset != DEFAULT_CHARSET:
                     charsets = charsets or {}
                     charsets[str(i)] = d.charset
             except Inexact as inexact:
@@ -286,12 +284,21 @@ class BlobEncoder:
                 raws[str(i)] = data_to_raw(d)
         return values, raws, charsets
 
-    def _table(self, columns) -> _TableCodec:
+    def _table(self, header: pb.Header, columns) -> _TableCodec:
+        # Comparing the repeated field with the cached copy runs in C; building a hashable key
+        # from every column would cost more than the whole row conversion.
+        slot = (header.schemaName, header.tableName)
+        cached = self._last.get(slot)
+        if cached is not None and cached[0].columns == columns:
+            return cached[1]
         key = tuple((c.name, c.originalType, c.isKey, tuple((p.key, p.value) for p in c.properties))
                     for c in columns)
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = self._build_table(columns)
+        copy = pb.DMLEvent()
+        copy.columns.extend(columns)
+        self._last[slot] = (copy, table)
         return table
 
     def _build_table(self, columns) -> _TableCodec:
@@ -315,7 +322,8 @@ class BlobEncoder:
         if props:
             ext["properties"] = props
         text = [codec.ct.kind == "text" for codec in codecs]
-        return _TableCodec(names, codecs, schema_columns, pkey, ext, text)
+        return _TableCodec(names, codecs, schema_columns, pkey, ext, text,
+                           [(n, c.to_blob, t) for n, c, t in zip(names, codecs, text)])
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
         db_type = SOURCE_TYPES.get(header.sourceType)

@@ -33,6 +33,8 @@ from .errors import ConversionError
 from .options import DEFAULT_OPTIONS, Options
 
 DT = pb.DataType
+# Plain ints: attribute access on protobuf's enum wrappers is slow in hot loops.
+NIL, NA, STRING, BYTES, DECIMAL_DT = int(DT.NIL), int(DT.NA), int(DT.STRING), int(DT.BYTES), int(DT.DECIMAL)
 DEFAULT_CHARSET = "utf8mb4"  # text whose charset the Blob side does not name
 RESERVED_PREFIX = "datahub:"  # DTS property keys the bridge owns (DataHub-only facts)
 BLOB_TYPES = ("BOOLEAN", "DOUBLE", "DATE", "BYTES", "LONG", "STRING")
@@ -311,8 +313,8 @@ class Inexact(Exception):
         self.changed = changed
 
 
-_INT_RE = re.compile(r"-?\d+\Z")
-_DEC_RE = re.compile(r"-?\d+(?:\.\d+)?\Z")
+_INT_RE = re.compile(r"-?[0-9]+\Z")
+_DEC_RE = re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z")
 _FLOAT_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -336,20 +338,24 @@ class Codec:
 def _integer_codec(ct: ColumnType, options: Options) -> Codec:
     lo, hi = ct.int_range
     as_text = blob_type(ct, options) == "STRING"
+    fixed_dt = None if ct.kind == "bit" else ct.canonical_datatype()
 
     def to_blob(d: pb.Data):
         sv = d.sv
-        if not _INT_RE.match(sv):
-            raise ConversionError("not an integer", value=sv)
-        v = int(sv)
+        try:
+            v = int(sv)
+        except ValueError:
+            raise ConversionError("not an integer", value=sv) from None
+        if str(v) != sv:
+            if not _INT_RE.match(sv):
+                raise ConversionError("not an integer", value=sv)
+        elif lo <= v <= hi and d.dataType == (fixed_dt or ct.canonical_datatype(v)) and not (d.charset or d.bv):
+            return sv if as_text else v
         if not lo <= v <= hi:
             if as_text or _LONG_MIN <= v <= _LONG_MAX:
                 raise Inexact(str(v) if as_text else v, f"integer outside the range of {ct.text}")
             raise Inexact(None, f"integer outside the signed 64-bit range of LONG ({ct.text})")
-        out = sv if as_text else v
-        if d.dataType != ct.canonical_datatype(v) or d.charset or d.bv or str(v) != sv:
-            raise Inexact(str(v) if as_text else v, "non-canonical integer", changed=False)
-        return out
+        raise Inexact(str(v) if as_text else v, "non-canonical integer", changed=False)
 
     def from_blob(value, charset=""):
         if as_text:
@@ -417,7 +423,7 @@ def _decimal_codec(ct: ColumnType, options: Options) -> Codec:
                 raise Inexact(v, "decimal does not fit a double exactly")
         else:
             v = sv
-        if d.dataType != DT.DECIMAL or d.charset or d.bv:
+        if d.dataType != DECIMAL_DT or d.charset or d.bv:
             raise Inexact(v, "non-canonical decimal", changed=False)
         return v
 
@@ -445,7 +451,7 @@ def _text_codec(ct: ColumnType, options: Options) -> Codec:
             raise Inexact(None, f"bytes do not decode as {d.charset or 'utf8'} ({exc.reason} at byte {exc.start})")
         if check and encode(text)[0] != d.bv:
             raise Inexact(text, f"text does not re-encode to the same {d.charset} bytes", changed=False)
-        if d.dataType != DT.STRING or d.sv:
+        if d.dataType != STRING or d.sv:
             raise Inexact(text, "non-canonical text value", changed=False)
         return text
 
@@ -492,7 +498,7 @@ def _json_codec(ct: ColumnType, options: Options) -> Codec:
             text = d.bv.decode("utf-8")
         except UnicodeDecodeError:
             raise Inexact(None, "json bytes are not UTF-8") from None
-        if d.dataType != DT.BYTES or d.charset or d.sv:
+        if d.dataType != BYTES or d.charset or d.sv:
             raise Inexact(text, "non-canonical json value", changed=False)
         return text
 
@@ -510,7 +516,7 @@ def _time_codec(ct: ColumnType, options: Options) -> Codec:
             text = _text_of(d)
         except UnicodeDecodeError:
             raise Inexact(None, "time text is not UTF-8") from None
-        if d.dataType != DT.STRING or d.charset or not d.bv or d.sv:
+        if d.dataType != STRING or d.charset or not d.bv or d.sv:
             raise Inexact(text, "non-canonical time value", changed=False)
         return text
 
@@ -582,11 +588,49 @@ def format_temporal(ms: int, kind: str, fsp: int, zone, extra_micros: int = 0) -
     return text
 
 
+_EPOCH = _dt.datetime(1970, 1, 1)
+_ONE_MS = _dt.timedelta(milliseconds=1)
+_fromisoformat = _dt.datetime.fromisoformat
+
+
+def _canonical_layout(kind: str, fsp: int) -> tuple[int, re.Pattern, bytes]:
+    """(length, byte pattern, suffix) of the canonical UTC text of a temporal kind."""
+    pattern = rb"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    if kind != "date":
+        pattern += rb" [0-9]{2}:[0-9]{2}:[0-9]{2}"
+        if fsp:
+            pattern += rb"\.[0-9]{%d}" % fsp
+    suffix = b" +00:00" if kind == "timestamp" else b""
+    compiled = re.compile(pattern + re.escape(suffix) + rb"\Z")
+    length = 10 if kind == "date" else 19 + (1 + fsp if fsp else 0)
+    return length + len(suffix), compiled, suffix
+
+
 def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
     zone = _UTC if options.timezone == "UTC" else options.zone
     kind, fsp = ct.kind, ct.fsp
+    length, layout, suffix = _canonical_layout(kind, fsp)
+    fast = _is_utc(zone)
+    cut = len(suffix)
 
     def to_blob(d: pb.Data):
+        bv = d.bv
+        # Fast path: canonical text in UTC; fromisoformat (C) validates digits and ranges, the fixed
+        # layout guarantees that formatting the result gives back the same text.
+        if fast and len(bv) == length and layout.match(bv) and d.dataType == STRING \
+                and not d.charset and not d.sv:
+            try:
+                moment = _fromisoformat((bv[:-cut] if cut else bv).decode("ascii"))
+            except ValueError:
+                moment = None
+                if moment is not None:
+                    ms, micros = divmod((moment - _EPOCH) // _dt.timedelta(microseconds=1), 1000)
+                    if micros:
+                        raise Inexact(ms, f"{kind} has sub-millisecond digits")
+                    return ms
+        return slow_to_blob(d)
+
+    def slow_to_blob(d: pb.Data):
         try:
             text = _text_of(d)
         except UnicodeDecodeError:
@@ -601,7 +645,7 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             again = format_temporal(ms, kind, fsp, zone)
         except (ValueError, OverflowError, OSError):
             again = None
-        if d.dataType != DT.STRING or d.charset or d.sv or again != text:
+        if d.dataType != STRING or d.charset or d.sv or again != text:
             raise Inexact(ms, f"{kind} text does not come back from epoch milliseconds", changed=False)
         return ms
 

@@ -1,0 +1,780 @@
+"""The `dts-bridge` command line (also `python -m bridge`): a thin face over the library.
+
+Every command streams its input one record at a time, so memory stays flat with file size.
+Conversion goes through `bridge.stream`, where the error policy and the accounting law
+(`converted + rejected + not emitted == input records`) live; this module only picks formats,
+builds `Options` from flags declared once in `bridge.options.option_specs()`, and turns library
+errors into one-line messages, here and nowhere else.
+
+Exit codes: 0 success; 1 data errors (any rejected record, or the first bad record under
+`--on-error fail`, or an internal error); 2 usage errors (flags, formats, unreadable input).
+
+>>> main(["validate", "--help"]) == 0  # doctest: +ELLIPSIS
+usage: dts-bridge validate ...
+True
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import os
+import pathlib
+import sys
+import textwrap
+import time
+from collections import Counter
+from typing import Any, Callable, Iterable, Iterator
+
+import orjson
+
+from . import subscribe_pb2 as pb
+from ._wire import (Assembled, Reassembler, iter_pb_messages, pack_entries, read_dts_json, write_dts_json,
+                    write_pb)
+from .blob_decode import MESSAGE_TYPE_BY_OP, decode_blob
+from .blob_encode import BlobEncoder, encode_blob
+from .errors import BridgeError, DecodeError, OptionsError
+from .options import Options, option_specs
+from .stream import (ErrorPolicy, Tally, blob_lines_to_entries, dts_json_lines_to_entries,
+                     dts_records_to_entries, entries_to_messages)
+from .validation import iter_blob_errors
+from .values import DML_OPS, OPS_BY_MESSAGE_TYPE, ddl_op
+
+__all__ = ["main", "build_parser", "EXTENSIONS", "FORMATS", "OPTION_SIDES"]
+
+PROG = "dts-bridge"
+DEBUG_ENV = "DTS_BRIDGE_DEBUG"  # set: unexpected exceptions keep their traceback (the tests set it)
+
+
+class UsageError(Exception):
+    """A wrong command line: exit 2 with the message."""
+
+
+# ---- formats ------------------------------------------------------------------------------------
+
+# File name ending -> (side, framing); the longest matching ending wins.
+EXTENSIONS: dict[str, tuple[str, str]] = {
+    ".pb": ("dts", "pb"),
+    ".dts.jsonl": ("dts", "json"),
+    ".jsonl": ("blob", "jsonl"),
+    ".csv": ("tuple", "csv"),
+    ".parquet": ("tuple", "parquet"),
+}
+# --from / --to name -> (side, framing; None = from the file name, else the side's default).
+FORMATS: dict[str, tuple[str, str | None]] = {
+    "dts": ("dts", None),
+    "dts-json": ("dts", "json"),
+    "blob": ("blob", "jsonl"),
+    "tuple": ("tuple", None),
+}
+DEFAULT_FRAMING = {"dts": "pb", "blob": "jsonl", "tuple": "jsonl"}
+FRAMING_NAMES = {"pb": ".pb (Envelope stream)", "json": "dts-json", "jsonl": "JSON Lines", "csv": "CSV",
+                 "parquet": "Parquet"}
+TABLE_PLACEHOLDER = "{table}"
+
+
+def _extension(path: str) -> str | None:
+    name = path.lower()
+    for ext in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.endswith(ext):
+            return ext
+    return None
+
+
+def resolve_format(path: str, name: str | None, flag: str) -> tuple[str, str]:
+    """(side, framing) of a file from its name and the --from/--to flag, which must agree."""
+    ext = _extension(path) if path != "-" else None
+    if name is None:
+        if ext is None:
+            what = "standard input/output" if path == "-" else f"the name {path!r}"
+            raise UsageError(f"cannot tell the format from {what}: pass {flag} {'|'.join(FORMATS)}")
+        return EXTENSIONS[ext]
+    side, framing = FORMATS[name]
+    if ext is not None:
+        ext_side, ext_framing = EXTENSIONS[ext]
+        if ext_side == "blob" and side == "tuple":
+            ext_side = "tuple"  # .jsonl holds Tuple rows when the flag says so
+        if ext_side != side or (framing is not None and framing != ext_framing):
+            raise UsageError(f"{flag} {name} does not fit the file name {path!r} "
+                             f"({ext} is {ext_side} {FRAMING_NAMES[ext_framing]})")
+        framing = ext_framing
+    return side, framing or DEFAULT_FRAMING[side]
+
+
+# ---- options, declared once in bridge.options --------------------------------------------------
+
+# The sides of a conversion an option means something for; given for any other conversion it is
+# a usage error naming the option, never silently ignored. Options not listed apply everywhere.
+OPTION_SIDES: dict[str, frozenset] = {
+    "strict": frozenset({"blob", "tuple"}),
+    "timezone": frozenset({"blob", "tuple"}),
+    "decimal": frozenset({"blob"}),
+    "control_events": frozenset({"blob"}),
+    "system_time": frozenset({"blob"}),
+    "db_version": frozenset({"blob"}),
+    "max_message_bytes": frozenset({"pb"}),  # only Envelope output has a message size
+    "tuple_binary": frozenset({"tuple"}),
+    "source_table": frozenset({"tuple"}),
+}
+# Spark's PERMISSIVE ("keep") has no file counterpart: a kept record would need an error column.
+CLI_CHOICES = {"on_error": ("fail", "skip")}
+CLI_HELP = {"on_error": "bad records: stop at the first (exit 1), or skip and count them (see --rejects)"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_option_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("conversion options (bridge.Options)")
+    for name, type_name, default, choices, text in option_specs():
+        choices = CLI_CHOICES.get(name, choices)
+        text = CLI_HELP.get(name, text)
+        kwargs: dict[str, Any] = {"dest": "opt_" + name, "default": argparse.SUPPRESS}
+        if type_name == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+            kwargs["help"] = f"{text} (default: {'on' if default else 'off'})"
+        else:
+            kwargs["type"] = int if type_name == "int" else str
+            if choices:
+                kwargs["choices"] = choices
+            shown = "" if default is None else f" (default: {default if default != '' else 'none'})"
+            kwargs["help"] = text + shown
+            kwargs["metavar"] = "|".join(choices) if choices else name.split("_")[-1].upper()
+        group.add_argument(_flag(name), **kwargs)
+
+
+def options_from(args: argparse.Namespace, sides: set) -> Options:
+    given = {k[4:]: v for k, v in vars(args).items() if k.startswith("opt_")}
+    for name in given:
+        where = OPTION_SIDES.get(name)
+        if where is not None and not where & sides:
+            raise UsageError(f"option {_flag(name)} has no effect on this conversion "
+                             f"(it applies to {' or '.join(sorted(where))} data)")
+    try:
+        return Options(**given)
+    except OptionsError as err:
+        raise UsageError(str(err)) from None
+
+
+# ---- input and output streams -------------------------------------------------------------------
+
+def _open_input(path: str, stack: contextlib.ExitStack):
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return stack.enter_context(open(path, "rb"))
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from None
+
+
+class _Outputs:
+    """Output files written under temporary names and renamed into place only when the run
+    ends without an error, so a failed run never leaves a half-written file that looks whole."""
+
+    def __init__(self) -> None:
+        self._open: list[tuple[Any, pathlib.Path, pathlib.Path]] = []
+
+    def open(self, path: str):
+        if path == "-":
+            return sys.stdout.buffer
+        target = pathlib.Path(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+            fh = open(tmp, "wb")
+        except OSError as err:
+            raise UsageError(f"cannot write {path}: {err.strerror}") from None
+        self._open.append((fh, tmp, target))
+        return fh
+
+    def commit(self) -> None:
+        for fh, tmp, target in self._open:
+            fh.close()
+            os.replace(tmp, target)
+        self._open.clear()
+
+    def abort(self) -> None:
+        for fh, tmp, _ in self._open:
+            fh.close()
+            tmp.unlink(missing_ok=True)
+        self._open.clear()
+
+
+def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int, int, bytes]]:
+    """(partition 0, Envelope number in the file, bytes) of a `.pb` stream.
+
+    A broken tail (a truncated length prefix or body) loses the framing: it is one rejected
+    record and ends the stream; everything before it is converted as usual.
+    """
+    try:
+        for number, _, raw in iter_pb_messages(stream, source):
+            yield 0, number, raw
+    except DecodeError as err:
+        policy.tally.envelopes += 1
+        policy.tally.input += 1
+        policy.reject(err)
+
+
+def _numbered_lines(stream) -> Iterator[tuple[int, bytes]]:
+    for number, line in enumerate(stream, 1):
+        if line.strip():
+            yield number, line
+
+
+class Progress:
+    """A one-line progress indicator on stderr, only when stderr is a terminal and only once a
+    run has lasted `delay` seconds; silent otherwise."""
+
+    def __init__(self, tally: Tally, label: str, stream=None, delay: float = 1.0, every: float = 0.25) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tally, self.label, self.every = tally, label, every
+        self.start = time.monotonic()
+        self.next = self.start + delay
+        self.shown = False
+        self.count = 0
+
+    def wrap(self, items: Iterable) -> Iterator:
+        if not self.enabled:
+            yield from items
+            return
+        for item in items:
+            self.count += 1
+            if not self.count & 0xFF and time.monotonic() >= self.next:
+                self.show()
+            yield item
+
+    def show(self) -> None:
+        now = time.monotonic()
+        t = self.tally
+        self.stream.write(f"\r{self.label}: {t.input:,} records read, {t.outputs:,} written, "
+                          f"{t.rejected:,} rejected ({now - self.start:.0f} s)")
+        self.stream.flush()
+        self.shown = True
+        self.next = now + self.every
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self.shown = False
+
+
+# ---- convert ------------------------------------------------------------------------------------
+
+def _tuple_module():
+    try:
+        return importlib.import_module("bridge.tuple")
+    except ModuleNotFoundError as err:
+        if err.name != "bridge.tuple":
+            raise
+        raise UsageError("Tuple conversion needs bridge.tuple, which this installation lacks") from None
+
+
+def _source_entries(side: str, framing: str, fh, policy: ErrorPolicy, options: Options, source: str,
+                    args) -> Iterator[tuple[dict, pb.Entry]]:
+    """(where, Entry) of the input under the policy; the tally counts input records."""
+    if side == "dts" and framing == "pb":
+        return dts_records_to_entries(pb_envelopes(fh, policy, source), policy)
+    if side == "dts":
+        return dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
+    if side == "blob":
+        return blob_lines_to_entries(_numbered_lines(fh), policy, options, source)
+    return tuple_rows_to_entries(framing, fh, policy, options, source, args)
+
+
+def tuple_rows_to_entries(framing: str, fh, policy: ErrorPolicy, options: Options, source: str, args
+                          ) -> Iterator[tuple[dict, pb.Entry]]:
+    tup = _tuple_module()
+    raise UsageError("reading Tuple files is not wired yet")  # replaced once bridge.tuple lands
+
+
+def _weighted(entries: Iterable[tuple[dict, pb.Entry]], tally: Tally) -> Iterator[tuple[int, dict, pb.Entry]]:
+    """(input records behind it, where, Entry) for a source that counts converted records itself
+    (Blob messages, Tuple rows): the records an Entry completes are the growth of `converted`."""
+    last = tally.converted
+    for where, entry in entries:
+        weight, last = tally.converted - last, tally.converted
+        yield weight, where, entry
+
+
+def _chain(entries: Iterable[tuple[dict, pb.Entry]], convert: Callable[[pb.Entry], list], policy: ErrorPolicy,
+           first: Tally) -> Iterator[tuple[dict, Any]]:
+    """Second stage of Blob -> Tuple (or Tuple -> Blob): an Entry the target rejects, or that
+    gives no output, moves its input records from converted to rejected or not emitted, so the
+    accounting stays in input records (see the report: this belongs in bridge.stream)."""
+    second = policy.tally
+    for weight, where, entry in _weighted(entries, first):
+        try:
+            outputs = convert(entry)
+        except BridgeError as err:
+            err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
+            policy.reject(err, entry.SerializeToString(), count=weight)
+            continue
+        if not outputs:
+            second.not_emitted += weight
+        for index, item in enumerate(outputs):
+            second.outputs += 1
+            yield {**where, "row": index}, item
+
+
+def _merge(first: Tally, second: Tally) -> Tally:
+    moved = second.rejected + second.not_emitted
+    return Tally(input=first.input, converted=first.converted - moved, rejected=first.rejected + second.rejected,
+                 not_emitted=first.not_emitted + second.not_emitted, outputs=second.outputs,
+                 envelopes=first.envelopes)
+
+
+def _write_blob(items: Iterable[tuple[dict, dict]], out) -> None:
+    for _, msg in items:
+        out.write(encode_blob(msg))
+        out.write(b"\n")
+
+
+def _write_dts(items: Iterable[tuple[dict, pb.Entry]], out, framing: str, options: Options) -> int:
+    entries = (entry for _, entry in items)
+    if framing == "pb":
+        return write_pb(out, pack_entries(entries, options.max_message_bytes))
+    write_dts_json(out, entries)
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    src_path, dst_path = args.input, args.output
+    if args.to is None and dst_path == "-":
+        raise UsageError("pass --to blob|tuple|dts (or an -o OUTPUT whose name tells the format)")
+    src_side, src_framing = resolve_format(src_path, args.from_, "--from")
+    dst_side, dst_framing = resolve_format(dst_path.replace(TABLE_PLACEHOLDER, "t"), args.to, "--to")
+    if src_side == dst_side and src_side != "dts":
+        raise UsageError(f"input and output are both {src_side}: nothing to convert")
+    if TABLE_PLACEHOLDER in dst_path and dst_side != "tuple":
+        raise UsageError(f"{TABLE_PLACEHOLDER} in -o only applies to --to tuple (one file per table)")
+    if args.table and "tuple" not in (src_side, dst_side):
+        raise UsageError("--table applies to Tuple input or output")
+    if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
+        raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
+    if dst_path == "-" and dst_framing in ("pb", "parquet") and sys.stdout.isatty():
+        raise UsageError(f"will not write {FRAMING_NAMES[dst_framing]} to a terminal: pass -o OUTPUT")
+    sides = {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set())
+    options = options_from(args, sides)
+    on_error = getattr(args, "opt_on_error", "fail")
+    source = "<stdin>" if src_path == "-" else src_path
+    label = f"{PROG} convert {source}"
+
+    tally = Tally()
+    outputs = _Outputs()
+    progress = Progress(tally, label)
+    with contextlib.ExitStack() as stack:
+        fh = _open_input(src_path, stack)
+        sink = None
+        if args.rejects:
+            rejects = outputs.open(args.rejects) if args.rejects != "-" else sys.stdout.buffer
+            sink = lambda record: rejects.write(orjson.dumps(record, default=str) + b"\n")  # noqa: E731
+        policy = ErrorPolicy(on_error, tally=tally, sink=sink, keep_records=False)
+        try:
+            entries = _source_entries(src_side, src_framing, fh, policy, options, source, args)
+            report = tally
+            if dst_side == "dts" and src_side == "dts":
+                items = entries_to_messages(entries, lambda entry: [entry], policy)
+            elif dst_side == "dts":
+                items = entries
+            elif src_side == "dts":
+                items = entries_to_messages(entries, _target_converter(dst_side, options, args), policy)
+            else:
+                second = ErrorPolicy(on_error, tally=Tally(), sink=sink, keep_records=False)
+                items = _chain(entries, _target_converter(dst_side, options, args), second, tally)
+            items = progress.wrap(items)
+            written = ""
+            if dst_side == "blob":
+                _write_blob(items, outputs.open(dst_path))
+            elif dst_side == "dts":
+                envelopes = _write_dts(items, outputs.open(dst_path), dst_framing, options)
+                written = f" in {envelopes} Envelopes" if dst_framing == "pb" else ""
+            else:
+                write_tuples(items, dst_path, dst_framing, options, args, outputs)
+            if src_side != "dts" and dst_side != "dts":
+                report = _merge(tally, second.tally)
+        except BaseException:
+            progress.clear()
+            outputs.abort()
+            raise
+        outputs.commit()
+    progress.clear()
+    sys.stdout.flush()
+    print(f"{label}: {report.summary()}{written}", file=sys.stderr)
+    return 1 if report.rejected else 0
+
+
+def _target_converter(side: str, options: Options, args) -> Callable[[pb.Entry], list]:
+    if side == "blob":
+        return BlobEncoder(options).convert
+    return tuple_converter(options, args)
+
+
+def tuple_converter(options: Options, args) -> Callable[[pb.Entry], list]:
+    tup = _tuple_module()
+    raise UsageError("writing Tuple files is not wired yet")  # replaced once bridge.tuple lands
+
+
+def write_tuples(items, dst_path: str, framing: str, options: Options, args, outputs: _Outputs) -> None:
+    raise UsageError("writing Tuple files is not wired yet")  # replaced once bridge.tuple lands
+
+
+# ---- inspect ------------------------------------------------------------------------------------
+
+class _CountingReassembler(Reassembler):
+    """A Reassembler that also counts Entries messages and the ones split across Envelopes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bundles = self.split = self.segments = 0
+
+    def feed(self, partition, offset: int, value: bytes) -> list:
+        out = super().feed(partition, offset, value)
+        for item in out:
+            if isinstance(item, Assembled):
+                self.bundles += 1
+                if item.segments > 1:
+                    self.split += 1
+                    self.segments += item.segments
+        return out
+
+
+def _name(enum, number: int) -> str:
+    try:
+        return enum.Name(number)
+    except ValueError:
+        return f"UNKNOWN({number})"
+
+
+def _image_kind(datas, columns: int) -> str:
+    if not datas:
+        return "none"
+    if len(datas) == columns and all(d.dataType != pb.NA for d in datas):
+        return "full"
+    return "minimal"
+
+
+class Census:
+    """What `inspect` counts: records, message types, ops, tables, row-image kinds, errors."""
+
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+        self.records = 0
+        self.message_types: Counter = Counter()
+        self.ops: Counter = Counter()
+        self.tables: dict[str, Counter] = {}
+        self.row_images: Counter = Counter()
+        self.framing: dict[str, int] = {}
+        self.errors: Counter = Counter()
+        self.first_errors: list[str] = []
+
+    def error(self, record: dict, message: str) -> None:
+        self.errors[record.get("kind", "error")] += 1
+        if len(self.first_errors) < 5:
+            self.first_errors.append(message)
+
+    def table(self, name: str) -> Counter:
+        return self.tables.setdefault(name, Counter())
+
+    def entry(self, entry: pb.Entry) -> None:
+        header = entry.header
+        self.records += 1
+        mtype = header.messageType
+        self.message_types[_name(pb.MessageType, mtype)] += 1
+        if header.schemaName or header.tableName:
+            self.table(f"{header.schemaName}.{header.tableName}")["entries"] += 1
+        if mtype == pb.DML:
+            dml = entry.event.dmlEvent
+            ops = DML_OPS.get(dml.dmlEventType)
+            op = "UPDATE" if ops and len(ops) == 2 else (ops[0] if ops else _name(pb.DMLType, dml.dmlEventType))
+            self.ops[op] += len(dml.rows)
+            self.table(f"{header.schemaName}.{header.tableName}")["rows"] += len(dml.rows)
+            for row in dml.rows:
+                if op in ("UPDATE", "DELETE"):
+                    self.row_images["before " + _image_kind(row.oldColumns, len(dml.columns))] += 1
+                if op in ("UPDATE", "INSERT"):
+                    self.row_images["after " + _image_kind(row.newColumns, len(dml.columns))] += 1
+        elif mtype == pb.DDL:
+            self.ops[ddl_op(entry.event.ddlEvent.sql)] += 1
+        else:
+            self.ops[OPS_BY_MESSAGE_TYPE.get(mtype) or _name(pb.MessageType, mtype)] += 1
+
+    def blob(self, msg: dict) -> None:
+        self.records += 1
+        payload = msg["payload"]
+        op = payload["op"]
+        self.ops[op] += 1
+        self.message_types[_name(pb.MessageType, MESSAGE_TYPE_BY_OP[op])] += 1
+        schema = msg.get("schema") or {}
+        source = schema.get("source") or {}
+        if source:
+            self.table(f"{source.get('dbName', '')}.{source.get('tableName', '')}")["messages"] += 1
+        columns = schema.get("dataColumn")
+        for image in ("before", "after"):
+            body = payload.get(image)
+            if isinstance(body, dict) and isinstance(columns, list):
+                values = body.get("dataColumn") or {}
+                kind = "none" if not values else ("full" if len(values) >= len(columns) else "minimal")
+                self.row_images[f"{image} {kind}"] += 1
+
+    def as_dict(self) -> dict:
+        return {"records": self.records, "unit": self.unit, "message_types": dict(self.message_types),
+                "ops": dict(self.ops), "tables": {k: dict(v) for k, v in sorted(self.tables.items())},
+                "row_images": dict(sorted(self.row_images.items())), **self.framing,
+                "errors": sum(self.errors.values()), "errors_by_kind": dict(self.errors),
+                "first_errors": self.first_errors}
+
+    def text(self, source: str) -> str:
+        def line(label, counter):
+            items = ", ".join(f"{k} {v}" for k, v in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])))
+            return f"{label:<14}{items or '-'}"
+        out = [f"{source}: {self.records} {self.unit}"]
+        if self.framing:
+            out.append(line("framing", self.framing))
+        out += [line("message types", self.message_types), line("ops", self.ops),
+                line("row images", self.row_images), f"{'tables':<14}{len(self.tables)}"]
+        for name, counts in sorted(self.tables.items()):
+            out.append(f"  {name:<30} " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        out.append(line("errors", self.errors))
+        out += [f"  {message}" for message in self.first_errors]
+        return "\n".join(out)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    side, framing = resolve_format(args.input, args.from_, "--from")
+    if side == "tuple":
+        raise UsageError("inspect reads .pb, dts-json and Blob JSON Lines files")
+    source = "<stdin>" if args.input == "-" else args.input
+    census = Census("Blob messages" if side == "blob" else "Entries")
+    tally = Tally()
+    policy = ErrorPolicy("skip", tally=tally,
+                         sink=lambda record: census.error(record, _one_line(record_message(record))),
+                         keep_records=False)
+    with contextlib.ExitStack() as stack:
+        fh = _open_input(args.input, stack)
+        if side == "blob":
+            for number, line in Progress(tally, f"{PROG} inspect {source}").wrap(_numbered_lines(fh)):
+                tally.input += 1
+                try:
+                    census.blob(decode_blob(line, line=number))
+                except BridgeError as err:
+                    policy.reject(err, line)
+        else:
+            reassembler = _CountingReassembler()
+            if framing == "pb":
+                entries = dts_records_to_entries(pb_envelopes(fh, policy, source), policy, reassembler)
+            else:
+                entries = dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
+            for _, entry in Progress(tally, f"{PROG} inspect {source}").wrap(entries):
+                census.entry(entry)
+            if framing == "pb":
+                census.framing = {"envelopes": tally.envelopes, "entries_messages": reassembler.bundles,
+                                  "split_entries": reassembler.split, "segments": reassembler.segments}
+    if args.json:
+        sys.stdout.write(orjson.dumps({"source": source, **census.as_dict()}, option=orjson.OPT_INDENT_2).decode())
+        sys.stdout.write("\n")
+    else:
+        print(census.text(source))
+    return 1 if census.errors else 0
+
+
+def record_message(record: dict) -> str:
+    where = ", ".join(f"{k} {v}" for k, v in record.items()
+                      if k not in ("kind", "reason", "value", "raw", "raw_base64", "raw_truncated_from"))
+    return f"{record['reason']} ({where})" if where else record["reason"]
+
+
+# ---- validate, samples, demo -------------------------------------------------------------------
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    source = "<stdin>" if args.file == "-" else args.file
+    messages = invalid = 0
+    with contextlib.ExitStack() as stack:
+        fh = _open_input(args.file, stack)
+        for number, line in _numbered_lines(fh):
+            messages += 1
+            try:
+                problems = iter_blob_errors(orjson.loads(line))
+            except orjson.JSONDecodeError as err:
+                problems = [f"invalid JSON ({err.msg})"]
+            if problems:
+                invalid += 1
+                for problem in problems:
+                    print(f"{source}:{number}: {_one_line(problem)}")
+    sys.stdout.flush()
+    print(f"{PROG} validate {source}: {messages} messages, {invalid} invalid", file=sys.stderr)
+    return 1 if invalid else 0
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from .samples import write_samples
+    kwargs = {} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}
+    paths = write_samples(args.dir, **kwargs)
+    for path in paths:
+        print(path)
+    sys.stdout.flush()
+    print(f"{PROG} samples: wrote {len(paths)} files to {args.dir}", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    samples = pathlib.Path(args.samples_dir)
+    inputs = sorted(samples.glob("*.pb"))
+    if not inputs:
+        raise UsageError(f"no .pb files in {samples} (write some with: {PROG} samples {samples})")
+    out = pathlib.Path(args.out)
+    status = 0
+    for path in inputs:
+        targets = [("blob", str(out / f"{path.stem}.blob.jsonl"))]
+        if importlib.util.find_spec("bridge.tuple") is not None:
+            targets.append(("tuple", str(out / f"{path.stem}.tuple" / f"{TABLE_PLACEHOLDER}.jsonl")))
+        for side, target in targets:
+            code = main(["convert", str(path), "-o", target, "--to", side])
+            status = max(status, code)
+    if importlib.util.find_spec("bridge.tuple") is None:
+        print(f"{PROG} demo: Tuple output skipped: bridge.tuple is not installed", file=sys.stderr)
+    if importlib.util.find_spec("pyspark") is None:
+        print(f"{PROG} demo: pyspark is not installed; skipping the Spark summary "
+              "(pip install 'dts-datahub-bridge[spark]')", file=sys.stderr)
+        return status
+    try:
+        demo = importlib.import_module("bridge.demo")
+    except ModuleNotFoundError as err:
+        if err.name != "bridge.demo":
+            raise
+        print(f"{PROG} demo: bridge.demo is not available; skipping the Spark summary", file=sys.stderr)
+        return status
+    summary = demo.spark_summary(str(samples))
+    if summary is not None:
+        print(summary)
+    return status
+
+
+# ---- the parser and the boundary ---------------------------------------------------------------
+
+def _epilog(*examples: str) -> str:
+    return "example:\n" + "\n".join(f"  {e}" for e in examples)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's example lines as written; descriptions are wrapped by `_describe`."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def _describe(text: str) -> str:
+    return textwrap.fill(" ".join(text.split()), width=90)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=_Formatter,
+        description=_describe("Convert Tencent Cloud DTS subscription messages to Alibaba Cloud DataHub "
+                    "Blob/Tuple messages and back."),
+        epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob"))
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    convert = commands.add_parser(
+        "convert", formatter_class=_Formatter, help="convert between DTS (.pb, dts-json), Blob and Tuple files",
+        description=_describe("Convert a file record by record. Formats come from the file names (.pb, .dts.jsonl, "
+                    ".jsonl, .csv, .parquet) or from --from/--to; '-' is stdin/stdout. Bad records stop the "
+                    "run (--on-error fail) or are counted and written to --rejects (--on-error skip). "
+                    "A one-line summary goes to stderr."),
+        epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob",
+                       f"{PROG} convert mixed.jsonl -o mixed.pb --on-error skip --rejects rejects.jsonl",
+                       f"{PROG} convert samples/mixed.pb -o 'tuple/{{table}}.csv' --to tuple"))
+    convert.add_argument("input", metavar="INPUT", help="input file, or - for stdin (with --from)")
+    convert.add_argument("-o", "--output", default="-", metavar="OUTPUT",
+                         help="output file (default: stdout, with --to); for --to tuple, a name containing "
+                              "{table} gives one file per table")
+    convert.add_argument("--from", dest="from_", choices=tuple(FORMATS), help="input format (default: from INPUT)")
+    convert.add_argument("--to", choices=tuple(FORMATS), help="output format (default: from OUTPUT)")
+    convert.add_argument("--table", metavar="DB.TABLE",
+                         help="Tuple output: only this table; Tuple input: the table the rows belong to")
+    convert.add_argument("--rejects", metavar="PATH",
+                         help="with --on-error skip: write one JSON line per rejected record "
+                              "(position, reason, raw input)")
+    add_option_flags(convert)
+    convert.set_defaults(run=cmd_convert)
+
+    inspect = commands.add_parser(
+        "inspect", formatter_class=_Formatter, help="count what a DTS or Blob file holds",
+        description=_describe("Count records by message type, op, table and row-image kind (full, minimal with NA, "
+                    "none), Envelopes and split Entries, and errors. Exit 1 when the file has errors."),
+        epilog=_epilog(f"{PROG} inspect samples/large.pb --json"))
+    inspect.add_argument("input", metavar="INPUT", help=".pb, .dts.jsonl or Blob .jsonl file, or - (with --from)")
+    inspect.add_argument("--from", dest="from_", choices=("dts", "dts-json", "blob"), help="input format")
+    inspect.add_argument("--json", action="store_true", help="print the counts as one JSON document")
+    inspect.set_defaults(run=cmd_inspect)
+
+    validate = commands.add_parser(
+        "validate", formatter_class=_Formatter, help="check Blob JSON Lines against the Blob schema",
+        description=_describe("Check every line of a Blob JSON Lines file against schemas/blob.schema.json and the "
+                    "declared column types; print FILE:LINE: problem for each. Exit 1 if any is invalid."),
+        epilog=_epilog(f"{PROG} validate mixed.jsonl"))
+    validate.add_argument("file", metavar="FILE", help="Blob JSON Lines file, or - for stdin")
+    validate.set_defaults(run=cmd_validate)
+
+    samples = commands.add_parser(
+        "samples", formatter_class=_Formatter, help="write the sample DTS streams",
+        description=_describe("Write the deterministic sample streams (NAME.pb and NAME.dts.jsonl) into DIR."),
+        epilog=_epilog(f"{PROG} samples samples/"))
+    samples.add_argument("dir", metavar="DIR", help="output directory (created if missing)")
+    samples.add_argument("--max-message-bytes", type=int, metavar="BYTES",
+                         help="Envelope size limit for every stream (default: each stream's own)")
+    samples.set_defaults(run=cmd_samples)
+
+    demo = commands.add_parser(
+        "demo", formatter_class=_Formatter, help="convert every sample to Blob and Tuple (make demo)",
+        description=_describe("Convert every .pb in SAMPLES_DIR to Blob and Tuple files in --out, print the summaries, "
+                    "and, when pyspark is installed, a Spark summary."),
+        epilog=_epilog(f"{PROG} demo samples --out out/"))
+    demo.add_argument("samples_dir", metavar="SAMPLES_DIR", nargs="?", default="samples",
+                      help="directory of sample .pb files (default: samples)")
+    demo.add_argument("--out", default="out", metavar="DIR", help="output directory (default: out)")
+    demo.set_defaults(run=cmd_demo)
+    return parser
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (the console script passes it to sys.exit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error argparse already printed
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    prefix = f"{PROG} {args.command}"
+    try:
+        return args.run(args)
+    except UsageError as err:
+        print(f"{prefix}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except BridgeError as err:
+        print(f"{prefix}: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, and keep Python from complaining
+        # again when it flushes stdout at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as err:
+        print(f"{prefix}: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - the boundary: one line, unless debugging
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{prefix}: internal error: {type(err).__name__}: {_one_line(err)} "
+              f"(set {DEBUG_ENV}=1 for a traceback)", file=sys.stderr)
+        return 1
