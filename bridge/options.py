@@ -50,6 +50,8 @@ class Options:
                 raise OptionsError(f"option {f.name!r} must be one of {', '.join(choices)}", value=value)
             if f.type in ("bool", bool) and not isinstance(value, bool):
                 raise OptionsError(f"option {f.name!r} must be true or false", value=value)
+            if f.type in ("str", str) and not isinstance(value, str):
+                raise OptionsError(f"option {f.name!r} must be a string", value=value)
         if not isinstance(self.max_message_bytes, int) or not 64 <= self.max_message_bytes <= 1 << 30:
             raise OptionsError("option 'max_message_bytes' must be an integer between 64 and 1 GiB",
                                value=self.max_message_bytes)

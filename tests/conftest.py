@@ -1,0 +1,22 @@
+"""Hypothesis profiles and the import path for the shared strategies module.
+
+`HYPOTHESIS_PROFILE=quick` (the default, `make test`) runs a few dozen derandomized examples per
+property, so two runs of the suite see the same inputs; `HYPOTHESIS_PROFILE=deep`
+(`make test-deep`) runs 10,000 random examples per property.
+"""
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+# tests/ is not a package: make `from strategies import ...` work under any import mode.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+settings.register_profile(
+    "quick", max_examples=40, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "deep", max_examples=10_000, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
