@@ -28,7 +28,7 @@ from . import subscribe_pb2 as pb
 from .blob_encode import EVENT_FIELDS, FORMAT_VERSION, ROW_DIGITS, sequence_id
 from .errors import BlobFormatError, BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options
-from .values import (BOOLEAN_PROPERTY, DEFAULT_CHARSET, DDL_OP_NAMES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
+from .values import (DEFAULT_CHARSET, FOREIGN_COLUMN_TYPES, DDL_OP_NAMES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      SOURCE_TYPES_BY_NAME, codec_for, ddl_op, raw_to_data)
 
 __all__ = ["decode_blob", "blob_to_entries", "BlobDecoder", "FOREIGN_COLUMN_TYPES", "ALL_OPS"]
@@ -44,15 +44,6 @@ ALL_OPS = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "TRANSACTION_BEGI
 DML_TYPE_BY_OP = {"INSERT": pb.INSERT, "UPDATE_BEFOR": pb.UPDATE, "UPDATE_AFTER": pb.UPDATE,
                   "UPDATE": pb.UPDATE, "DELETE": pb.DELETE}
 
-# Blob type of a foreign column -> (originalType, column properties) of its DTS column.
-FOREIGN_COLUMN_TYPES: dict[str, tuple[str, tuple]] = {
-    "LONG": ("bigint(20)", ()),
-    "DOUBLE": ("double", ()),
-    "BOOLEAN": ("tinyint(1)", ((BOOLEAN_PROPERTY, "BOOLEAN"),)),
-    "STRING": ("longtext", ()),
-    "BYTES": ("longblob", ()),
-    "DATE": ("datetime(3)", ()),
-}
 _KNOWN_TOP = ("schema", "payload", "version", "dts")
 _KNOWN_PAYLOAD = ("before", "after", "op", "sequenceId", "timestamp", "ddl")
 
@@ -100,6 +91,7 @@ class _Row:
     seq: str
     row: pb.RowChange
     halves: set = field(default_factory=set)
+    line: int | None = None
 
 
 @dataclass
@@ -121,8 +113,12 @@ class BlobDecoder:
         self._events: OrderedDict = OrderedDict()   # (seqId, columns) -> _Event
         self.messages = 0
         self.entries = 0
+        self._line: int | None = None
+        # update halves pushed out of the pairing window: errors for the caller to report
+        self.evicted: list[ConversionError] = []
 
     def feed(self, msg: dict, *, line: int | None = None) -> list[pb.Entry]:
+        self._line = line
         try:
             out = self._feed(msg)
         except BridgeError as exc:
@@ -141,11 +137,12 @@ class BlobDecoder:
 
     def finish(self) -> list[ConversionError]:
         """Errors for every update half or partial event still waiting at end of input."""
-        errors = []
+        errors = self.evicted
+        self.evicted = []
         for seq, (row, _, _) in self._halves.items():
             missing = "UPDATE_AFTER" if "before" in row.halves else "UPDATE_BEFOR"
             err = ConversionError(f"update half without its partner at end of input ({missing} missing)",
-                                  sequence_id=seq)
+                                  sequence_id=seq, line=row.line)
             err.count = 1
             errors.append(err)
         for (seq, _), event in self._events.items():
@@ -165,11 +162,11 @@ class BlobDecoder:
         ext = msg.get("dts") if self.options.lossless else None
         if ext is not None and not isinstance(ext, dict):
             raise BlobFormatError("the 'dts' extension must be an object", value=ext)
+        if op == "XACOMMIT" or (op in ("GTID", "XAROLLBACK") and ext is None):
+            raise ConversionError(f"op {op} has no DTS counterpart without the bridge's 'dts' extension")
         mtype = MESSAGE_TYPE_BY_OP[op]
         if mtype == pb.DML:
             return self._dml(msg, payload, op, ext)
-        if op in ("XACOMMIT",) or (op in ("GTID", "XAROLLBACK") and ext is None):
-            raise ConversionError(f"op {op} has no DTS counterpart without the bridge's 'dts' extension")
         entry = pb.Entry()
         header = entry.header
         seq = payload["sequenceId"]
@@ -264,10 +261,11 @@ class BlobDecoder:
                 header.sourceType = pb.MYSQL
         stamp = payload["timestamp"]
         event_time = stamp["eventTime"]
-        if not 0 <= event_time < (1 << 32) * 1000:
-            raise BlobFormatError("eventTime outside the range of a DTS timestamp", value=event_time)
-        header.timestamp = event_time // 1000
-        if event_time % 1000:
+        if event_time < 0:
+            raise BlobFormatError("eventTime before 1970 has no DTS timestamp", value=event_time)
+        # A uint32 of seconds ends in 2106; a later eventTime travels whole as a fact.
+        header.timestamp = min(event_time // 1000, (1 << 32) - 1)
+        if event_time % 1000 or event_time // 1000 != header.timestamp:
             facts["eventTime"] = str(event_time)
         if "systemTime" in stamp:
             facts["systemTime"] = str(stamp["systemTime"])
@@ -351,12 +349,19 @@ class BlobDecoder:
                 for key, value in mapped[1]:
                     column.properties.add(key=key, value=value)
             codec = codec_for(column, self.options)
+            if not self.options.lossless:
+                # strict: no reserved properties; a BOOLEAN column stays tinyint(1) holding 0/1
+                kept = [p for p in column.properties if not p.key.startswith(RESERVED_PREFIX)]
+                del column.properties[:]
+                column.properties.extend(kept)
             if codec.blob_type != col.get("type"):
                 raise BlobFormatError(f"column type {col.get('type')} does not match {column.originalType}",
                                       column=col["name"])
             names.append(col["name"])
             codecs.append(codec)
-        if pkey != [n for n in names if n in pkey]:
+        if "primaryKey" not in schema:
+            facts["primaryKey"] = "none"
+        elif pkey != [n for n in names if n in pkey]:
             facts["primaryKey"] = orjson.dumps(pkey).decode()
         return codecs, names
 
@@ -389,21 +394,31 @@ class BlobDecoder:
 
     def _pair(self, seq, half, row, facts, entry):
         """Join the two halves of an update; returns (row, facts, complete)."""
-        pending = self._halves.pop(seq, None)
+        pending = self._halves.get(seq)
         if pending is None:
             if len(self._halves) >= self.max_pending:
-                old_seq, _ = self._halves.popitem(last=False)
-                raise ConversionError(f"update half without its partner within {self.max_pending} messages",
-                                      sequence_id=old_seq)
-            holder = _Row(seq, row, {half})
-            self._halves[seq] = (holder, facts, entry)
+                # the oldest waiting half is reported (see `evicted`), the current one waits
+                old_seq, (old, _, _) = self._halves.popitem(last=False)
+                err = ConversionError(f"update half without its partner within {self.max_pending} messages",
+                                      sequence_id=old_seq, line=old.line)
+                err.count = 1
+                self.evicted.append(err)
+            self._halves[seq] = (_Row(seq, row, {half}, self._line), facts, entry)
             return row, facts, False
         holder, other_facts, other_entry = pending
         if half in holder.halves:
-            raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a sequenceId",
+            raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a "
+                                  f"sequenceId (the first, line {holder.line}, still waits for its partner)",
                                   sequence_id=seq)
+        del self._halves[seq]
+        before_entry, after_entry = (other_entry, entry) if half == "after" else (entry, other_entry)
+        bh, ah = before_entry.header, after_entry.header
+        if (bh.schemaName, bh.tableName, bh.sourceType) != (ah.schemaName, ah.tableName, ah.sourceType):
+            raise ConversionError("the halves of an update name different tables", sequence_id=seq)
         before_row, after_row = (holder.row, row) if half == "after" else (row, holder.row)
         before_facts, after_facts = (other_facts, facts) if half == "after" else (facts, other_facts)
+        if bh.timestamp != ah.timestamp and "eventTime" not in before_facts:
+            before_facts = {**before_facts, "eventTime": str(bh.timestamp * 1000)}
         merged = pb.RowChange()
         merged.oldColumns.extend(before_row.oldColumns)
         merged.newColumns.extend(after_row.newColumns)

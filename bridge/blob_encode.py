@@ -23,7 +23,7 @@ import orjson
 from . import subscribe_pb2 as pb
 from .errors import BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options
-from .values import (CONTROL_MESSAGE_TYPES, DEFAULT_CHARSET, DML_OPS, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
+from .values import (CONTROL_MESSAGE_TYPES, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, codec_for, data_to_raw, ddl_op)
 
 __all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key",
@@ -33,6 +33,9 @@ FORMAT_VERSION = "0.0.1"
 ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
 _ROW_SCALE = 10 ** ROW_DIGITS
 _NIL, _NA = int(pb.NIL), int(pb.NA)
+# What a message without the extension decodes to (blob_decode): the extension is then left out.
+_DEFAULT_HEADER = {"version": 1}
+_DEFAULT_HEADER_NO_SOURCE = {"version": 1, "sourceType": int(pb.MYSQL)}
 _DML, _DDL = int(pb.DML), int(pb.DDL)
 _MIN_EVENT_TIME, _MAX_EVENT_TIME = 10 ** 12, 10 ** 13 - 1  # the format's 13-digit epoch milliseconds
 
@@ -102,6 +105,7 @@ class _TableCodec:
     ext_columns: dict
     text: list  # per column: is it text whose charset must travel
     columns: list = field(default_factory=list)  # (name, to_blob, text) per column, for the hot loop
+    foreign_default: bool = False  # the columns are what a message without extension decodes to
 
 
 class BlobEncoder:
@@ -171,7 +175,10 @@ class BlobEncoder:
                 event["properties"] = ev_plain
             if event:
                 ext["event"] = event
-            msg["dts"] = ext
+            # An extension saying only what a message without one decodes to is left out.
+            if mtype in CONTROL_MESSAGE_TYPES or ext != {"header": _DEFAULT_HEADER if with_source
+                                                          else _DEFAULT_HEADER_NO_SOURCE}:
+                msg["dts"] = ext
         return [msg]
 
     def _dml(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
@@ -235,7 +242,9 @@ class BlobEncoder:
                         ext["values"] = raws
                     if not datas:
                         ext["image"] = "empty"  # no Data at all, unlike an image of NA values
-                    msg["dts"] = ext
+                    if not (table.foreign_default and len(ext) == 3 and ext["row"] == [0, 1]
+                            and ext["header"] == _DEFAULT_HEADER):
+                        msg["dts"] = ext
                 out.append(msg)
             if facts.get("op") == "UPDATE" or row_facts.get("op") == "UPDATE":
                 out[-2:] = [_merge_update(out[-2], out[-1])]
@@ -260,7 +269,7 @@ class BlobEncoder:
                     raws = raws or {}
                     raws[str(i)] = data_to_raw(d)
                 continue
-            if dt > _NA:
+            if not 0 < dt < _NA:
                 raise ConversionError(f"unknown DataType {dt}", column=name)
             try:
                 values[name] = to_blob(d)
@@ -322,8 +331,13 @@ class BlobEncoder:
         if props:
             ext["properties"] = props
         text = [codec.ct.kind == "text" for codec in codecs]
+        foreign = {"types": [FOREIGN_COLUMN_TYPES[c["type"]][0] for c in schema_columns]}
+        foreign_props = {str(i): [list(kv) for kv in FOREIGN_COLUMN_TYPES[c["type"]][1]]
+                         for i, c in enumerate(schema_columns) if FOREIGN_COLUMN_TYPES[c["type"]][1]}
+        if foreign_props:
+            foreign["properties"] = foreign_props
         return _TableCodec(names, codecs, schema_columns, pkey, ext, text,
-                           [(n, c.to_blob, t) for n, c, t in zip(names, codecs, text)])
+                           [(n, c.to_blob, t) for n, c, t in zip(names, codecs, text)], ext == foreign)
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
         db_type = SOURCE_TYPES.get(header.sourceType)
@@ -377,6 +391,8 @@ def _apply_shape_facts(msg: dict, facts: dict) -> None:
         payload["op"] = facts["op"]
     if "schema" in facts:
         msg["schema"] = orjson.loads(facts["schema"])
+    elif facts.get("primaryKey") == "none":
+        msg["schema"] = {k: v for k, v in msg["schema"].items() if k != "primaryKey"}
     elif "primaryKey" in facts:
         msg["schema"] = {**msg["schema"], "primaryKey": orjson.loads(facts["primaryKey"])}
     for name in facts.get("nullImage", "").split(","):

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import importlib
 import importlib.util
+import io
+import itertools
 import os
 import pathlib
 import sys
@@ -28,6 +31,7 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
 import orjson
+from google.protobuf import json_format
 
 from . import subscribe_pb2 as pb
 from ._wire import (Assembled, Reassembler, iter_pb_messages, pack_entries, read_dts_json, write_dts_json,
@@ -189,6 +193,12 @@ class _Outputs:
         self._open.append((fh, tmp, target))
         return fh
 
+    def reserve(self, path: str) -> str:
+        """A temporary path for a writer that takes a path; renamed into place on commit."""
+        fh = self.open(path)
+        fh.close()
+        return str(self._open[-1][1])
+
     def commit(self) -> None:
         for fh, tmp, target in self._open:
             fh.close()
@@ -217,6 +227,19 @@ def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int
         policy.reject(err)
 
 
+def rejects_sink(out, tally: Tally) -> Callable[[dict], None] | None:
+    """Writes each rejection as a JSON line; `records` says how many input records it disposes
+    of (a broken run of segments is one rejection of several Envelopes)."""
+    if out is None:
+        return None
+    counted = [tally.rejected]
+
+    def sink(record: dict) -> None:
+        record["records"], counted[0] = tally.rejected - counted[0], tally.rejected  # policy counts first
+        out.write(orjson.dumps(record, default=str) + b"\n")
+    return sink
+
+
 def _numbered_lines(stream) -> Iterator[tuple[int, bytes]]:
     for number, line in enumerate(stream, 1):
         if line.strip():
@@ -225,7 +248,7 @@ def _numbered_lines(stream) -> Iterator[tuple[int, bytes]]:
 
 class Progress:
     """A one-line progress indicator on stderr, only when stderr is a terminal and only once a
-    run has lasted `delay` seconds; silent otherwise."""
+    run has lasted `delay` seconds; silent otherwise. It counts what passes through `wrap`."""
 
     def __init__(self, tally: Tally, label: str, stream=None, delay: float = 1.0, every: float = 0.25) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -249,7 +272,7 @@ class Progress:
     def show(self) -> None:
         now = time.monotonic()
         t = self.tally
-        self.stream.write(f"\r{self.label}: {t.input:,} records read, {t.outputs:,} written, "
+        self.stream.write(f"\r{self.label}: {t.input:,} records read, {self.count:,} written, "
                           f"{t.rejected:,} rejected ({now - self.start:.0f} s)")
         self.stream.flush()
         self.shown = True
@@ -262,7 +285,7 @@ class Progress:
             self.shown = False
 
 
-# ---- convert ------------------------------------------------------------------------------------
+# ---- Tuple files: one RecordSchema per file ------------------------------------------------------
 
 def _tuple_module():
     try:
@@ -273,8 +296,265 @@ def _tuple_module():
         raise UsageError("Tuple conversion needs bridge.tuple, which this installation lacks") from None
 
 
-def _source_entries(side: str, framing: str, fh, policy: ErrorPolicy, options: Options, source: str,
-                    args) -> Iterator[tuple[dict, pb.Entry]]:
+SCHEMA_SUFFIX = ".schema.json"  # the RecordSchema (and table, DTS columns) written next to Tuple files
+
+
+def _stem(path: str, framing: str) -> str:
+    ext = "." + framing
+    return path[:-len(ext)] if path.lower().endswith(ext) else path
+
+
+def schema_path(path: str, framing: str) -> str:
+    """`out/shop.orders.csv` -> `out/shop.orders.schema.json`."""
+    return _stem(path, framing) + SCHEMA_SUFFIX
+
+
+def _versioned(path: str, framing: str, version: int) -> str:
+    return path if version == 1 else f"{_stem(path, framing)}.v{version}.{framing}"
+
+
+class _TupleFile:
+    """One Tuple output file and its RecordSchema; JSON Lines and CSV stream, Parquet is written
+    at the end because `bridge.tuple.write_tuple_parquet` takes a file's rows at once."""
+
+    def __init__(self, tup, path: str, framing: str, schema: dict, outputs: _Outputs) -> None:
+        self.tup, self.framing, self.schema, self.rows = tup, framing, schema, 0
+        if framing == "parquet":
+            self.target, self.pending = outputs.reserve(path), []
+            return
+        fh = outputs.open(path)
+        if framing == "jsonl":
+            self.out = fh
+            return
+        self.out = io.TextIOWrapper(fh, encoding="utf-8", newline="", write_through=True)
+        self.csv = csv.writer(self.out)
+        self.cells = [(f["name"], tup.CSV_WRITERS[f["type"]]) for f in schema["fields"]]
+        self.csv.writerow([name for name, _ in self.cells])
+
+    def write(self, row: dict) -> None:
+        self.rows += 1
+        if self.framing == "jsonl":
+            self.tup.write_tuple_jsonl([row], self.out)
+        elif self.framing == "csv":
+            null = self.tup.CSV_NULL
+            self.csv.writerow([null if row.get(name) is None else cell(row[name]) for name, cell in self.cells])
+        else:
+            self.pending.append(row)
+
+    def close(self) -> None:
+        if self.framing == "parquet":
+            self.tup.write_tuple_parquet(self.pending, self.schema, self.target)
+        elif self.framing == "csv":
+            self.out.detach()  # the binary file is the _Outputs' to close
+
+
+class TupleFiles:
+    """Routes Tuple rows to files (docs/cli.md, "Tuple output"): with `{table}` in the output name
+    one file per table, else one file for the one table of the input (or for `--table`). A
+    table whose RecordSchema changes mid-stream continues in `NAME.v2.EXT`, `NAME.v3.EXT`, ...
+    Next to each file goes `NAME.schema.json`: the RecordSchema, the table and (lossless) the
+    DTS columns, which `convert` reads back for Tuple input."""
+
+    def __init__(self, path: str, framing: str, options: Options, outputs: _Outputs) -> None:
+        self.tup = _tuple_module()
+        self.path, self.framing, self.options, self.outputs = path, framing, options, outputs
+        self.per_table = TABLE_PLACEHOLDER in path
+        self.current: dict[str, _TupleFile] = {}
+        self.versions: Counter = Counter()
+        self.tables: list[str] = []
+        self.files: list[_TupleFile] = []
+
+    def write(self, item: tuple[str, Any, dict, dict]) -> None:
+        table, columns, schema, row = item
+        key = table if self.per_table else ""
+        out = self.current.get(key)
+        if not self.per_table and table not in self.tables:
+            hint = f"pass --table DB.TABLE, or put {TABLE_PLACEHOLDER} in -o for one file per table"
+            if self.tables and not self.options.source_table:
+                raise UsageError(f"the input holds rows of several tables ({', '.join(self.tables)}, {table}): "
+                                 + hint)
+            if self.tables and out.schema != schema:
+                raise UsageError(f"{table} and {', '.join(self.tables)} have different RecordSchemas and cannot "
+                                 "share one file: " + hint)
+            self.tables.append(table)
+        if out is None or (out.schema is not schema and out.schema != schema):
+            out = self.current[key] = self._open(key, table, columns, schema)
+        out.write(row)
+
+    def _open(self, key: str, table: str, columns, schema: dict) -> _TupleFile:
+        self.versions[key] += 1
+        if self.path == "-":
+            if self.versions[key] > 1:
+                raise UsageError(f"the RecordSchema of {table} changes mid-stream: write to a file (-o), "
+                                 "which starts a new file for each schema")
+            path = "-"
+        else:
+            path = _versioned(self.path.replace(TABLE_PLACEHOLDER, table), self.framing, self.versions[key])
+        out = _TupleFile(self.tup, path, self.framing, schema, self.outputs)
+        if path != "-":
+            side = {"table": table, **schema}
+            if self.options.lossless:
+                side["dtsColumns"] = [json_format.MessageToDict(c) for c in columns]
+            self.outputs.open(schema_path(path, self.framing)).write(
+                orjson.dumps(side, option=orjson.OPT_INDENT_2) + b"\n")
+        self.files.append(out)
+        return out
+
+    def close(self) -> int:
+        for out in self.files:
+            out.close()
+        return len(self.files)
+
+
+def tuple_converter(options: Options, only: str | None) -> Callable[[pb.Entry], list]:
+    """Entry -> [(table, DTS columns, RecordSchema, row)]; Entries of tables other than `only`
+    give nothing (counted as not emitted)."""
+    encoder = _tuple_module().TupleEncoder(options)
+
+    def convert(entry: pb.Entry) -> list:
+        header = entry.header
+        table = f"{header.schemaName}.{header.tableName}"
+        if only is not None and header.messageType == pb.DML and table != only:
+            return []
+        rows = encoder.convert(entry)
+        if not rows:
+            return []
+        columns = entry.event.dmlEvent.columns
+        schema = encoder.schema(columns)
+        return [(table, columns, schema, row) for row in rows]
+    return convert
+
+
+def _tuple_input(framing: str, path: str, fh, args):
+    """((RecordSchema, table, DTS columns), row reader) of a Tuple file. The RecordSchema comes
+    from --schema, else NAME.schema.json next to the file, else (Parquet) the file's metadata."""
+    tup = _tuple_module()
+    side: dict = {}
+    schema_file = args.schema or (schema_path(path, framing) if path != "-" else None)
+    if args.schema or (schema_file and os.path.exists(schema_file)):
+        try:
+            with open(schema_file, "rb") as sf:
+                side = orjson.loads(sf.read())
+            schema = {"fields": side["fields"]}
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as err:
+            raise UsageError(f"cannot read the RecordSchema {schema_file}: {_one_line(err)}") from None
+    elif framing == "parquet":
+        schema = orjson.loads(_parquet_schema(path))
+    else:
+        raise UsageError("Tuple input needs its RecordSchema: pass --schema PATH (convert writes it next to "
+                         f"Tuple output as NAME{SCHEMA_SUFFIX})")
+    columns = None
+    if side.get("dtsColumns"):
+        columns = [json_format.ParseDict(c, pb.Column()) for c in side["dtsColumns"]]
+    table = args.table or side.get("table")
+    names = {f.get("name") for f in schema.get("fields", []) if isinstance(f, dict)}
+    if table is None and "_source_table_" not in names:
+        raise UsageError("Tuple rows do not say their table: pass --table DB.TABLE")
+    try:
+        fields = [(f["name"], f["type"]) for f in tup.load_record_schema(schema)["fields"]]
+    except BridgeError as err:
+        raise UsageError(f"invalid RecordSchema: {err}") from None
+    readers = {"jsonl": _tuple_jsonl_rows, "csv": _tuple_csv_rows, "parquet": _tuple_parquet_rows}
+    return (schema, table, columns), readers[framing](tup, fh if framing != "parquet" else path, schema, fields)
+
+
+def _parquet_schema(path: str) -> bytes:
+    tup = _tuple_module()
+    meta = pyarrow_parquet().read_schema(path).metadata or {}
+    if tup.SCHEMA_KEY not in meta:
+        raise UsageError(f"{path} carries no RecordSchema: pass --schema PATH")
+    return meta[tup.SCHEMA_KEY]
+
+
+def pyarrow_parquet():
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise UsageError("Parquet files need pyarrow: pip install 'dts-datahub-bridge[spark]'") from None
+    return pyarrow.parquet
+
+
+# Tuple readers yield (row number, row or None, error or None): one bad row is one rejected record.
+
+def _tuple_jsonl_rows(tup, fh, schema, fields):
+    for number, line in _numbered_lines(fh):
+        try:
+            yield number, tup.coerce_row(orjson.loads(line), fields, line=number), None
+        except orjson.JSONDecodeError as err:
+            yield number, None, DecodeError(f"invalid JSON ({err.msg})", value=line, line=number)
+        except BridgeError as err:
+            yield number, None, err
+
+
+def _tuple_csv_rows(tup, fh, schema, fields):
+    # read_tuple_csv stops at its first bad row; it restarts after that row with the header put
+    # back, so that one bad row costs one record (bridge.tuple could take an error policy instead).
+    text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
+    done = 0
+    try:
+        header = text.readline()
+        while True:
+            try:
+                for number, row in tup.read_tuple_csv(itertools.chain([header], text), schema):
+                    yield done + number, row, None
+                return
+            except BridgeError as err:
+                if "row" not in err.where:
+                    raise  # the header: nothing in the file can be read
+                done += err.where["row"]
+                err.where["row"] = done
+                yield done, None, err
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise DecodeError(f"unreadable CSV after data row {done} ({err})") from None
+    finally:
+        with contextlib.suppress(ValueError):  # already closed when the run stopped early
+            text.detach()  # the binary stream is the caller's to close (it may be stdin)
+
+
+def _tuple_parquet_rows(tup, path, schema, fields):
+    total = pyarrow_parquet().ParquetFile(path).metadata.num_rows
+    done = 0
+    try:
+        for number, row in tup.read_tuple_parquet(path, schema):
+            done = number
+            yield number, row, None
+    except BridgeError as err:
+        # the reader cannot go on past a bad row: the rest of the file is rejected with it
+        err.count = total - done
+        yield done + 1, None, err
+
+
+def tuple_rows_to_entries(rows, decoder, policy: ErrorPolicy) -> Iterator[tuple[dict, pb.Entry]]:
+    """Tuple rows -> (where, Entry) under the policy, counted in rows as `blob_lines_to_entries`
+    counts messages (an update's two rows count when the second arrives)."""
+    tally = policy.tally
+    base, fed = tally.converted, 0
+    for number, row, error in rows:
+        count = getattr(error, "count", 1)
+        tally.input += count
+        if error is None:
+            try:
+                entries = decoder.feed(row, number=number)
+            except BridgeError as err:
+                error = err
+        if error is not None:
+            policy.reject(error, orjson.dumps(row, default=str) if row is not None else None, count)
+            continue
+        fed += 1
+        tally.converted = base + fed - decoder.pending_rows
+        for entry in entries:
+            tally.outputs += 1
+            yield {"row": number}, entry
+    for err in decoder.finish():
+        fed -= err.count
+        policy.reject(err, None, err.count)
+    tally.converted = base + fed
+
+
+# ---- convert ------------------------------------------------------------------------------------
+
+def _source_entries(side: str, framing: str, path: str, fh, policy: ErrorPolicy, options: Options,
+                    source: str, args) -> Iterator[tuple[dict, pb.Entry]]:
     """(where, Entry) of the input under the policy; the tally counts input records."""
     if side == "dts" and framing == "pb":
         return dts_records_to_entries(pb_envelopes(fh, policy, source), policy)
@@ -282,13 +562,12 @@ def _source_entries(side: str, framing: str, fh, policy: ErrorPolicy, options: O
         return dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
     if side == "blob":
         return blob_lines_to_entries(_numbered_lines(fh), policy, options, source)
-    return tuple_rows_to_entries(framing, fh, policy, options, source, args)
-
-
-def tuple_rows_to_entries(framing: str, fh, policy: ErrorPolicy, options: Options, source: str, args
-                          ) -> Iterator[tuple[dict, pb.Entry]]:
-    tup = _tuple_module()
-    raise UsageError("reading Tuple files is not wired yet")  # replaced once bridge.tuple lands
+    (schema, table, columns), rows = _tuple_input(framing, path, fh, args)
+    try:
+        decoder = _tuple_module().TupleDecoder(schema, options, table=table, columns=columns)
+    except BridgeError as err:
+        raise UsageError(f"the RecordSchema does not fit: {err}") from None
+    return tuple_rows_to_entries(rows, decoder, policy)
 
 
 def _weighted(entries: Iterable[tuple[dict, pb.Entry]], tally: Tally) -> Iterator[tuple[int, dict, pb.Entry]]:
@@ -302,15 +581,15 @@ def _weighted(entries: Iterable[tuple[dict, pb.Entry]], tally: Tally) -> Iterato
 
 def _chain(entries: Iterable[tuple[dict, pb.Entry]], convert: Callable[[pb.Entry], list], policy: ErrorPolicy,
            first: Tally) -> Iterator[tuple[dict, Any]]:
-    """Second stage of Blob -> Tuple (or Tuple -> Blob): an Entry the target rejects, or that
-    gives no output, moves its input records from converted to rejected or not emitted, so the
-    accounting stays in input records (see the report: this belongs in bridge.stream)."""
+    """Second stage of Blob -> Tuple and Tuple -> Blob: an Entry the target rejects, or that gives
+    no output, takes its input records from converted to rejected or not emitted, so the
+    accounting stays in input records (a candidate for bridge.stream)."""
     second = policy.tally
     for weight, where, entry in _weighted(entries, first):
         try:
             outputs = convert(entry)
         except BridgeError as err:
-            err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
+            err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line", "row")})
             policy.reject(err, entry.SerializeToString(), count=weight)
             continue
         if not outputs:
@@ -327,99 +606,102 @@ def _merge(first: Tally, second: Tally) -> Tally:
                  envelopes=first.envelopes)
 
 
-def _write_blob(items: Iterable[tuple[dict, dict]], out) -> None:
+def _write_blob(items: Iterable[tuple[dict, dict]], out) -> str:
     for _, msg in items:
         out.write(encode_blob(msg))
         out.write(b"\n")
+    return ""
 
 
-def _write_dts(items: Iterable[tuple[dict, pb.Entry]], out, framing: str, options: Options) -> int:
+def _write_dts(items: Iterable[tuple[dict, pb.Entry]], out, framing: str, options: Options) -> str:
     entries = (entry for _, entry in items)
     if framing == "pb":
-        return write_pb(out, pack_entries(entries, options.max_message_bytes))
+        count = write_pb(out, pack_entries(entries, options.max_message_bytes))
+        return f" in {count} Envelope{'s' if count != 1 else ''}"
     write_dts_json(out, entries)
-    return 0
+    return ""
 
 
-def cmd_convert(args: argparse.Namespace) -> int:
-    src_path, dst_path = args.input, args.output
-    if args.to is None and dst_path == "-":
-        raise UsageError("pass --to blob|tuple|dts (or an -o OUTPUT whose name tells the format)")
-    src_side, src_framing = resolve_format(src_path, args.from_, "--from")
-    dst_side, dst_framing = resolve_format(dst_path.replace(TABLE_PLACEHOLDER, "t"), args.to, "--to")
+def _write_tuples(items, files: TupleFiles) -> str:
+    for _, item in items:
+        files.write(item)
+    count = files.close()
+    return f" to {count} file{'s' if count != 1 else ''}" if files.path != "-" else ""
+
+
+def _check_convert_args(args, src: tuple[str, str], dst: tuple[str, str]) -> None:
+    src_side, dst_side = src[0], dst[0]
     if src_side == dst_side and src_side != "dts":
         raise UsageError(f"input and output are both {src_side}: nothing to convert")
-    if TABLE_PLACEHOLDER in dst_path and dst_side != "tuple":
+    if TABLE_PLACEHOLDER in args.output and dst_side != "tuple":
         raise UsageError(f"{TABLE_PLACEHOLDER} in -o only applies to --to tuple (one file per table)")
     if args.table and "tuple" not in (src_side, dst_side):
         raise UsageError("--table applies to Tuple input or output")
+    if args.schema and src_side != "tuple":
+        raise UsageError("--schema applies to Tuple input")
     if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
         raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
-    if dst_path == "-" and dst_framing in ("pb", "parquet") and sys.stdout.isatty():
-        raise UsageError(f"will not write {FRAMING_NAMES[dst_framing]} to a terminal: pass -o OUTPUT")
-    sides = {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set())
-    options = options_from(args, sides)
+    if args.output == "-" and dst[1] in ("pb", "parquet") and sys.stdout.isatty():
+        raise UsageError(f"will not write {FRAMING_NAMES[dst[1]]} to a terminal: pass -o OUTPUT")
+    if args.output == "-" and dst[1] in ("csv", "parquet"):
+        raise UsageError(f"{FRAMING_NAMES[dst[1]]} output needs a file (-o); stdout takes Tuple JSON Lines")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    if args.to is None and args.output == "-":
+        raise UsageError("pass --to blob|tuple|dts (or an -o OUTPUT whose name tells the format)")
+    src_side, src_framing = resolve_format(args.input, args.from_, "--from")
+    dst_side, dst_framing = resolve_format(args.output.replace(TABLE_PLACEHOLDER, "t"), args.to, "--to")
+    _check_convert_args(args, (src_side, src_framing), (dst_side, dst_framing))
+    options = options_from(args, {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set()))
     on_error = getattr(args, "opt_on_error", "fail")
-    source = "<stdin>" if src_path == "-" else src_path
+    source = "<stdin>" if args.input == "-" else args.input
     label = f"{PROG} convert {source}"
 
-    tally = Tally()
+    tally, second = Tally(), Tally()
     outputs = _Outputs()
     progress = Progress(tally, label)
-    with contextlib.ExitStack() as stack:
-        fh = _open_input(src_path, stack)
-        sink = None
-        if args.rejects:
-            rejects = outputs.open(args.rejects) if args.rejects != "-" else sys.stdout.buffer
-            sink = lambda record: rejects.write(orjson.dumps(record, default=str) + b"\n")  # noqa: E731
-        policy = ErrorPolicy(on_error, tally=tally, sink=sink, keep_records=False)
+    with contextlib.ExitStack() as stack, _locating(source):
+        fh = _open_input(args.input, stack)
+        rejects = outputs.open(args.rejects) if args.rejects else None
+        policy = ErrorPolicy(on_error, tally=tally, sink=rejects_sink(rejects, tally), keep_records=False)
         try:
-            entries = _source_entries(src_side, src_framing, fh, policy, options, source, args)
-            report = tally
-            if dst_side == "dts" and src_side == "dts":
-                items = entries_to_messages(entries, lambda entry: [entry], policy)
+            entries = _source_entries(src_side, src_framing, args.input, fh, policy, options, source, args)
+            convert = (BlobEncoder(options).convert if dst_side == "blob" else
+                       tuple_converter(options, args.table) if dst_side == "tuple" else lambda entry: [entry])
+            if src_side == "dts":
+                items = entries_to_messages(entries, convert, policy)
             elif dst_side == "dts":
-                items = entries
-            elif src_side == "dts":
-                items = entries_to_messages(entries, _target_converter(dst_side, options, args), policy)
+                items = entries  # Blob and Tuple sources count converted records themselves
             else:
-                second = ErrorPolicy(on_error, tally=Tally(), sink=sink, keep_records=False)
-                items = _chain(entries, _target_converter(dst_side, options, args), second, tally)
+                items = _chain(entries, convert, ErrorPolicy(on_error, tally=second, keep_records=False,
+                                                             sink=rejects_sink(rejects, second)), tally)
             items = progress.wrap(items)
-            written = ""
             if dst_side == "blob":
-                _write_blob(items, outputs.open(dst_path))
+                written = _write_blob(items, outputs.open(args.output))
             elif dst_side == "dts":
-                envelopes = _write_dts(items, outputs.open(dst_path), dst_framing, options)
-                written = f" in {envelopes} Envelopes" if dst_framing == "pb" else ""
+                written = _write_dts(items, outputs.open(args.output), dst_framing, options)
             else:
-                write_tuples(items, dst_path, dst_framing, options, args, outputs)
-            if src_side != "dts" and dst_side != "dts":
-                report = _merge(tally, second.tally)
+                written = _write_tuples(items, TupleFiles(args.output, dst_framing, options, outputs))
         except BaseException:
             progress.clear()
             outputs.abort()
             raise
         outputs.commit()
     progress.clear()
+    report = _merge(tally, second) if "dts" not in (src_side, dst_side) else tally
     sys.stdout.flush()
     print(f"{label}: {report.summary()}{written}", file=sys.stderr)
     return 1 if report.rejected else 0
 
 
-def _target_converter(side: str, options: Options, args) -> Callable[[pb.Entry], list]:
-    if side == "blob":
-        return BlobEncoder(options).convert
-    return tuple_converter(options, args)
-
-
-def tuple_converter(options: Options, args) -> Callable[[pb.Entry], list]:
-    tup = _tuple_module()
-    raise UsageError("writing Tuple files is not wired yet")  # replaced once bridge.tuple lands
-
-
-def write_tuples(items, dst_path: str, framing: str, options: Options, args, outputs: _Outputs) -> None:
-    raise UsageError("writing Tuple files is not wired yet")  # replaced once bridge.tuple lands
+@contextlib.contextmanager
+def _locating(source: str):
+    """Name the input file in a record error that does not name it yet."""
+    try:
+        yield
+    except BridgeError as err:
+        raise err.located(source=source)
 
 
 # ---- inspect ------------------------------------------------------------------------------------
@@ -476,8 +758,8 @@ class Census:
         if len(self.first_errors) < 5:
             self.first_errors.append(message)
 
-    def table(self, name: str) -> Counter:
-        return self.tables.setdefault(name, Counter())
+    def table(self, db: str, table: str) -> Counter:
+        return self.tables.setdefault(f"{db}.{table}" if table else db, Counter())
 
     def entry(self, entry: pb.Entry) -> None:
         header = entry.header
@@ -485,13 +767,13 @@ class Census:
         mtype = header.messageType
         self.message_types[_name(pb.MessageType, mtype)] += 1
         if header.schemaName or header.tableName:
-            self.table(f"{header.schemaName}.{header.tableName}")["entries"] += 1
+            self.table(header.schemaName, header.tableName)["entries"] += 1
         if mtype == pb.DML:
             dml = entry.event.dmlEvent
             ops = DML_OPS.get(dml.dmlEventType)
             op = "UPDATE" if ops and len(ops) == 2 else (ops[0] if ops else _name(pb.DMLType, dml.dmlEventType))
             self.ops[op] += len(dml.rows)
-            self.table(f"{header.schemaName}.{header.tableName}")["rows"] += len(dml.rows)
+            self.table(header.schemaName, header.tableName)["rows"] += len(dml.rows)
             for row in dml.rows:
                 if op in ("UPDATE", "DELETE"):
                     self.row_images["before " + _image_kind(row.oldColumns, len(dml.columns))] += 1
@@ -507,11 +789,12 @@ class Census:
         payload = msg["payload"]
         op = payload["op"]
         self.ops[op] += 1
-        self.message_types[_name(pb.MessageType, MESSAGE_TYPE_BY_OP[op])] += 1
+        mtype = MESSAGE_TYPE_BY_OP.get(op)  # XACOMMIT has no DTS counterpart
+        self.message_types[_name(pb.MessageType, mtype) if mtype is not None else "none"] += 1
         schema = msg.get("schema") or {}
         source = schema.get("source") or {}
         if source:
-            self.table(f"{source.get('dbName', '')}.{source.get('tableName', '')}")["messages"] += 1
+            self.table(str(source.get("dbName", "")), str(source.get("tableName", "")))["messages"] += 1
         columns = schema.get("dataColumn")
         for image in ("before", "after"):
             body = payload.get(image)
@@ -533,7 +816,7 @@ class Census:
             return f"{label:<14}{items or '-'}"
         out = [f"{source}: {self.records} {self.unit}"]
         if self.framing:
-            out.append(line("framing", self.framing))
+            out.append(f"{'framing':<14}" + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in self.framing.items()))
         out += [line("message types", self.message_types), line("ops", self.ops),
                 line("row images", self.row_images), f"{'tables':<14}{len(self.tables)}"]
         for name, counts in sorted(self.tables.items()):
@@ -572,7 +855,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 census.entry(entry)
             if framing == "pb":
                 census.framing = {"envelopes": tally.envelopes, "entries_messages": reassembler.bundles,
-                                  "split_entries": reassembler.split, "segments": reassembler.segments}
+                                  "split_entries": reassembler.split, "segments_of_split": reassembler.segments}
     if args.json:
         sys.stdout.write(orjson.dumps({"source": source, **census.as_dict()}, option=orjson.OPT_INDENT_2).decode())
         sys.stdout.write("\n")
@@ -620,23 +903,34 @@ def cmd_samples(args: argparse.Namespace) -> int:
     return 0
 
 
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Blob conversions must be clean (Blob output is lossless); Tuple rows cannot hold every
+    value (docs/tuple.md), so Tuple conversions skip those and list them in a rejects file."""
     samples = pathlib.Path(args.samples_dir)
     inputs = sorted(samples.glob("*.pb"))
     if not inputs:
         raise UsageError(f"no .pb files in {samples} (write some with: {PROG} samples {samples})")
     out = pathlib.Path(args.out)
+    tuples = _have("bridge.tuple")
     status = 0
     for path in inputs:
-        targets = [("blob", str(out / f"{path.stem}.blob.jsonl"))]
-        if importlib.util.find_spec("bridge.tuple") is not None:
-            targets.append(("tuple", str(out / f"{path.stem}.tuple" / f"{TABLE_PLACEHOLDER}.jsonl")))
-        for side, target in targets:
-            code = main(["convert", str(path), "-o", target, "--to", side])
-            status = max(status, code)
-    if importlib.util.find_spec("bridge.tuple") is None:
+        status = max(status, main(["convert", str(path), "-o", str(out / f"{path.stem}.blob.jsonl")]))
+        if tuples:
+            folder = out / f"{path.stem}.tuple"
+            code = main(["convert", str(path), "-o", str(folder / f"{TABLE_PLACEHOLDER}.jsonl"), "--to", "tuple",
+                         "--on-error", "skip", "--rejects", str(folder / "rejects.jsonl")])
+            status = max(status, code if code != 1 else 0)
+    print(f"{PROG} demo: output in {out}/", file=sys.stderr)
+    if not tuples:
         print(f"{PROG} demo: Tuple output skipped: bridge.tuple is not installed", file=sys.stderr)
-    if importlib.util.find_spec("pyspark") is None:
+    if not _have("pyspark"):
         print(f"{PROG} demo: pyspark is not installed; skipping the Spark summary "
               "(pip install 'dts-datahub-bridge[spark]')", file=sys.stderr)
         return status
@@ -647,13 +941,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise
         print(f"{PROG} demo: bridge.demo is not available; skipping the Spark summary", file=sys.stderr)
         return status
-    summary = demo.spark_summary(str(samples))
+    try:
+        summary = demo.spark_summary(str(samples))
+    except Exception as err:  # noqa: BLE001 - Spark needs Java 17; say so in one line
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{PROG} demo: the Spark summary failed: {type(err).__name__}: {_one_line(err)[:300]}",
+              file=sys.stderr)
+        return max(status, 1)
     if summary is not None:
         print(summary)
     return status
 
 
 # ---- the parser and the boundary ---------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error (the full usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
 
 def _epilog(*examples: str) -> str:
     return "example:\n" + "\n".join(f"  {e}" for e in examples)
@@ -671,12 +979,12 @@ def _describe(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, formatter_class=_Formatter,
         description=_describe("Convert Tencent Cloud DTS subscription messages to Alibaba Cloud DataHub "
                     "Blob/Tuple messages and back."),
         epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob"))
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     convert = commands.add_parser(
         "convert", formatter_class=_Formatter, help="convert between DTS (.pb, dts-json), Blob and Tuple files",
@@ -695,6 +1003,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--to", choices=tuple(FORMATS), help="output format (default: from OUTPUT)")
     convert.add_argument("--table", metavar="DB.TABLE",
                          help="Tuple output: only this table; Tuple input: the table the rows belong to")
+    convert.add_argument("--schema", metavar="PATH",
+                         help=f"Tuple input: its RecordSchema JSON (default: NAME{SCHEMA_SUFFIX} next to INPUT, "
+                              "or the Parquet file's own)")
     convert.add_argument("--rejects", metavar="PATH",
                          help="with --on-error skip: write one JSON line per rejected record "
                               "(position, reason, raw input)")

@@ -178,6 +178,10 @@ def blob_lines_to_entries(lines: Iterable[bytes | tuple[int, bytes]], policy: Er
             policy.reject(err.located(line=number, source=source), line)
             continue
         fed += 1
+        while decoder.evicted:
+            err = decoder.evicted.pop(0)
+            fed -= err.count
+            policy.reject(err.located(source=source), None, err.count)
         tally.converted = converted_before + fed - decoder.pending_messages
         for entry in entries:
             tally.outputs += 1

@@ -33,8 +33,8 @@ _VALUE_CHECKS = {
 
 def _is_base64(text: str) -> bool:
     try:
-        base64.b64decode(text, validate=True)
-        return True
+        # canonical only: 'QR==' decodes, but its padding bits would not survive a round trip
+        return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii") == text
     except (binascii.Error, ValueError):
         return False
 

@@ -63,6 +63,8 @@ DML_OPS: dict[int, tuple[str, ...]] = {
 DDL_OPS: dict[str, str] = {
     "CREATE TABLE": "CREATE",
     "CREATE TEMPORARY TABLE": "CREATE",
+    "CREATE OR REPLACE TABLE": "CREATE",
+    "CREATE OR REPLACE TEMPORARY TABLE": "CREATE",
     "ALTER TABLE": "ALTER",
     "ALTER ONLINE TABLE": "ALTER",
     "ALTER IGNORE TABLE": "ALTER",
@@ -213,6 +215,16 @@ KIND_DATATYPES: dict[str, int | None] = {
 
 # Property key on a Column that marks a DataHub BOOLEAN carried as tinyint(1).
 BOOLEAN_PROPERTY = RESERVED_PREFIX + "type"
+
+# Blob type of a foreign column (no 'dts' extension) -> (originalType, Column properties) of its DTS column.
+FOREIGN_COLUMN_TYPES: dict[str, tuple[str, tuple]] = {
+    "LONG": ("bigint(20)", ()),
+    "DOUBLE": ("double", ()),
+    "BOOLEAN": ("tinyint(1)", ((BOOLEAN_PROPERTY, "BOOLEAN"),)),
+    "STRING": ("longtext", ()),
+    "BYTES": ("longblob", ()),
+    "DATE": ("datetime(3)", ()),
+}
 
 _TYPE_RE = re.compile(r"^\s*([a-zA-Z][a-zA-Z ]*?)\s*(?:\((.*)\))?\s*((?:\s*(?:unsigned|signed|zerofill))*)\s*$",
                       re.S)
@@ -487,6 +499,8 @@ def _bytes_codec(ct: ColumnType, options: Options) -> Codec:
             raw = base64.b64decode(value, validate=True)
         except ValueError:
             raise ConversionError("BYTES value is not standard base64", value=value) from None
+        if base64.b64encode(raw).decode("ascii") != value:
+            raise ConversionError("BYTES value is not canonical base64 (non-zero padding bits)", value=value)
         return pb.Data(dataType=dt, charset=charset, bv=raw)
 
     return Codec(ct, "BYTES", to_blob, from_blob)
@@ -593,6 +607,15 @@ _ONE_MS = _dt.timedelta(milliseconds=1)
 _fromisoformat = _dt.datetime.fromisoformat
 
 
+def _local_fields(text: str | None):
+    """(date, time of day to the millisecond) a MySQL text names, ignoring any offset; None if unparsable."""
+    m = _DATETIME_RE.match(text or "")
+    if not m:
+        return None
+    y, mo, d, hh, mi, ss, frac = m.groups()[:7]
+    return int(y), int(mo), int(d), int(hh or 0), int(mi or 0), int(ss or 0), int((frac or "").ljust(3, "0")[:3])
+
+
 def _canonical_layout(kind: str, fsp: int) -> tuple[int, re.Pattern, bytes]:
     """(length, byte pattern, suffix) of the canonical UTC text of a temporal kind."""
     pattern = rb"[0-9]{4}-[0-9]{2}-[0-9]{2}"
@@ -645,6 +668,9 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             again = format_temporal(ms, kind, fsp, zone)
         except (ValueError, OverflowError, OSError):
             again = None
+        if again != text and kind != "timestamp" and _local_fields(text) != _local_fields(again):
+            # a local time the zone skips (DST gap): no instant reads back as this text
+            raise Inexact(ms, f"{kind} {text} does not exist in time zone {options.timezone}")
         if d.dataType != STRING or d.charset or d.sv or again != text:
             raise Inexact(ms, f"{kind} text does not come back from epoch milliseconds", changed=False)
         return ms
