@@ -603,7 +603,7 @@ def format_temporal(ms: int, kind: str, fsp: int, zone, extra_micros: int = 0) -
 
 
 _EPOCH = _dt.datetime(1970, 1, 1)
-_ONE_MS = _dt.timedelta(milliseconds=1)
+_ONE_MICRO = _dt.timedelta(microseconds=1)
 _fromisoformat = _dt.datetime.fromisoformat
 
 
@@ -646,11 +646,11 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
                 moment = _fromisoformat((bv[:-cut] if cut else bv).decode("ascii"))
             except ValueError:
                 moment = None
-                if moment is not None:
-                    ms, micros = divmod((moment - _EPOCH) // _dt.timedelta(microseconds=1), 1000)
-                    if micros:
-                        raise Inexact(ms, f"{kind} has sub-millisecond digits")
-                    return ms
+            if moment is not None:
+                ms, micros = divmod((moment - _EPOCH) // _ONE_MICRO, 1000)
+                if micros:
+                    raise Inexact(ms, f"{kind} has sub-millisecond digits")
+                return ms
         return slow_to_blob(d)
 
     def slow_to_blob(d: pb.Data):
