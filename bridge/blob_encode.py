@@ -74,8 +74,13 @@ def _kv(props) -> list:
     return [[p.key, p.value] for p in props]
 
 
+_NO_PROPS: tuple = ([], {})
+
+
 def _split_props(props) -> tuple[list, dict]:
     """(ordinary KVPairs, DataHub facts) of a properties list."""
+    if not props:
+        return _NO_PROPS
     plain, facts = [], {}
     for p in props:
         if p.key.startswith(RESERVED_PREFIX):
@@ -121,6 +126,7 @@ class BlobEncoder:
         self.not_emitted: Counter = Counter()
         self._tables: dict = {}
         self._last: dict = {}  # (schema, table) -> (copy of its last columns, _TableCodec)
+        self._sources: dict = {}  # (sourceType, schema, table) -> schema.source dict (shared, never mutated)
 
     # -- public ------------------------------------------------------------------------------
     def convert(self, entry: pb.Entry) -> list[dict]:
@@ -340,6 +346,17 @@ class BlobEncoder:
                            [(n, c.to_blob, t) for n, c, t in zip(names, codecs, text)], ext == foreign)
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
+        if facts:
+            return self._build_source(header, facts)
+        key = (header.sourceType, header.schemaName, header.tableName)
+        source = self._sources.get(key)
+        if source is None:
+            if len(self._sources) > 10_000:
+                self._sources.clear()
+            source = self._sources[key] = self._build_source(header, facts)
+        return source
+
+    def _build_source(self, header: pb.Header, facts: dict) -> dict:
         db_type = SOURCE_TYPES.get(header.sourceType)
         if db_type is None:
             raise ConversionError(f"unknown SourceType {header.sourceType}")
