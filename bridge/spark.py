@@ -1,56 +1,69 @@
 """Spark transforms: Kafka-shaped DTS DataFrames in, Blob / Tuple / DTS DataFrames out.
 
-Each DataFrame function is a thin wrapper that orders the input (where the stream needs an order)
-and runs the same pure converters as the library and the CLI through `mapInArrow`, one Python
-iterator per Spark partition so that per-stream state (Envelope reassembly, update pairing,
-packing, column codecs) lives across Arrow batches. The per-partition functions are public too
-(`*_batches`), with their output schemas (`*_SCHEMA`, Spark DDL strings). pyspark is imported
-only inside the functions that need it.
+Two symmetric pairs, `dts_to_blob` / `blob_to_dts` and `dts_to_tuple` / `tuple_to_dts`, take and
+return DataFrames. Each puts the input in stream order where the stream needs one and runs the
+library's own converters through `mapInArrow`, one iterator per Spark partition, so that stream
+state (Envelope reassembly, update pairing, Envelope packing, column codecs) lives across Arrow
+batches. The per-partition functions (`*_batches`, for `mapInPandas` or `mapInArrow`) and their
+output schemas (Spark DDL strings) are public too. pyspark is imported only inside the functions
+that need a session; docs/spark.md has the schemas, the modes and the ordering rules.
 
-Bad records follow Spark's vocabulary: `mode` FAILFAST (default) raises the bridge error, which
-names the Kafka partition and offset; PERMISSIVE keeps a row with the error text in an `error`
-column; DROPMALFORMED drops the record. A `SparkTally` passed as `tally=` counts input,
-converted, rejected and not emitted records across the cluster (the stream layer's accounting).
+Bad records in Spark's words: `mode` FAILFAST (default) raises the bridge error, which names the
+Kafka partition and offset; PERMISSIVE keeps a row with the error text in an `error` column;
+DROPMALFORMED drops it. A `SparkTally` passed as `tally=` counts input, converted, rejected and
+not-emitted records over the whole job (the stream layer's accounting).
 
->>> MODES["PERMISSIVE"], blob_schema("PERMISSIVE").endswith("`error` STRING")
-('keep', True)
+>>> MODES["DROPMALFORMED"], dts_schema("PERMISSIVE")
+('skip', '`key` BINARY, `value` BINARY, `error` STRING')
 """
 from __future__ import annotations
 
 import itertools
 import os
 import sys
+from decimal import Context, Decimal, InvalidOperation
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
+
+import orjson
 
 from . import subscribe_pb2 as pb
 from ._wire import Reassembler, pack_entries
 from .blob_decode import BlobDecoder, decode_blob
 from .blob_encode import BlobEncoder, encode_blob, shard_key
-from .errors import BlobFormatError, BridgeError, OptionsError
+from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options
 from .stream import ErrorPolicy, Tally, dts_records_to_entries, entries_to_messages
 
 __all__ = [
-    "dts_to_blob", "blob_to_dts", "dts_to_tuple", "tuple_to_dts",
+    "dts_to_blob", "blob_to_dts", "dts_to_tuple", "tuple_to_dts", "table_columns",
     "dts_to_blob_batches", "blob_to_dts_batches", "dts_to_tuple_batches", "tuple_to_dts_batches",
-    "BLOB_SCHEMA", "DTS_SCHEMA", "KAFKA_SCHEMA", "blob_schema", "dts_schema", "tuple_schema",
-    "MODES", "SparkTally", "local_session",
+    "KAFKA_SCHEMA", "BLOB_SCHEMA", "DTS_SCHEMA", "blob_schema", "dts_schema", "tuple_schema",
+    "kafka_order", "record_schema_of",
+    "MODES", "KEYS", "SparkTally", "local_session",
 ]
 
 # Spark's bad-record modes -> the stream layer's error policy.
 MODES = {"FAILFAST": "fail", "PERMISSIVE": "keep", "DROPMALFORMED": "skip"}
 KAFKA_COLUMNS = (("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
                  ("offset", "bigint"), ("timestamp", "timestamp"))
-BLOB_COLUMNS = (("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("entry", "int"),
-                ("row", "int"), ("sequence_id", "string"), ("op", "string"), ("db", "string"),
-                ("table", "string"), ("shard_key", "string"), ("event_time", "timestamp"),
-                ("blob", "string"))
+POSITION_COLUMNS = (("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("entry", "int"),
+                    ("row", "int"))
+BLOB_COLUMNS = POSITION_COLUMNS + (
+    ("sequence_id", "string"), ("op", "string"), ("db", "string"), ("table", "string"),
+    ("shard_key", "string"), ("event_time", "timestamp"), ("blob", "string"))
 DTS_COLUMNS = (("key", "binary"), ("value", "binary"))
 ERROR_COLUMN = ("error", "string")
-KEYS = ("table", "single")  # blob_to_dts key choices besides an input column name
-# Rows per output Arrow batch; input batches decide nothing about output sizes.
-_OUT_ROWS = 4096
+# Kafka key of each output Envelope (besides naming an input column).
+KEYS = ("table", "single")
+# DataHub Tuple field type -> Spark type; DECIMAL takes its precision from the DTS column.
+SPARK_TYPES = {"BIGINT": "bigint", "INTEGER": "int", "SMALLINT": "smallint", "TINYINT": "tinyint",
+               "DOUBLE": "double", "FLOAT": "float", "DECIMAL": "decimal", "BOOLEAN": "boolean",
+               "TIMESTAMP": "timestamp", "STRING": "string"}
+FIELD_TYPES_OF_SPARK = {v: k for k, v in SPARK_TYPES.items()}
+DEFAULT_DECIMAL = (38, 18)  # a DECIMAL field known only from a RecordSchema (Spark's widest)
+_MAX_PRECISION = 38
+_OUT_ROWS = 4096  # rows per output batch
 
 
 def _ddl(columns) -> str:
@@ -74,22 +87,22 @@ def _with_error(columns, mode: str) -> tuple:
 
 
 def blob_schema(mode: str = "FAILFAST") -> str:
-    """The DDL of `dts_to_blob`'s output; PERMISSIVE adds `error STRING`."""
+    """DDL of `dts_to_blob` output; PERMISSIVE adds `error STRING`."""
     return _ddl(_with_error(BLOB_COLUMNS, mode))
 
 
 def dts_schema(mode: str = "FAILFAST") -> str:
-    """The DDL of `blob_to_dts` / `tuple_to_dts` output (a Kafka sink's `key`, `value`)."""
+    """DDL of `blob_to_dts` / `tuple_to_dts` output: a Kafka sink's `key` and `value`."""
     return _ddl(_with_error(DTS_COLUMNS, mode))
 
 
-# ---- accounting across the cluster ----------------------------------------------------------
+# ---- accounting over the cluster ------------------------------------------------------------
 
 _TALLY_FIELDS = ("input", "converted", "rejected", "not_emitted", "outputs", "envelopes")
 
 
 class _TallyParam:
-    """AccumulatorParam (duck-typed, so defining it needs no pyspark) over Tally tuples."""
+    """An AccumulatorParam (duck-typed, so defining it needs no pyspark) summing Tally tuples."""
 
     def zero(self, value):
         return (0,) * len(_TALLY_FIELDS)
@@ -99,11 +112,11 @@ class _TallyParam:
 
 
 class SparkTally:
-    """The stream layer's `Tally`, summed over every task through a Spark accumulator.
+    """The stream layer's `Tally` summed over every task through a Spark accumulator.
 
-    Read `.value` on the driver after an action. Like every accumulator updated in a
-    transformation, it counts again when the DataFrame is recomputed (a second action, a retried
-    task): cache the output, or `reset()` between actions.
+    Read `.value` on the driver after an action. Like any accumulator updated in a transformation
+    it counts again when the DataFrame is computed again (a second action, a retried task):
+    cache the output or `reset()` between actions.
     """
 
     def __init__(self, spark) -> None:
@@ -121,7 +134,7 @@ class SparkTally:
 
 
 class _RowPolicy(ErrorPolicy):
-    """ErrorPolicy that also hands each rejected error over, so PERMISSIVE can emit its row."""
+    """The stream layer's ErrorPolicy; under PERMISSIVE it also hands each error over for its row."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -134,11 +147,7 @@ class _RowPolicy(ErrorPolicy):
         return record
 
 
-def _policy(mode: str) -> _RowPolicy:
-    return _RowPolicy(_policy_name(mode), keep_records=False)
-
-
-# ---- Arrow / pandas adapters: rows of Python values in, batches out --------------------------
+# ---- per-partition jobs and the Arrow / pandas adapters -------------------------------------
 
 def _arrow_type(kind: str):
     import pyarrow as pa
@@ -147,18 +156,17 @@ def _arrow_type(kind: str):
               "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
     if kind in simple:
         return simple[kind]
-    if kind.startswith("decimal("):
-        precision, scale = kind[8:-1].split(",")
-        return pa.decimal128(int(precision), int(scale))
-    raise ValueError(f"no Arrow type for {kind!r}")
+    precision, scale = kind[len("decimal("):-1].split(",")
+    return pa.decimal128(int(precision), int(scale))
 
 
 class _Job:
-    """One Spark partition's conversion: `rows(records)` turns input tuples into output tuples.
+    """One Spark partition's conversion: input tuples (the columns `inputs` picks) -> output tuples."""
 
-    `inputs(names)` picks the input columns to read, in the order `rows` expects (None: absent).
-    """
-    columns: tuple = ()
+    def __init__(self, mode: str, columns) -> None:
+        self.policy = _RowPolicy(_policy_name(mode), keep_records=False)
+        self.keep = self.policy.on_error == "keep"
+        self.columns = _with_error(columns, mode)
 
     def inputs(self, names: list[str]) -> list[str | None]:
         raise NotImplementedError
@@ -168,53 +176,62 @@ class _Job:
 
 
 def _batch_function(make_job: Callable[[], _Job], arrow: bool, tally: SparkTally | None):
-    """A mapInArrow (arrow=True) or mapInPandas function running one job per Spark partition."""
+    """A mapInArrow (arrow=True) or mapInPandas function running one job per Spark partition.
+
+    Timestamps reach the job as epoch microseconds; pandas nulls (NaN, NaT) as None.
+    """
     def run(batches: Iterator) -> Iterator:
         import pyarrow as pa
         job = make_job()
         schema = pa.schema([(name, _arrow_type(kind)) for name, kind in job.columns])
         first = next(batches, None)
-        if first is None:
-            return
-        names = list(first.schema.names if arrow else first.columns)
-        wanted = job.inputs(names)
+        if first is not None:
+            wanted = job.inputs(list(first.schema.names if arrow else first.columns))
+            column = _arrow_column if arrow else _pandas_column
 
-        def records() -> Iterator[tuple]:
-            for batch in itertools.chain([first], batches):
-                if arrow:
-                    cols = [batch.column(n).to_pylist() if n else itertools.repeat(None) for n in wanted]
-                else:
-                    cols = [_pandas_values(batch[n]) if n else itertools.repeat(None) for n in wanted]
-                yield from zip(*cols)
+            def records() -> Iterator[tuple]:
+                for batch in itertools.chain([first], batches):
+                    yield from zip(*[column(batch, n) if n else itertools.repeat(None) for n in wanted])
 
-        out = job.rows(records())
-        while True:
-            chunk = list(itertools.islice(out, _OUT_ROWS))
-            if not chunk:
-                break
-            arrays = [pa.array(col, type=field.type) for col, field in zip(zip(*chunk), schema)]
-            batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-            yield batch if arrow else batch.to_pandas(integer_object_nulls=True)
+            out = job.rows(records())
+            while chunk := list(itertools.islice(out, _OUT_ROWS)):
+                arrays = [pa.array(col, type=f.type) for col, f in zip(zip(*chunk), schema)]
+                batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+                yield batch if arrow else batch.to_pandas(integer_object_nulls=True)
         if tally is not None:
             tally.add(job.policy.tally)
     return run
 
 
-def _pandas_values(series) -> list:
-    # NaN/NaT stand for null in pandas; the converters want None.
-    return [None if v is None or v != v else v for v in series.tolist()]
+def _arrow_column(batch, name: str) -> list:
+    import pyarrow as pa
+    col = batch.column(name)
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+    return col.to_pylist()
 
 
-# ---- DTS -> Blob ----------------------------------------------------------------------------
+def _pandas_column(frame, name: str) -> list:
+    import pandas as pd
+    series = frame[name]
+    if pd.api.types.is_datetime64_any_dtype(series):  # naive ones are taken as UTC
+        return [None if pd.isna(v) else v.value // 1000 for v in series]
+    return [None if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v) else v
+            for v in series.tolist()]
 
-class _DtsToBlob(_Job):
-    def __init__(self, options: Options, mode: str) -> None:
-        self.options = options
-        self.policy = _policy(mode)
-        self.encoder = BlobEncoder(options)
-        self.reassemblers: dict[str, Reassembler] = {}
-        self.columns = _with_error(BLOB_COLUMNS, mode)
-        self.keep = self.policy.on_error == "keep"
+
+# ---- DTS input: reassembly per Kafka partition, one converter per Entry ---------------------
+
+class _FromDts(_Job):
+    """Kafka records (topic, partition, offset, value) in offset order -> rows of `convert(entry)`."""
+
+    def __init__(self, mode: str, value_columns) -> None:
+        super().__init__(mode, POSITION_COLUMNS + tuple(value_columns))
+        self.nvalues = len(value_columns)
+        self.reassemblers: dict[Any, Reassembler] = {}
+
+    def convert(self, entry: pb.Entry) -> list[tuple]:
+        raise NotImplementedError
 
     def inputs(self, names):
         missing = [n for n in ("partition", "offset", "value") if n not in names]
@@ -225,198 +242,500 @@ class _DtsToBlob(_Job):
     def rows(self, records):
         for topic, run in itertools.groupby(records, key=itemgetter(0)):
             reassembler = self.reassemblers.setdefault(topic, Reassembler())
-            entries = dts_records_to_entries((r[1:] for r in run), self.policy, reassembler, finish=False)
-            yield from self._messages(topic, entries)
+            yield from self._rows(topic, dts_records_to_entries((r[1:] for r in run), self.policy,
+                                                                reassembler, finish=False))
         for topic, reassembler in self.reassemblers.items():
-            yield from self._messages(topic, dts_records_to_entries((), self.policy, reassembler))
+            yield from self._rows(topic, dts_records_to_entries((), self.policy, reassembler))
 
-    def _messages(self, topic, entries) -> Iterator[tuple]:
+    def _rows(self, topic, entries) -> Iterator[tuple]:
         errors = self.policy.errors
         try:
-            for where, msg in entries_to_messages(entries, self.encoder.convert, self.policy):
-                current = errors.pop() if msg is None else None
+            for where, values in entries_to_messages(entries, self.convert, self.policy):
+                current = errors.pop() if values is None else None  # this Entry's own error
                 yield from self._error_rows(topic)
                 if current is not None:
                     yield self._error_row(topic, current, where.get("entry"))
                 else:
-                    yield self._row(topic, where, msg)
+                    row = (topic, where["partition"], where["offset"], where["entry"], where["row"]) + values
+                    yield row + (None,) if self.keep else row
             yield from self._error_rows(topic)
         except BridgeError as err:
             raise err.located(topic=topic)
 
-    def _row(self, topic, where: dict, msg: dict) -> tuple:
-        payload = msg["payload"]
-        source = (msg.get("schema") or {}).get("source") or {}
-        row = (topic, where["partition"], where["offset"], where["entry"], where["row"],
-               payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
-               shard_key(msg), payload["timestamp"]["eventTime"] * 1000, encode_blob(msg).decode())
-        return row + (None,) if self.keep else row
-
     def _error_rows(self, topic) -> Iterator[tuple]:
-        errors = self.policy.errors
-        while errors:
-            yield self._error_row(topic, errors.pop(0), None)
+        while self.policy.errors:
+            yield self._error_row(topic, self.policy.errors.pop(0), None)
 
     def _error_row(self, topic, err: BridgeError, entry) -> tuple:
         err.located(topic=topic)
-        return (topic, err.where.get("partition"), err.where.get("offset"), entry) + (None,) * 8 + (str(err),)
+        where = err.where
+        return ((topic, where.get("partition"), where.get("offset"), entry, None)
+                + (None,) * self.nvalues + (str(err),))
+
+
+def kafka_order(df, *extra: str):
+    """Each Kafka partition's records in one Spark partition, in offset order (then `extra`):
+    what the `dts_to_*_batches` functions need of their input.
+
+    A streaming DataFrame is returned as it is: Spark cannot sort a stream, and its Kafka source
+    already reads each topic partition's offsets in order in one task (unless `minPartitions`
+    splits them).
+    """
+    if df.isStreaming:
+        return df
+    keys = [c for c in ("topic", "partition") if c in df.columns]
+    return df.repartition(*keys).sortWithinPartitions(*keys, "offset", *extra)
+
+
+def _dts_input(df):
+    return kafka_order(df.select(*[c for c in ("topic", "partition", "offset", "value") if c in df.columns]))
+
+
+class _DtsToBlob(_FromDts):
+    def __init__(self, options: Options, mode: str) -> None:
+        super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
+        self.encoder = BlobEncoder(options)
+
+    def convert(self, entry):
+        out = []
+        for msg in self.encoder.convert(entry):
+            payload = msg["payload"]
+            source = (msg.get("schema") or {}).get("source") or {}
+            try:
+                blob = encode_blob(msg).decode()
+            except (TypeError, ValueError) as exc:
+                raise ConversionError(f"message does not encode as JSON ({exc})") from None
+            out.append((payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
+                        shard_key(msg), payload["timestamp"]["eventTime"] * 1000, blob))
+        return out
 
 
 def dts_to_blob_batches(options: Options | None = None, mode: str = "FAILFAST", *,
                         tally: SparkTally | None = None, arrow: bool = False):
-    """The per-partition function of `dts_to_blob`, for `df.mapInPandas(fn, blob_schema(mode))`
-    (`arrow=True`: `mapInArrow`). The input must be ordered by offset per Kafka partition."""
+    """The per-partition function of `dts_to_blob`: `df.mapInPandas(fn, blob_schema(mode))`
+    (`arrow=True`: `mapInArrow`). Each Kafka partition's records must come in offset order."""
     options = options or DEFAULT_OPTIONS
     _policy_name(mode)
     return _batch_function(lambda: _DtsToBlob(options, mode), arrow, tally)
-
-
-def _kafka_order(df):
-    """Each Kafka partition's records in one Spark partition, in offset order."""
-    return (df.repartition("topic", "partition")
-              .sortWithinPartitions("topic", "partition", "offset"))
 
 
 def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
                 tally: SparkTally | None = None):
     """Kafka-shaped DTS DataFrame -> one row per Blob message (`blob_schema(mode)`).
 
-    Split Envelopes are reassembled per Kafka partition in offset order, across Arrow batches.
-    `offset` is the Entries' first segment, `entry` the Entry's index in it, `row` the message's
-    index among the Entry's messages: ordering by (topic, partition, offset, entry, row) gives
-    stream order.
+    `offset` is the first segment of the Entries, `entry` the Entry's index in it and `row` the
+    message's index among the Entry's messages: (topic, partition, offset, entry, row) is stream
+    order, and each Spark partition's rows come in that order.
     """
-    needed = [c for c in ("topic", "partition", "offset", "value") if c in df.columns]
-    ordered = _kafka_order(df.select(*needed)) if "topic" in df.columns else (
-        df.select(*needed).repartition("partition").sortWithinPartitions("partition", "offset"))
-    return ordered.mapInArrow(dts_to_blob_batches(options, mode, tally=tally, arrow=True), blob_schema(mode))
+    fn = dts_to_blob_batches(options, mode, tally=tally, arrow=True)
+    return _dts_input(df).mapInArrow(fn, blob_schema(mode))
 
 
-# ---- Blob -> DTS ----------------------------------------------------------------------------
+# ---- DTS -> Tuple ----------------------------------------------------------------------------
 
-def _entry_table_key(entry: pb.Entry) -> bytes:
-    h = entry.header
-    return f"{h.schemaName}.{h.tableName}".encode() if h.schemaName or h.tableName else b""
+def _decimal_shape(column: pb.Column | None) -> tuple[int, int]:
+    """Spark (precision, scale) of a DECIMAL Tuple field, from its DTS column when known."""
+    from .values import column_is_boolean, parse_column_type
+    if column is None:
+        return DEFAULT_DECIMAL
+    ct = parse_column_type(column.originalType, column_is_boolean(column))
+    precision, scale = (ct.length, ct.scale or 0) if ct.kind == "decimal" else (20, 0)  # 64-bit unsigned
+    if precision > _MAX_PRECISION:  # wider than Spark holds: keep the integer digits, then the fraction
+        scale = max(0, min(scale, _MAX_PRECISION - (precision - scale)))
+        precision = _MAX_PRECISION
+    return precision, scale
 
 
-def _key_bytes(value) -> bytes:
-    if value is None:
-        return b""
-    return value.encode() if isinstance(value, str) else bytes(value)
+def _pack_columns(columns) -> bytes | None:
+    # protobuf messages do not survive cloudpickle; their encoding does
+    return None if columns is None else pb.DMLEvent(columns=columns).SerializeToString()
 
 
-class _BlobToDts(_Job):
-    def __init__(self, options: Options, mode: str, max_message_bytes: int, key: str) -> None:
-        self.options = options
-        self.policy = _policy(mode)
-        self.decoder = BlobDecoder(options)
-        self.max_message_bytes = max_message_bytes
-        self.key = key
-        self.columns = _with_error(DTS_COLUMNS, mode)
-        self.keep = self.policy.on_error == "keep"
+def _unpack_columns(raw: bytes | None) -> list | None:
+    return None if raw is None else list(pb.DMLEvent.FromString(raw).columns)
 
-    def inputs(self, names):
-        text = "blob" if "blob" in names else ("value" if "value" in names else None)
-        if text is None:
-            raise OptionsError("a Blob DataFrame needs a 'blob' or 'value' column")
-        if self.key not in KEYS and self.key not in names:
-            raise OptionsError(f"option 'key' names no input column and is not one of {', '.join(KEYS)}",
-                               value=self.key)
-        has_where = "partition" in names and "offset" in names
-        return [text, self.key if self.key not in KEYS else None,
-                "partition" if has_where else None, "offset" if has_where else None]
+
+def _tuple_fields(schema, columns=None) -> list[tuple[str, str, str]]:
+    """(name, field type, Spark type) of every RecordSchema field."""
+    from .tuple import load_record_schema
+    by_name = {c.name: c for c in columns or ()}
+    out = []
+    for f in load_record_schema(schema)["fields"]:
+        kind = SPARK_TYPES[f["type"]]
+        if kind == "decimal":
+            kind = "decimal(%d,%d)" % _decimal_shape(by_name.get(f["name"]))
+        out.append((f["name"], f["type"], kind))
+    return out
+
+
+def tuple_schema(schema, columns=None, mode: str = "FAILFAST", positions: bool = False) -> str:
+    """DDL of `dts_to_tuple` output for a RecordSchema: DECIMAL fields take their DTS column's
+    precision (`columns`), else DEFAULT_DECIMAL; `positions` puts topic..row in front."""
+    return _ddl(_with_error(_tuple_output(_tuple_fields(schema, columns), mode, positions), mode))
+
+
+def _tuple_output(fields, mode: str, positions: bool) -> tuple:
+    columns = (POSITION_COLUMNS if positions else ()) + tuple((name, kind) for name, _, kind in fields)
+    names = [name for name, _ in _with_error(columns, mode)]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise OptionsError("Tuple fields clash with the output's own columns (positions, error)", value=clash)
+    return columns
+
+
+_DEC_CONTEXT = Context(prec=100)
+
+
+def _fit_decimal(v: Decimal, precision: int, scale: int) -> Decimal:
+    try:
+        q = v.quantize(Decimal(1).scaleb(-scale), context=_DEC_CONTEXT)
+    except InvalidOperation:
+        q = None
+    if q is None or q != v or len(q.as_tuple().digits) > precision and q != 0:
+        raise ConversionError(f"DECIMAL value does not fit Spark's decimal({precision},{scale})", value=v)
+    return q
+
+
+class _DtsToTuple(_FromDts):
+    def __init__(self, options: Options, mode: str, table: str, fields, positions: bool) -> None:
+        super().__init__(mode, _tuple_output(fields, mode, False))
+        self.columns = _with_error(_tuple_output(fields, mode, positions), mode)
+        from .tuple import FIELD_CHECKS, TupleEncoder
+        self.encoder = TupleEncoder(options)
+        self.table = table
+        self.positions = positions
+        self.known = frozenset(name for name, _, _ in fields)
+        self.fields = []
+        for name, ftype, kind in fields:
+            check = FIELD_CHECKS[ftype]
+            if kind.startswith("decimal("):
+                p, s = map(int, kind[len("decimal("):-1].split(","))
+                check = (lambda c, p, s: lambda v: _fit_decimal(c(v), p, s))(check, p, s)
+            self.fields.append((name, check))
+
+    def convert(self, entry):
+        h = entry.header
+        if h.messageType == pb.DML and f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        return [self._values(row) for row in self.encoder.convert(entry)]
+
+    def _values(self, row: dict) -> tuple:
+        unknown = set(row) - self.known
+        if unknown:
+            raise TupleFormatError("row has fields not in the RecordSchema", value=sorted(unknown))
+        out = []
+        for name, check in self.fields:
+            value = row.get(name)
+            try:
+                out.append(None if value is None else check(value))
+            except BridgeError as exc:
+                raise exc.located(column=name)
+        return tuple(out)
 
     def rows(self, records):
-        keyed = self._entries(records)
-        for key, run in itertools.groupby(keyed, key=itemgetter(0)):
+        rows = super().rows(records)
+        return rows if self.positions else (row[5:] for row in rows)
+
+
+def dts_to_tuple_batches(table: str, schema, options: Options | None = None, mode: str = "FAILFAST", *,
+                         columns=None, positions: bool = False, tally: SparkTally | None = None,
+                         arrow: bool = False):
+    """The per-partition function of `dts_to_tuple`, for
+    `df.mapInPandas(fn, tuple_schema(schema, columns, mode, positions))`."""
+    options = options or DEFAULT_OPTIONS
+    fields = _tuple_fields(schema, columns)
+    _tuple_output(fields, mode, positions)
+    return _batch_function(lambda: _DtsToTuple(options, mode, table, fields, positions), arrow, tally)
+
+
+class _ColumnSets(_FromDts):
+    """The distinct DTS column sets of one table's DML entries, where each first appears."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__("DROPMALFORMED", (("columns", "binary"),))
+        self.table, self.seen = table, set()
+
+    def convert(self, entry):
+        h = entry.header
+        if h.messageType != pb.DML or f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        raw = pb.DMLEvent(columns=entry.event.dmlEvent.columns).SerializeToString()
+        if raw in self.seen:
+            return []
+        self.seen.add(raw)
+        return [(raw,)]
+
+
+def table_columns(df, table: str) -> list[pb.Column]:
+    """The DTS columns of `table` ("db.table") in a Kafka-shaped DTS DataFrame: every column of
+    every column set its DML entries carry, in order of first appearance (a column the table
+    redefined takes its last definition). One Spark job; bad records are left to the conversion."""
+    fn = _batch_function(lambda: _ColumnSets(table), True, None)
+    found = _dts_input(df).mapInArrow(fn, _ddl(POSITION_COLUMNS + (("columns", "binary"),))).collect()
+    merged: dict[str, pb.Column] = {}
+    for row in sorted(found, key=lambda r: (r.topic or "", r.partition, r.offset, r.entry)):
+        for column in pb.DMLEvent.FromString(row.columns).columns:
+            merged[column.name] = column
+    if not merged:
+        raise OptionsError(f"no DML entries of table {table!r} in the DataFrame; pass schema= and columns=")
+    return list(merged.values())
+
+
+def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mode: str = "FAILFAST", *,
+                 columns=None, positions: bool = False, tally: SparkTally | None = None):
+    """Kafka-shaped DTS DataFrame -> typed Tuple rows of one table ("db.table").
+
+    `schema` is the DataHub RecordSchema (dict, JSON text or pydatahub RecordSchema); without it,
+    it is `bridge.tuple.record_schema` of `columns`, and without those, of `table_columns(df,
+    table)` (one more Spark job). Entries of other tables and non-DML entries give no rows and
+    count as not emitted. `positions=True` adds topic, partition, offset, entry, row in front.
+    """
+    options = options or DEFAULT_OPTIONS
+    if schema is None:
+        from .tuple import record_schema
+        columns = columns if columns is not None else table_columns(df, table)
+        schema = record_schema(columns, options)
+    fn = dts_to_tuple_batches(table, schema, options, mode, columns=columns, positions=positions,
+                              tally=tally, arrow=True)
+    return _dts_input(df).mapInArrow(fn, tuple_schema(schema, columns, mode, positions))
+
+
+# ---- DTS output: Entries packed into Envelopes, keyed ---------------------------------------
+
+class _ToDts(_Job):
+    """Rows -> (key, Entry) by `entries`, packed into Envelopes per run of equal keys."""
+
+    def __init__(self, mode: str, max_message_bytes: int, key: str) -> None:
+        super().__init__(mode, DTS_COLUMNS)
+        self.max_message_bytes = max_message_bytes
+        self.key = key
+
+    def entries(self, records) -> Iterator[tuple[bytes, pb.Entry]]:
+        raise NotImplementedError
+
+    def _key_input(self, names) -> str | None:
+        if self.key in KEYS:
+            return None
+        if self.key not in names:
+            raise OptionsError(f"option 'key' names no input column and is not one of {', '.join(KEYS)}",
+                               value=self.key)
+        return self.key
+
+    def rows(self, records):
+        for key, run in itertools.groupby(self.entries(records), key=itemgetter(0)):
             for env in pack_entries((entry for _, entry in run), self.max_message_bytes):
                 yield from self._error_rows()
-                yield self._row(key, env.SerializeToString())
+                yield (key, env.SerializeToString()) + ((None,) if self.keep else ())
         yield from self._error_rows()
 
-    def _entries(self, records) -> Iterator[tuple[bytes, pb.Entry]]:
-        """(key, Entry) per completed Entry; the accounting of stream.blob_lines_to_entries."""
+    def _error_rows(self) -> Iterator[tuple]:
+        while self.policy.errors:
+            yield None, None, str(self.policy.errors.pop(0))
+
+    def key_of(self, entry: pb.Entry, key_value) -> bytes:
+        if self.key == "table":
+            h = entry.header
+            return f"{h.schemaName}.{h.tableName}".encode() if h.schemaName or h.tableName else b""
+        if self.key == "single" or key_value is None:
+            return b""
+        return key_value.encode() if isinstance(key_value, str) else bytes(key_value)
+
+
+def _where(number: int, partition, offset) -> dict:
+    return {"partition": partition, "offset": offset} if offset is not None else {"row": number}
+
+
+class _BlobToDts(_ToDts):
+    def __init__(self, options: Options, mode: str, max_message_bytes: int, key: str) -> None:
+        super().__init__(mode, max_message_bytes, key)
+        self.decoder = BlobDecoder(options)
+
+    def inputs(self, names):
+        text = next((n for n in ("blob", "value") if n in names), None)
+        if text is None:
+            raise OptionsError("a Blob DataFrame needs a 'blob' or 'value' column")
+        kafka = "partition" in names and "offset" in names
+        return [text, self._key_input(names), "partition" if kafka else None, "offset" if kafka else None]
+
+    def entries(self, records):
+        # The accounting of stream.blob_lines_to_entries, with Kafka positions instead of lines.
         policy, decoder, tally = self.policy, self.decoder, self.policy.tally
-        before, fed = tally.converted, 0
+        base, fed = tally.converted, 0
         for number, (text, key_value, partition, offset) in enumerate(records):
-            where = {"partition": partition, "offset": offset} if offset is not None else {"row": number}
             tally.input += 1
             try:
                 if text is None:
                     raise BlobFormatError("null Blob message")
                 entries = decoder.feed(decode_blob(text))
             except BridgeError as err:
-                policy.reject(err.located(**where), text)
+                policy.reject(err.located(**_where(number, partition, offset)), text)
                 continue
             fed += 1
-            tally.converted = before + fed - decoder.pending_messages
+            tally.converted = base + fed - decoder.pending_messages
             for entry in entries:
                 tally.outputs += 1
-                yield self._key_of(entry, key_value), entry
+                yield self.key_of(entry, key_value), entry
         for err in decoder.finish():
             fed -= err.count
             policy.reject(err, None, err.count)
-        tally.converted = before + fed
+        tally.converted = base + fed
 
-    def _key_of(self, entry: pb.Entry, key_value) -> bytes:
-        if self.key == "table":
-            return _entry_table_key(entry)
-        return b"" if self.key == "single" else _key_bytes(key_value)
 
-    def _row(self, key: bytes, value: bytes) -> tuple:
-        self.policy.tally.envelopes += 1
-        return (key, value, None) if self.keep else (key, value)
-
-    def _error_rows(self) -> Iterator[tuple]:
-        errors = self.policy.errors
-        while errors:
-            yield (None, None, str(errors.pop(0)))
+def _dts_output(options: Options | None, mode: str, max_message_bytes: int | None, key: str):
+    options = options or DEFAULT_OPTIONS
+    _policy_name(mode)
+    limit = max_message_bytes or options.max_message_bytes
+    options.replace(max_message_bytes=limit)  # the option's own range check
+    if not isinstance(key, str) or not key:
+        raise OptionsError("option 'key' must be table, single or an input column's name", value=key)
+    return options, limit
 
 
 def blob_to_dts_batches(options: Options | None = None, mode: str = "FAILFAST", *,
                         max_message_bytes: int | None = None, key: str = "table",
                         tally: SparkTally | None = None, arrow: bool = False):
-    """The per-partition function of `blob_to_dts`, for `df.mapInPandas(fn, dts_schema(mode))`."""
-    options = options or DEFAULT_OPTIONS
-    _policy_name(mode)
-    limit = max_message_bytes or options.max_message_bytes
-    Options(max_message_bytes=limit)  # the option's own range check
+    """The per-partition function of `blob_to_dts`: `df.mapInPandas(fn, dts_schema(mode))`."""
+    options, limit = _dts_output(options, mode, max_message_bytes, key)
     return _batch_function(lambda: _BlobToDts(options, mode, limit, key), arrow, tally)
 
 
-def blob_to_dts(df, options: Options | None = None, mode: str = "FAILFAST", *,
-                max_message_bytes: int | None = None, key: str = "table",
-                tally: SparkTally | None = None):
-    """DataFrame of Blob JSON (`blob` or `value`, string or binary) -> Kafka `key`, `value` rows.
-
-    Entries are rebuilt within each Spark partition in row order and packed into Envelopes (split
-    when larger than `max_message_bytes`); both halves of an update and every row of one DML event
-    must be in the same partition, in order. Kafka-shaped input (`topic`, `partition`, `offset`)
-    is put in that order here; any other input keeps the partitioning and order it has.
-    `key`: "table" (db.table of the Entry, empty for entries naming none), "single" (one empty
-    key: one Kafka partition, total order) or an input column's name (its value on the message
-    completing the Entry). Consecutive Entries are packed together only when their keys agree.
-    """
+def _stream_order(df):
+    """Kafka-shaped input (topic, partition, offset[, entry, row]) goes in stream order; any other
+    input keeps the partitioning and order it has."""
     if {"topic", "partition", "offset"} <= set(df.columns):
-        extra = [c for c in ("entry", "row") if c in df.columns]
-        df = df.repartition("topic", "partition").sortWithinPartitions("topic", "partition", "offset", *extra)
-    fn = blob_to_dts_batches(options, mode, max_message_bytes=max_message_bytes, key=key, tally=tally, arrow=True)
-    return df.mapInArrow(fn, dts_schema(mode))
+        return kafka_order(df, *[c for c in ("entry", "row") if c in df.columns])
+    return df
+
+
+def blob_to_dts(df, options: Options | None = None, mode: str = "FAILFAST", *,
+                max_message_bytes: int | None = None, key: str = "table", tally: SparkTally | None = None):
+    """Blob JSON (`blob` or `value` column, string or binary) -> Kafka `key`, `value` rows.
+
+    Entries are rebuilt per Spark partition in row order and packed into Envelopes (split when
+    larger than `max_message_bytes`): both halves of an update and every message of one DML event
+    must be in the same Spark partition, in order (docs/spark.md). `key`: "table" (the Entry's
+    db.table, empty for entries naming none), "single" (one empty key: one Kafka partition, total
+    order) or an input column (its value on the message completing the Entry); Entries share an
+    Envelope only when their keys agree.
+    """
+    fn = blob_to_dts_batches(options, mode, max_message_bytes=max_message_bytes, key=key, tally=tally,
+                             arrow=True)
+    return _stream_order(df).mapInArrow(fn, dts_schema(mode))
+
+
+# ---- Tuple -> DTS ----------------------------------------------------------------------------
+
+def _whole(v):
+    # pandas turns integer columns with nulls into floats
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# field type -> Spark value to Tuple value (before FIELD_CHECKS)
+FROM_SPARK: dict[str, Callable[[Any], Any]] = {
+    **{t: _whole for t in ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "TIMESTAMP")},
+    **{t: (lambda v: v) for t in ("DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN", "STRING")},
+}
+
+
+class _TupleToDts(_ToDts):
+    def __init__(self, options: Options, mode: str, max_message_bytes: int, key: str, schema,
+                 table: str | None, columns) -> None:
+        super().__init__(mode, max_message_bytes, key)
+        from .tuple import TupleDecoder
+        self.decoder = TupleDecoder(schema, options, table=table, columns=columns)
+        self.fields = [(f["name"], FROM_SPARK[f["type"]]) for f in self.decoder.schema["fields"]]
+
+    def inputs(self, names):
+        missing = [name for name, _ in self.fields if name not in names]
+        if missing:
+            raise OptionsError("the DataFrame lacks RecordSchema fields", value=missing)
+        kafka = "partition" in names and "offset" in names
+        return ([name for name, _ in self.fields]
+                + [self._key_input(names), "partition" if kafka else None, "offset" if kafka else None])
+
+    def entries(self, records):
+        # The accounting of the CLI's tuple_rows_to_entries: an update counts when its pair is whole.
+        policy, decoder, tally = self.policy, self.decoder, self.policy.tally
+        base, fed = tally.converted, 0
+        n = len(self.fields)
+        for number, record in enumerate(records):
+            key_value, partition, offset = record[n:]
+            row = {name: None if v is None else convert(v) for (name, convert), v in zip(self.fields, record)}
+            tally.input += 1
+            try:
+                entries = decoder.feed(row, number=number)
+            except BridgeError as err:
+                err.located(**_where(number, partition, offset))
+                policy.reject(err, orjson.dumps(row, default=str))
+                continue
+            fed += 1
+            tally.converted = base + fed - decoder.pending_rows
+            for entry in entries:
+                tally.outputs += 1
+                yield self.key_of(entry, key_value), entry
+        for err in decoder.finish():
+            fed -= err.count
+            policy.reject(err, None, err.count)
+        tally.converted = base + fed
+
+
+def tuple_to_dts_batches(table: str | None, schema, options: Options | None = None, mode: str = "FAILFAST",
+                         *, columns=None, max_message_bytes: int | None = None, key: str = "table",
+                         tally: SparkTally | None = None, arrow: bool = False):
+    """The per-partition function of `tuple_to_dts`: `df.mapInPandas(fn, dts_schema(mode))`."""
+    from .tuple import TupleDecoder
+    options, limit = _dts_output(options, mode, max_message_bytes, key)
+    TupleDecoder(schema, options, table=table, columns=columns)  # a schema that does not fit fails here
+    raw = _pack_columns(columns)
+    return _batch_function(lambda: _TupleToDts(options, mode, limit, key, schema, table, _unpack_columns(raw)),
+                           arrow, tally)
+
+
+def record_schema_of(df) -> dict:
+    """The RecordSchema of a typed Tuple DataFrame, from its Spark types (`error`, and the
+    position columns when all five are there, left out)."""
+    skip = {"error"} | ({n for n, _ in POSITION_COLUMNS} if {n for n, _ in POSITION_COLUMNS} <= set(df.columns)
+                        else set())
+    fields = []
+    for f in df.schema.fields:
+        if f.name in skip:
+            continue
+        kind = "decimal" if f.dataType.typeName() == "decimal" else f.dataType.simpleString()
+        if kind not in FIELD_TYPES_OF_SPARK:
+            raise OptionsError(f"column {f.name!r} has Spark type {f.dataType.simpleString()}, which no "
+                               "DataHub field type matches; pass schema=")
+        fields.append({"name": f.name, "type": FIELD_TYPES_OF_SPARK[kind]})
+    return {"fields": fields}
+
+
+def tuple_to_dts(df, table: str | None, schema=None, options: Options | None = None, mode: str = "FAILFAST",
+                 *, columns=None, max_message_bytes: int | None = None, key: str = "table",
+                 tally: SparkTally | None = None):
+    """Typed Tuple rows of one table -> Kafka `key`, `value` rows (one DML Entry per row, per
+    update pair). `schema` defaults to the RecordSchema of the DataFrame's Spark types; `columns`
+    (e.g. `table_columns`) restores the original DTS column types. Both rows of an update must be
+    in the same Spark partition; rows with positions (dts_to_tuple(positions=True)) are put in
+    stream order here, other input keeps its order.
+    """
+    schema = schema if schema is not None else record_schema_of(df)
+    fn = tuple_to_dts_batches(table, schema, options, mode, columns=columns, max_message_bytes=max_message_bytes,
+                              key=key, tally=tally, arrow=True)
+    return _stream_order(df).mapInArrow(fn, dts_schema(mode))
 
 
 # ---- sessions -------------------------------------------------------------------------------
 
-def local_session(app_name: str = "dts-bridge", partitions: int = 2, conf: dict | None = None):
-    """A `local[2]` SparkSession for demos and tests (no UI, few shuffle partitions).
-
-    Workers run this interpreter unless PYSPARK_PYTHON says otherwise.
-    """
+def local_session(app_name: str = "dts-bridge", conf: dict | None = None):
+    """A `local[2]` SparkSession for demos and tests: no UI or progress bar, 2 shuffle partitions,
+    and Python workers running this interpreter unless PYSPARK_PYTHON says otherwise
+    (getOrCreate: an existing session is reused)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     builder = (SparkSession.builder.master("local[2]").appName(app_name)
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", str(partitions)))
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2"))
     for name, value in (conf or {}).items():
         builder = builder.config(name, str(value))
     return builder.getOrCreate()
