@@ -114,6 +114,7 @@ class BlobDecoder:
         self.messages = 0
         self.entries = 0
         self._line: int | None = None
+        self._column_sets: dict = {}  # JSON of (dataColumn, primaryKey, dts.columns) -> built columns
         # update halves pushed out of the pairing window: errors for the caller to report
         self.evicted: list[ConversionError] = []
 
@@ -325,6 +326,28 @@ class BlobDecoder:
             facts["nullImage"] = ",".join(nulls)
 
     def _columns(self, dml, schema, ext, facts):
+        """Columns of the DML event, codecs and names; built once per column set and reused."""
+        columns_ext = ext.get("columns") if ext else None
+        try:
+            key = orjson.dumps([schema["dataColumn"], schema.get("primaryKey", False), columns_ext])
+        except (TypeError, orjson.JSONEncodeError):
+            key = None
+        cached = self._column_sets.get(key) if key is not None else None
+        if cached is None:
+            template = pb.DMLEvent()
+            table_facts: dict = {}
+            codecs, names = self._build_columns(template, schema, ext, table_facts)
+            cached = (template, codecs, names, table_facts)
+            if key is not None:
+                if len(self._column_sets) > 4096:
+                    self._column_sets.clear()
+                self._column_sets[key] = cached
+        template, codecs, names, table_facts = cached
+        dml.columns.extend(template.columns)
+        facts.update(table_facts)
+        return codecs, names
+
+    def _build_columns(self, dml, schema, ext, facts):
         cols = schema["dataColumn"]
         types = (ext.get("columns") or {}).get("types") if ext else None
         props = (ext.get("columns") or {}).get("properties", {}) if ext else {}
