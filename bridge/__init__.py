@@ -16,12 +16,16 @@ from .blob_encode import BlobEncoder, encode_blob, entries_to_blob, entry_to_blo
 from .errors import (BlobFormatError, BridgeError, ConversionError, DecodeError, FramingError,
                      OptionsError, TupleFormatError)
 from .options import DEFAULT_OPTIONS, Options
+from .tuple import (TupleDecoder, TupleEncoder, entries_to_tuples, entry_to_tuples, load_record_schema,
+                    record_schema, tuples_to_entries)
 from .validation import validate_blob
 
 __all__ = [
     "pb", "Options", "DEFAULT_OPTIONS",
     "entry_to_blob", "entries_to_blob", "blob_to_entries", "encode_blob", "decode_blob", "validate_blob",
     "shard_key", "BlobEncoder", "BlobDecoder",
+    "entry_to_tuples", "entries_to_tuples", "tuples_to_entries", "record_schema", "load_record_schema",
+    "TupleEncoder", "TupleDecoder",
     "BridgeError", "FramingError", "DecodeError", "ConversionError", "BlobFormatError",
     "TupleFormatError", "OptionsError",
     "Reassembler", "Assembled", "split_entries", "pack_entries", "read_pb", "write_pb",

@@ -1,0 +1,474 @@
+"""DTS Entry -> DataHub Tuple rows, and the Tuple side's tables (SPEC sections 2 and 3).
+
+The tables (module-level dicts, each checked by a test for completeness): `TUPLE_TYPES` (kind ->
+DataHub field type, integer widths by `INT_TUPLE_TYPES`), `TO_TUPLE` (kind -> value converter
+factory; `tuple_decode.FROM_TUPLE` is the way back), `META_COLUMNS` (DataWorks meta column -> type
+and extractor) and `ROW_IMAGES` (DMLType -> the rows one row change gives).
+
+A Tuple row is a dict: field name -> Python value (int, float, Decimal, bool, str or None). One DML
+row change gives one row (an update two: U/Y/N then U/N/Y, sharing `_sequence_id_` and
+`_execute_time_`); every other entry gives none and is counted. A Tuple row has no lossless
+extension, so a value a field cannot hold exactly is a ConversionError (docs/tuple.md).
+
+>>> from bridge import pb
+>>> e = pb.Entry(header=pb.Header(messageType=pb.DML, timestamp=1605339932, seqId=9, schemaName="db", tableName="t"))
+>>> dml = e.event.dmlEvent
+>>> _ = dml.columns.add(name="id", originalType="bigint(20)")
+>>> _ = dml.rows.add(newColumns=[pb.Data(dataType=pb.INT64, sv="42")])
+>>> entry_to_tuples(e)
+[{'id': 42, '_sequence_id_': '9000000', '_operation_type_': 'I', '_execute_time_': 1605339932000, '_before_image_': 'N', '_after_image_': 'Y'}]
+"""
+from __future__ import annotations
+
+import base64
+import math
+import re
+import struct
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+import orjson
+
+from . import subscribe_pb2 as pb
+from .blob_encode import ROW_DIGITS, sequence_id
+from .errors import BridgeError, ConversionError, TupleFormatError
+from .options import DEFAULT_OPTIONS, Options
+from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnType, charset_codec, column_is_boolean, format_temporal,
+                     parse_column_type, parse_temporal)
+
+__all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
+           "tuple_type", "column_type", "float32", "TUPLE_TYPES", "INT_TUPLE_TYPES", "TO_TUPLE", "BINARY_TEXT",
+           "FIELD_TYPES", "META_COLUMNS", "META_NAMES", "LEGACY_TIME_COLUMN", "ROW_IMAGES", "TIMESTAMP_RANGE",
+           "INT_RANGES"]
+
+DT = pb.DataType
+_ROW_SCALE = 10 ** ROW_DIGITS
+FIELD_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN",
+               "TIMESTAMP", "STRING")
+# Epoch microseconds pydatahub accepts for a TIMESTAMP field.
+TIMESTAMP_RANGE = (-62135798400000000, 253402271999000000)
+# field type -> the integers it holds
+INT_RANGES = {"TINYINT": (-(1 << 7), (1 << 7) - 1), "SMALLINT": (-(1 << 15), (1 << 15) - 1),
+              "INTEGER": (-(1 << 31), (1 << 31) - 1), "BIGINT": (-(1 << 63), (1 << 63) - 1),
+              "TIMESTAMP": TIMESTAMP_RANGE}
+
+# ---- MySQL type -> DataHub field type ----------------------------------------------------------
+
+# integer width -> (signed type, unsigned type): unsigned values widen to the next type that holds them.
+INT_TUPLE_TYPES: dict[int, tuple[str, str]] = {
+    8: ("TINYINT", "SMALLINT"), 16: ("SMALLINT", "INTEGER"), 24: ("INTEGER", "INTEGER"),
+    32: ("INTEGER", "BIGINT"), 64: ("BIGINT", "DECIMAL"),
+}
+
+
+def _integer_type(ct: ColumnType) -> str:
+    return INT_TUPLE_TYPES[INT_WIDTHS.get(ct.family, 64)][ct.unsigned]
+
+
+def _bit_type(ct: ColumnType) -> str:
+    return "DECIMAL" if (ct.length or 1) >= 64 else "BIGINT"
+
+
+def _float_type(ct: ColumnType) -> str:
+    return "FLOAT" if ct.family == "float" else "DOUBLE"
+
+
+# kind (values.FAMILIES) -> field type, or a width/sign rule giving it.
+TUPLE_TYPES: dict[str, str | Callable[[ColumnType], str]] = {
+    "integer": _integer_type, "bit": _bit_type, "year": "SMALLINT", "boolean": "BOOLEAN",
+    "float": _float_type, "decimal": "DECIMAL", "text": "STRING", "binary": "STRING", "bytes": "STRING",
+    "json": "STRING", "time": "STRING", "date": "TIMESTAMP", "datetime": "TIMESTAMP", "timestamp": "TIMESTAMP",
+}
+
+
+def tuple_type(ct: ColumnType) -> str:
+    """The DataHub field type of a column, decided by its definition.
+
+    >>> tuple_type(parse_column_type("int(10) unsigned"))
+    'BIGINT'
+    """
+    rule = TUPLE_TYPES[ct.kind]
+    return rule if isinstance(rule, str) else rule(ct)
+
+
+# ---- meta columns and the rows of one row change -------------------------------------------------
+
+class RowMeta(NamedTuple):
+    """What the meta columns of one Tuple row say."""
+    sequence_id: str
+    op: str
+    time: int
+    before: str
+    after: str
+    source: str
+
+
+# meta column -> (field type, extractor); `_source_table_` only with Options.source_table.
+META_COLUMNS: dict[str, tuple[str, Callable[[RowMeta], Any]]] = {
+    "_sequence_id_": ("STRING", lambda m: m.sequence_id),
+    "_operation_type_": ("STRING", lambda m: m.op),
+    "_execute_time_": ("BIGINT", lambda m: m.time),
+    "_before_image_": ("STRING", lambda m: m.before),
+    "_after_image_": ("STRING", lambda m: m.after),
+    "_source_table_": ("STRING", lambda m: m.source),
+}
+LEGACY_TIME_COLUMN = "_excute_time_"  # older DataWorks pages' spelling, accepted when reading
+META_NAMES = frozenset(META_COLUMNS) | {LEGACY_TIME_COLUMN}
+
+# DMLType -> (op, before image, after image, which DTS image) for each row one row change gives.
+ROW_IMAGES: dict[int, tuple[tuple[str, str, str, str], ...]] = {
+    pb.INSERT: (("I", "N", "Y", "new"),),
+    pb.UPDATE: (("U", "Y", "N", "old"), ("U", "N", "Y", "new")),
+    pb.DELETE: (("D", "Y", "N", "old"),),
+}
+
+# ---- DTS values -> Tuple values, per kind (`TO_TUPLE`) ------------------------------------------
+
+def float32(v: float, error=ConversionError) -> float:
+    """The float32 a FLOAT field stores for `v` (as DataHub does), or `error` when it overflows."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        raise error("value outside the range of FLOAT", value=v) from None
+
+
+_INT_RE = re.compile(r"-?[0-9]+\Z")
+_DEC_RE = re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+ToTuple = Callable[[pb.Data], Any]
+
+
+def _integer_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    lo, hi = ct.int_range
+    as_decimal = tuple_type(ct) == "DECIMAL"
+
+    def to_tuple(d: pb.Data):
+        if not _INT_RE.match(d.sv):
+            raise ConversionError("not an integer", value=d.sv or d.bv)
+        v = int(d.sv)
+        if not lo <= v <= hi:
+            raise ConversionError(f"integer outside the range of {ct.text}", value=d.sv)
+        return Decimal(v) if as_decimal else v
+    return to_tuple
+
+
+def _boolean_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    def to_tuple(d: pb.Data):
+        if d.sv not in ("0", "1"):
+            raise ConversionError("BOOLEAN column value is not 0 or 1", value=d.sv or d.bv)
+        return d.sv == "1"
+    return to_tuple
+
+
+def _float_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    single = tuple_type(ct) == "FLOAT"
+
+    def to_tuple(d: pb.Data):
+        if not _FLOAT_RE.match(d.sv):
+            raise ConversionError("not a finite number", value=d.sv or d.bv)
+        v = float(d.sv)
+        if math.isinf(v):
+            raise ConversionError("value outside the range of DOUBLE", value=d.sv)
+        return float32(v) if single else v
+    return to_tuple
+
+
+def _decimal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    def to_tuple(d: pb.Data):
+        if not _DEC_RE.match(d.sv):
+            raise ConversionError("not a decimal number", value=d.sv or d.bv)
+        return Decimal(d.sv)
+    return to_tuple
+
+
+def _text_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    def to_tuple(d: pb.Data):
+        codec = charset_codec(d.charset)
+        if codec is None:
+            raise ConversionError(f"charset {d.charset!r} has no text decoding", value=d.bv)
+        try:
+            return codec[0](d.bv)[0]
+        except UnicodeDecodeError as exc:
+            raise ConversionError(f"bytes do not decode as {d.charset or 'utf8'} ({exc.reason} at byte "
+                                  f"{exc.start})", value=d.bv) from None
+    return to_tuple
+
+
+# Options.tuple_binary -> (encode bytes to text, decode text to bytes)
+BINARY_TEXT: dict[str, tuple[Callable[[bytes], str], Callable[[str], bytes]]] = {
+    "base64": (lambda b: base64.b64encode(b).decode("ascii"), lambda s: base64.b64decode(s, validate=True)),
+    "hex": (lambda b: b.hex(), bytes.fromhex),
+}
+
+
+def _bytes_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    encode = BINARY_TEXT[options.tuple_binary][0]
+    return lambda d: encode(d.bv)
+
+
+def _utf8_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    """json (BYTES) and time (STRING) columns: UTF-8 text in `bv`."""
+    def to_tuple(d: pb.Data):
+        try:
+            return d.bv.decode("utf-8") if d.bv or not d.sv else d.sv
+        except UnicodeDecodeError:
+            raise ConversionError(f"{ct.kind} bytes are not UTF-8", value=d.bv) from None
+    return to_tuple
+
+
+def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    zone, kind = options.zone, ct.kind
+    lo, hi = TIMESTAMP_RANGE
+    wall = 10 if kind == "date" else 19
+    check_wall = kind != "timestamp" and options.timezone != "UTC"
+
+    def to_tuple(d: pb.Data):
+        text = _ascii_text(d, kind)
+        try:
+            ms, micros = parse_temporal(text, zone)
+        except (ValueError, OverflowError) as exc:
+            raise ConversionError(f"{kind} value has no epoch time ({exc})", value=text) from None
+        us = ms * 1000 + micros
+        if not lo <= us <= hi:
+            raise ConversionError(f"{kind} value outside the TIMESTAMP range", value=text)
+        if check_wall and format_temporal(ms, kind, 0, zone)[:wall] != text[:wall]:
+            raise ConversionError(f"{kind} value does not exist in {options.timezone}", value=text)
+        return us
+    return to_tuple
+
+
+def _ascii_text(d: pb.Data, kind: str) -> str:
+    try:
+        return d.bv.decode("ascii") if d.bv else d.sv
+    except UnicodeDecodeError:
+        raise ConversionError(f"{kind} text is not ASCII", value=d.bv) from None
+
+
+# kind -> factory (ct, options) -> to_tuple(Data) -> Tuple value; NIL and NA never reach it.
+TO_TUPLE: dict[str, Callable[[ColumnType, Options], ToTuple]] = {
+    "integer": _integer_to_tuple, "bit": _integer_to_tuple, "year": _integer_to_tuple,
+    "boolean": _boolean_to_tuple, "float": _float_to_tuple, "decimal": _decimal_to_tuple,
+    "text": _text_to_tuple, "binary": _bytes_to_tuple, "bytes": _bytes_to_tuple, "json": _utf8_to_tuple,
+    "time": _utf8_to_tuple, "date": _temporal_to_tuple, "datetime": _temporal_to_tuple,
+    "timestamp": _temporal_to_tuple,
+}
+
+
+def column_type(column: pb.Column) -> ColumnType:
+    return parse_column_type(column.originalType, column_is_boolean(column))
+
+
+# ---- RecordSchema --------------------------------------------------------------------------------
+
+def _meta_fields(options: Options) -> list[str]:
+    return [name for name in META_COLUMNS if name != "_source_table_" or options.source_table]
+
+
+@dataclass
+class _TupleTable:
+    """Per column set: names, converters and the RecordSchema, built once."""
+    names: list
+    converters: list
+    schema: dict
+
+    def image(self, datas) -> dict:
+        n = len(self.names)
+        if len(datas) != n:
+            if not datas:  # no Data at all: every column absent from this image
+                return dict.fromkeys(self.names)
+            raise ConversionError(f"row image has {len(datas)} values for {n} columns")
+        out = {}
+        for name, convert, d in zip(self.names, self.converters, datas):
+            dt = d.dataType
+            if dt == DT.NIL or dt == DT.NA:
+                out[name] = None
+            elif dt > DT.NA:
+                raise ConversionError(f"unknown DataType {dt}", column=name)
+            else:
+                try:
+                    out[name] = convert(d)
+                except BridgeError as exc:
+                    raise exc.located(column=name)
+        return out
+
+
+def _build_table(columns, options: Options) -> _TupleTable:
+    names, converters, fields = [], [], []
+    seen = set()
+    for c in columns:
+        if c.name.lower() in seen:
+            raise ConversionError("duplicate column name", column=c.name)
+        if c.name in META_NAMES:
+            raise ConversionError("column name is a DataWorks meta column", column=c.name)
+        seen.add(c.name.lower())
+        try:
+            ct = column_type(c)
+        except BridgeError as exc:
+            raise exc.located(column=c.name)
+        names.append(c.name)
+        converters.append(TO_TUPLE[ct.kind](ct, options))
+        fields.append({"name": c.name, "type": tuple_type(ct)})
+    fields += [{"name": name, "type": META_COLUMNS[name][0]} for name in _meta_fields(options)]
+    return _TupleTable(names, converters, {"fields": fields})
+
+
+def record_schema(columns, options: Options = DEFAULT_OPTIONS) -> dict:
+    """DataHub RecordSchema JSON of a table's DTS columns: data columns in order, then meta columns.
+
+    >>> record_schema([pb.Column(name="id", originalType="int(10) unsigned")])["fields"][:2]
+    [{'name': 'id', 'type': 'BIGINT'}, {'name': '_sequence_id_', 'type': 'STRING'}]
+    """
+    return _build_table(columns, options).schema
+
+
+_FIELD_KEYS = frozenset({"name", "type", "comment", "notnull"})
+
+
+def load_record_schema(schema) -> dict:
+    """Check a RecordSchema (dict, JSON text or a pydatahub RecordSchema) and return it as
+    `{"fields": [{"name": ..., "type": ...}]}` with upper-case types (pydatahub writes lower case)."""
+    if hasattr(schema, "to_json") and not isinstance(schema, (dict, str, bytes)):
+        schema = schema.to_json()
+    if isinstance(schema, (str, bytes, bytearray)):
+        try:
+            schema = orjson.loads(schema)
+        except orjson.JSONDecodeError as exc:
+            raise TupleFormatError(f"RecordSchema is not valid JSON ({exc.msg})", value=schema) from None
+    if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
+        raise TupleFormatError("a RecordSchema is an object with a list of fields", value=schema)
+    fields, seen = [], set()
+    for field in schema["fields"]:
+        if not isinstance(field, dict) or not isinstance(field.get("name"), str) or not field["name"]:
+            raise TupleFormatError("a field needs a non-empty name", value=field)
+        name, ftype = field["name"], field.get("type")
+        if set(field) - _FIELD_KEYS:
+            raise TupleFormatError(f"unknown keys in field {name!r}", value=sorted(set(field) - _FIELD_KEYS))
+        if not isinstance(ftype, str) or ftype.upper() not in FIELD_TYPES:
+            raise TupleFormatError(f"unknown DataHub field type for {name!r}", value=ftype)
+        if name.lower() in seen:
+            raise TupleFormatError("duplicate field name", value=name)
+        seen.add(name.lower())
+        ftype = ftype.upper()
+        meta_type = "BIGINT" if name == LEGACY_TIME_COLUMN else META_COLUMNS.get(name, (ftype,))[0]
+        if ftype != meta_type:
+            raise TupleFormatError(f"meta column {name} must be {meta_type}", value=ftype)
+        fields.append({"name": name, "type": ftype})
+    return {"fields": fields}
+
+
+# ---- the encoder ---------------------------------------------------------------------------------
+
+def _facts(props) -> dict:
+    """DataHub facts (reserved-prefix properties) of a properties list."""
+    n = len(RESERVED_PREFIX)
+    return {p.key[n:]: p.value for p in props if p.key.startswith(RESERVED_PREFIX)}
+
+
+def _table_name(header: pb.Header) -> str | None:
+    if header.schemaName or header.tableName:
+        return f"{header.schemaName}.{header.tableName}"
+    return None
+
+
+class TupleEncoder:
+    """Stream-level DTS -> Tuple converter: caches row builders per column set and counts output.
+
+    `emitted` counts rows, `entries` the entries that gave rows, `not_emitted` the rest by reason.
+    """
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
+        self.options = options
+        self.entries = 0
+        self.emitted = 0
+        self.not_emitted: Counter = Counter()
+        self._tables: dict = {}
+        self._meta = [(name, META_COLUMNS[name][1]) for name in _meta_fields(options)]
+
+    def schema(self, columns) -> dict:
+        """The RecordSchema of a column set (cached with its row builder)."""
+        return self._table(columns).schema
+
+    def convert(self, entry: pb.Entry) -> list[dict]:
+        header = entry.header
+        try:
+            out = self._convert(entry, header)
+        except BridgeError as exc:
+            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+        except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
+            raise ConversionError(f"cannot convert entry ({exc})", seq_id=header.seqId,
+                                  table=_table_name(header)) from exc
+        if out:
+            self.entries += 1
+            self.emitted += len(out)
+        return out
+
+    def _convert(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
+        mtype = header.messageType
+        if mtype != pb.DML:
+            if mtype not in pb.MessageType.values():
+                raise ConversionError(f"unknown MessageType {mtype}")
+            self.not_emitted[pb.MessageType.Name(mtype)] += 1
+            return []
+        dml = entry.event.dmlEvent
+        images = ROW_IMAGES.get(dml.dmlEventType)
+        if images is None:
+            raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
+        if not dml.rows:
+            self.not_emitted["DML without rows"] += 1
+            return []
+        if len(dml.rows) > _ROW_SCALE:
+            raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequence id")
+        table = self._table(dml.columns)
+        facts = _facts(header.properties)
+        out = []
+        for index, row in enumerate(dml.rows):
+            row_facts = {**facts, **_facts(row.properties)} if row.properties else facts
+            if (images[0][0] == "I" and row.oldColumns) or (images[0][0] == "D" and row.newColumns):
+                raise ConversionError(f"{pb.DMLType.Name(dml.dmlEventType)} row change {index} carries a "
+                                      f"{'before' if row.oldColumns else 'after'} image")
+            seq = row_facts["sequenceId"] if "sequenceId" in row_facts else sequence_id(header.seqId, index)
+            time = int(row_facts["eventTime"]) if "eventTime" in row_facts else header.timestamp * 1000
+            source = (row_facts["sourceTable"] if "sourceTable" in row_facts
+                      else f"{header.schemaName}.{header.tableName}")
+            for op, before, after, image in images:
+                values = table.image(row.oldColumns if image == "old" else row.newColumns)
+                meta = RowMeta(seq, op, time, before, after, source)
+                for name, extract in self._meta:
+                    values[name] = extract(meta)
+                out.append(values)
+        return out
+
+    def _table(self, columns) -> _TupleTable:
+        key = tuple((c.name, c.originalType, column_is_boolean(c)) for c in columns)
+        table = self._tables.get(key)
+        if table is None:
+            if len(self._tables) > 1024:
+                self._tables.clear()
+            table = self._tables[key] = _build_table(columns, self.options)
+        return table
+
+
+def entry_to_tuples(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
+    """Tuple rows of one Entry (a list: an update row change gives two, a non-DML entry none)."""
+    return _encoder(options).convert(entry)
+
+
+def entries_to_tuples(entries: Iterable[pb.Entry], options: Options = DEFAULT_OPTIONS) -> Iterator[dict]:
+    """Tuple rows of a stream of Entries, in order, sharing one encoder's caches."""
+    encoder = TupleEncoder(options)
+    for entry in entries:
+        yield from encoder.convert(entry)
+
+
+_ENCODERS: dict[Options, TupleEncoder] = {}
+
+
+def _encoder(options: Options) -> TupleEncoder:
+    enc = _ENCODERS.get(options)
+    if enc is None:
+        if len(_ENCODERS) > 32:
+            _ENCODERS.clear()
+        enc = _ENCODERS[options] = TupleEncoder(options)
+    return enc
