@@ -22,8 +22,8 @@ import orjson
 
 from . import subscribe_pb2 as pb
 from .errors import BridgeError, ConversionError
-from .options import DEFAULT_OPTIONS, Options
-from .values import (CONTROL_MESSAGE_TYPES, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
+from .options import DEFAULT_OPTIONS, Options, per_options
+from .values import (CONTROL_MESSAGE_TYPES, ColumnSetCache, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, codec_for, data_to_raw, ddl_op)
 
 __all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key",
@@ -124,8 +124,7 @@ class BlobEncoder:
         self.emitted = 0
         self.entries = 0
         self.not_emitted: Counter = Counter()
-        self._tables: dict = {}
-        self._last: dict = {}  # (schema, table) -> (copy of its last columns, _TableCodec)
+        self._tables = ColumnSetCache(self._build_table)
         self._sources: dict = {}  # (sourceType, schema, table) -> schema.source dict (shared, never mutated)
 
     # -- public ------------------------------------------------------------------------------
@@ -197,7 +196,7 @@ class BlobEncoder:
             return []
         if len(dml.rows) > _ROW_SCALE:
             raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
-        table = self._table(header, dml.columns)
+        table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
         lossless = self.options.lossless
         plain_props, facts = _split_props(header.properties)
         source = self._source(header, facts)
@@ -298,23 +297,6 @@ class BlobEncoder:
                 raws = raws or {}
                 raws[str(i)] = data_to_raw(d)
         return values, raws, charsets
-
-    def _table(self, header: pb.Header, columns) -> _TableCodec:
-        # Comparing the repeated field with the cached copy runs in C; building a hashable key
-        # from every column would cost more than the whole row conversion.
-        slot = (header.schemaName, header.tableName)
-        cached = self._last.get(slot)
-        if cached is not None and cached[0].columns == columns:
-            return cached[1]
-        key = tuple((c.name, c.originalType, c.isKey, tuple((p.key, p.value) for p in c.properties))
-                    for c in columns)
-        table = self._tables.get(key)
-        if table is None:
-            table = self._tables[key] = self._build_table(columns)
-        copy = pb.DMLEvent()
-        copy.columns.extend(columns)
-        self._last[slot] = (copy, table)
-        return table
 
     def _build_table(self, columns) -> _TableCodec:
         names, codecs, schema_columns, pkey = [], [], [], []
@@ -464,13 +446,4 @@ def entries_to_blob(entries: Iterable[pb.Entry], options: Options = DEFAULT_OPTI
         yield from encoder.convert(entry)
 
 
-_ENCODERS: dict[Options, BlobEncoder] = {}
-
-
-def _encoder(options: Options) -> BlobEncoder:
-    enc = _ENCODERS.get(options)
-    if enc is None:
-        if len(_ENCODERS) > 32:
-            _ENCODERS.clear()
-        enc = _ENCODERS[options] = BlobEncoder(options)
-    return enc
+_encoder = per_options(BlobEncoder)

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import OptionsError
 
-__all__ = ["Options", "DEFAULT_OPTIONS", "option_specs"]
+__all__ = ["Options", "DEFAULT_OPTIONS", "option_specs", "per_options"]
 
 
 def _opt(default, help, choices=None):
@@ -78,6 +78,21 @@ class Options:
 
     def replace(self, **changes) -> "Options":
         return dataclasses.replace(self, **changes)
+
+
+def per_options(factory):
+    """`get(options)` -> one shared `factory(options)` per Options value (a few are kept)."""
+    instances: dict = {}
+
+    def get(options: Options):
+        instance = instances.get(options)
+        if instance is None:
+            if len(instances) >= 32:
+                instances.clear()
+            instance = instances[options] = factory(options)
+        return instance
+
+    return get
 
 
 def option_specs() -> list[tuple[str, str, object, tuple | None, str]]:

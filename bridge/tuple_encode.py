@@ -34,9 +34,9 @@ import orjson
 from . import subscribe_pb2 as pb
 from .blob_encode import ROW_DIGITS, sequence_id
 from .errors import BridgeError, ConversionError, TupleFormatError
-from .options import DEFAULT_OPTIONS, Options
-from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnType, charset_codec, column_is_boolean, format_temporal,
-                     parse_column_type, parse_temporal)
+from .options import DEFAULT_OPTIONS, Options, per_options
+from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, charset_codec, column_is_boolean,
+                     format_temporal, parse_column_type, parse_temporal)
 
 __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
            "tuple_type", "column_type", "float32", "TUPLE_TYPES", "INT_TUPLE_TYPES", "TO_TUPLE", "BINARY_TEXT",
@@ -383,12 +383,12 @@ class TupleEncoder:
         self.entries = 0
         self.emitted = 0
         self.not_emitted: Counter = Counter()
-        self._tables: dict = {}
+        self._tables = ColumnSetCache(lambda columns: _build_table(columns, self.options))
         self._meta = [(name, META_COLUMNS[name][1]) for name in _meta_fields(options)]
 
     def schema(self, columns) -> dict:
         """The RecordSchema of a column set (cached with its row builder)."""
-        return self._table(columns).schema
+        return self._tables.get(columns).schema
 
     def convert(self, entry: pb.Entry) -> list[dict]:
         header = entry.header
@@ -420,7 +420,7 @@ class TupleEncoder:
             return []
         if len(dml.rows) > _ROW_SCALE:
             raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequence id")
-        table = self._table(dml.columns)
+        table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
         facts = _facts(header.properties)
         out = []
         for index, row in enumerate(dml.rows):
@@ -440,15 +440,6 @@ class TupleEncoder:
                 out.append(values)
         return out
 
-    def _table(self, columns) -> _TupleTable:
-        key = tuple((c.name, c.originalType, column_is_boolean(c)) for c in columns)
-        table = self._tables.get(key)
-        if table is None:
-            if len(self._tables) > 1024:
-                self._tables.clear()
-            table = self._tables[key] = _build_table(columns, self.options)
-        return table
-
 
 def entry_to_tuples(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
     """Tuple rows of one Entry (a list: an update row change gives two, a non-DML entry none)."""
@@ -462,13 +453,4 @@ def entries_to_tuples(entries: Iterable[pb.Entry], options: Options = DEFAULT_OP
         yield from encoder.convert(entry)
 
 
-_ENCODERS: dict[Options, TupleEncoder] = {}
-
-
-def _encoder(options: Options) -> TupleEncoder:
-    enc = _ENCODERS.get(options)
-    if enc is None:
-        if len(_ENCODERS) > 32:
-            _ENCODERS.clear()
-        enc = _ENCODERS[options] = TupleEncoder(options)
-    return enc
+_encoder = per_options(TupleEncoder)

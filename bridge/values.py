@@ -705,6 +705,37 @@ def codec_for(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> Codec:
     return CODECS[ct.kind](ct, options)
 
 
+class ColumnSetCache:
+    """Objects built once per column set and reused across rows and batches (STYLE lesson 6).
+
+    Comparing a table's columns with the copy kept from its previous entry runs in C; only a
+    column set that changed pays for building a hashable key.
+    """
+
+    def __init__(self, build: Callable[[Any], Any], limit: int = 1024) -> None:
+        self._build = build
+        self._limit = limit
+        self._by_key: dict = {}
+        self._last: dict = {}  # slot (e.g. schema and table name) -> (copy of its columns, built)
+
+    def get(self, columns, slot: Any = None):
+        last = self._last.get(slot)
+        if last is not None and last[0].columns == columns:
+            return last[1]
+        key = tuple((c.name, c.originalType, c.isKey, tuple((p.key, p.value) for p in c.properties))
+                    for c in columns)
+        built = self._by_key.get(key)
+        if built is None:
+            if len(self._by_key) >= self._limit:
+                self._by_key.clear()
+                self._last.clear()
+            built = self._by_key[key] = self._build(columns)
+        copy = pb.DMLEvent()
+        copy.columns.extend(columns)
+        self._last[slot] = (copy, built)
+        return built
+
+
 # ---- raw Data in the lossless extension ---------------------------------------------------------
 
 def data_to_raw(d: pb.Data) -> dict:
