@@ -132,6 +132,10 @@ class BlobDecoder:
         return out
 
     @property
+    def pending(self) -> int:
+        return self.pending_messages
+
+    @property
     def pending_messages(self) -> int:
         """Messages fed but not yet part of a returned Entry (update halves, rows of open events)."""
         return len(self._halves) + sum(e.messages for e in self._events.values())

@@ -41,7 +41,7 @@ from .blob_encode import BlobEncoder, encode_blob
 from .errors import BridgeError, DecodeError, OptionsError
 from .options import Options, option_specs
 from .stream import (ErrorPolicy, Tally, blob_lines_to_entries, dts_json_lines_to_entries,
-                     dts_records_to_entries, entries_to_messages)
+                     dts_records_to_entries, entries_to_messages, tuple_rows_to_entries)
 from .validation import iter_blob_errors
 from .values import DML_OPS, OPS_BY_MESSAGE_TYPE, ddl_op
 
@@ -474,16 +474,16 @@ def pyarrow_parquet():
     return pyarrow.parquet
 
 
-# Tuple readers yield (row number, row or None, error or None): one bad row is one rejected record.
+# Tuple readers yield (row number, row or the BridgeError that row gave): one bad row is one rejected record.
 
 def _tuple_jsonl_rows(tup, fh, schema, fields):
     for number, line in _numbered_lines(fh):
         try:
-            yield number, tup.coerce_row(orjson.loads(line), fields, line=number), None
+            yield number, tup.coerce_row(orjson.loads(line), fields, line=number)
         except orjson.JSONDecodeError as err:
-            yield number, None, DecodeError(f"invalid JSON ({err.msg})", value=line, line=number)
+            yield number, DecodeError(f"invalid JSON ({err.msg})", value=line, line=number)
         except BridgeError as err:
-            yield number, None, err
+            yield number, err
 
 
 def _tuple_csv_rows(tup, fh, schema, fields):
@@ -496,14 +496,14 @@ def _tuple_csv_rows(tup, fh, schema, fields):
         while True:
             try:
                 for number, row in tup.read_tuple_csv(itertools.chain([header], text), schema):
-                    yield done + number, row, None
+                    yield done + number, row
                 return
             except BridgeError as err:
                 if "row" not in err.where:
                     raise  # the header: nothing in the file can be read
                 done += err.where["row"]
                 err.where["row"] = done
-                yield done, None, err
+                yield done, err
     except (UnicodeDecodeError, csv.Error) as err:
         raise DecodeError(f"unreadable CSV after data row {done} ({err})") from None
     finally:
@@ -517,38 +517,11 @@ def _tuple_parquet_rows(tup, path, schema, fields):
     try:
         for number, row in tup.read_tuple_parquet(path, schema):
             done = number
-            yield number, row, None
+            yield number, row
     except BridgeError as err:
         # the reader cannot go on past a bad row: the rest of the file is rejected with it
         err.count = total - done
-        yield done + 1, None, err
-
-
-def tuple_rows_to_entries(rows, decoder, policy: ErrorPolicy) -> Iterator[tuple[dict, pb.Entry]]:
-    """Tuple rows -> (where, Entry) under the policy, counted in rows as `blob_lines_to_entries`
-    counts messages (an update's two rows count when the second arrives)."""
-    tally = policy.tally
-    base, fed = tally.converted, 0
-    for number, row, error in rows:
-        count = getattr(error, "count", 1)
-        tally.input += count
-        if error is None:
-            try:
-                entries = decoder.feed(row, number=number)
-            except BridgeError as err:
-                error = err
-        if error is not None:
-            policy.reject(error, orjson.dumps(row, default=str) if row is not None else None, count)
-            continue
-        fed += 1
-        tally.converted = base + fed - decoder.pending_rows
-        for entry in entries:
-            tally.outputs += 1
-            yield {"row": number}, entry
-    for err in decoder.finish():
-        fed -= err.count
-        policy.reject(err, None, err.count)
-    tally.converted = base + fed
+        yield done + 1, err
 
 
 # ---- convert ------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from decimal import Context, Decimal, InvalidOperation
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
-import orjson
 
 from . import subscribe_pb2 as pb
 from ._wire import Reassembler, pack_entries
@@ -33,7 +32,7 @@ from .blob_decode import BlobDecoder, decode_blob
 from .blob_encode import BlobEncoder, encode_blob, shard_key
 from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options
-from .stream import ErrorPolicy, Tally, dts_records_to_entries, entries_to_messages
+from .stream import ErrorPolicy, Tally, decoder_entries, dts_records_to_entries, entries_to_messages
 
 __all__ = [
     "dts_to_blob", "blob_to_dts", "dts_to_tuple", "tuple_to_dts", "table_columns",
@@ -558,27 +557,18 @@ class _BlobToDts(_ToDts):
         return [text, self._key_input(names), "partition" if kafka else None, "offset" if kafka else None]
 
     def entries(self, records):
-        # The accounting of stream.blob_lines_to_entries, with Kafka positions instead of lines.
-        policy, decoder, tally = self.policy, self.decoder, self.policy.tally
-        base, fed = tally.converted, 0
-        for number, (text, key_value, partition, offset) in enumerate(records):
-            tally.input += 1
-            try:
-                if text is None:
-                    raise BlobFormatError("null Blob message")
-                entries = decoder.feed(decode_blob(text))
-            except BridgeError as err:
-                policy.reject(err.located(**_where(number, partition, offset)), text)
-                continue
-            fed += 1
-            tally.converted = base + fed - decoder.pending_messages
-            for entry in entries:
-                tally.outputs += 1
-                yield self.key_of(entry, key_value), entry
-        for err in decoder.finish():
-            fed -= err.count
-            policy.reject(err, None, err.count)
-        tally.converted = base + fed
+        decoder = self.decoder
+
+        def parse(text, where):
+            if text is None:
+                raise BlobFormatError("null Blob message")
+            return decode_blob(text)
+
+        located = ((_where(number, partition, offset), text, key_value)
+                   for number, (text, key_value, partition, offset) in enumerate(records))
+        for _, entry, key_value in decoder_entries(located, decoder, self.policy,
+                                                   lambda msg, where: decoder.feed(msg), parse):
+            yield self.key_of(entry, key_value), entry
 
 
 def _dts_output(options: Options | None, mode: str, max_message_bytes: int | None, key: str):
@@ -654,29 +644,15 @@ class _TupleToDts(_ToDts):
                 + [self._key_input(names), "partition" if kafka else None, "offset" if kafka else None])
 
     def entries(self, records):
-        # The accounting of the CLI's tuple_rows_to_entries: an update counts when its pair is whole.
-        policy, decoder, tally = self.policy, self.decoder, self.policy.tally
-        base, fed = tally.converted, 0
         n = len(self.fields)
-        for number, record in enumerate(records):
-            key_value, partition, offset = record[n:]
-            row = {name: None if v is None else convert(v) for (name, convert), v in zip(self.fields, record)}
-            tally.input += 1
-            try:
-                entries = decoder.feed(row, number=number)
-            except BridgeError as err:
-                err.located(**_where(number, partition, offset))
-                policy.reject(err, orjson.dumps(row, default=str))
-                continue
-            fed += 1
-            tally.converted = base + fed - decoder.pending_rows
-            for entry in entries:
-                tally.outputs += 1
-                yield self.key_of(entry, key_value), entry
-        for err in decoder.finish():
-            fed -= err.count
-            policy.reject(err, None, err.count)
-        tally.converted = base + fed
+        decoder = self.decoder
+        located = ((_where(number, *record[n + 1:]),
+                    {name: None if v is None else convert(v) for (name, convert), v in zip(self.fields, record)},
+                    record[n])
+                   for number, record in enumerate(records))
+        for _, entry, key_value in decoder_entries(located, decoder, self.policy,
+                                                   lambda row, where: decoder.feed(row, number=where.get("row"))):
+            yield self.key_of(entry, key_value), entry
 
 
 def tuple_to_dts_batches(table: str | None, schema, options: Options | None = None, mode: str = "FAILFAST",

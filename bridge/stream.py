@@ -27,7 +27,8 @@ from .errors import BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options
 
 __all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
-           "entries_to_messages", "blob_lines_to_entries", "reject_record"]
+           "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries", "decoder_entries",
+           "reject_record"]
 
 
 @dataclass
@@ -154,42 +155,88 @@ def entries_to_messages(entries: Iterable[tuple[dict, pb.Entry]], convert: Calla
             yield {**where, "row": index}, item
 
 
+def decoder_entries(records: Iterable[tuple[dict, Any, Any]], decoder, policy: ErrorPolicy,
+                    feed: Callable[[Any, dict], list], parse: Callable[[Any, dict], Any] | None = None
+                    ) -> Iterator[tuple[dict, pb.Entry, Any]]:
+    """(where, raw, extra) records -> (where, Entry, extra) through a stateful decoder (BlobDecoder,
+    TupleDecoder) under the policy.
+
+    A record counts as converted once the Entry it belongs to is complete (an update's two halves,
+    the rows of one event), so `decoder.pending` records are neither converted nor rejected until
+    their partners come or `decoder.finish()` reports them. `parse` turns raw input into what
+    `feed(item, where)` takes; an error it raises may dispose of several records (`err.count`).
+    """
+    tally = policy.tally
+    base, fed = tally.converted, 0
+    for where, raw, extra in records:
+        tally.input += 1
+        try:
+            entries = feed(parse(raw, where) if parse else raw, where)
+        except BridgeError as err:
+            count = getattr(err, "count", 1)
+            tally.input += count - 1
+            policy.reject(err.located(**where), raw, count)
+            continue
+        fed += 1
+        for err in _drain(decoder):
+            fed -= err.count
+            policy.reject(err, None, err.count)
+        tally.converted = base + fed - decoder.pending
+        for entry in entries:
+            tally.outputs += 1
+            yield where, entry, extra
+    for err in decoder.finish():
+        fed -= err.count
+        policy.reject(err, None, err.count)
+    tally.converted = base + fed
+
+
+def _drain(decoder) -> list:
+    evicted = getattr(decoder, "evicted", None)
+    if not evicted:
+        return []
+    out = list(evicted)
+    evicted.clear()
+    return out
+
+
 def blob_lines_to_entries(lines: Iterable[bytes | tuple[int, bytes]], policy: ErrorPolicy,
                           options: Options = DEFAULT_OPTIONS, source: str | None = None
                           ) -> Iterator[tuple[dict, pb.Entry]]:
     """Blob JSON Lines -> (where, Entry). Messages of one Entry (an update pair, the rows of an
     event) all count as converted when it completes; unpaired halves are rejected at the end."""
     decoder = BlobDecoder(options)
-    tally = policy.tally
-    fed = 0
-    converted_before = tally.converted
-    for number, item in enumerate(lines, 1):
-        if isinstance(item, tuple):
-            number, line = item
-        else:
-            line = item
-        if not line.strip():
-            continue
-        tally.input += 1
-        try:
-            msg = decode_blob(line, line=number, source=source)
-            entries = decoder.feed(msg, line=number)
-        except BridgeError as err:
-            policy.reject(err.located(line=number, source=source), line)
-            continue
-        fed += 1
-        while decoder.evicted:
-            err = decoder.evicted.pop(0)
-            fed -= err.count
-            policy.reject(err.located(source=source), None, err.count)
-        tally.converted = converted_before + fed - decoder.pending_messages
-        for entry in entries:
-            tally.outputs += 1
-            yield {"line": number}, entry
-    for err in decoder.finish():
-        fed -= err.count
-        policy.reject(err.located(source=source), None, err.count)
-    tally.converted = converted_before + fed
+
+    def records():
+        for number, item in enumerate(lines, 1):
+            number, line = item if isinstance(item, tuple) else (number, item)
+            if line.strip():
+                yield {"line": number, "source": source} if source else {"line": number}, line, None
+
+    def parse(line, where):
+        return decode_blob(line, line=where["line"], source=source)
+
+    def feed(msg, where):
+        return decoder.feed(msg, line=where.get("line"))
+
+    for where, entry, _ in decoder_entries(records(), decoder, policy, feed, parse):
+        yield where, entry
+
+
+def tuple_rows_to_entries(rows: Iterable[tuple[int, Any]], decoder, policy: ErrorPolicy
+                          ) -> Iterator[tuple[dict, pb.Entry]]:
+    """(row number, row dict or the reader's BridgeError) -> (where, Entry) through a TupleDecoder."""
+    def parse(row, where):
+        if isinstance(row, BridgeError):
+            raise row
+        return row
+
+    def feed(row, where):
+        return decoder.feed(row, number=where["row"])
+
+    records = (({"row": number}, row, None) for number, row in rows)
+    for where, entry, _ in decoder_entries(records, decoder, policy, feed, parse):
+        yield where, entry
 
 
 def convert_dts_to_blob(entries: Iterable[tuple[dict, pb.Entry]], policy: ErrorPolicy,

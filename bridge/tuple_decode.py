@@ -318,6 +318,10 @@ class TupleDecoder:
         return out
 
     @property
+    def pending(self) -> int:
+        return self.pending_rows
+
+    @property
     def pending_rows(self) -> int:
         """Rows fed but not yet part of a returned Entry (update halves waiting for a partner)."""
         return len(self._pending)
