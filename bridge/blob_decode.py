@@ -38,6 +38,7 @@ DML_OP_NAMES = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "UPDATE")
 MESSAGE_TYPE_BY_OP = {op: mt for mt, op in OPS_BY_MESSAGE_TYPE.items() if op}
 MESSAGE_TYPE_BY_OP.update({op: pb.DDL for op in DDL_OP_NAMES})
 MESSAGE_TYPE_BY_OP.update({op: pb.DML for op in DML_OP_NAMES})
+MESSAGE_TYPE_BY_OP["XACOMMIT"] = pb.COMMIT  # an XA transaction's end; the op travels as a fact
 ALL_OPS = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "TRANSACTION_BEGIN", "TRANSACTION_END",
            "CREATE", "ALTER", "ERASE", "QUERY", "TRUNCATE", "RENAME", "CINDEX", "DINDEX", "GTID",
            "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "UPDATE")
@@ -72,7 +73,9 @@ def check_shape(msg, *, line: int | None = None, source: str | None = None) -> N
     if op not in ALL_OPS:
         raise bad("unknown op", op)
     seq = payload.get("sequenceId")
-    if not isinstance(seq, str) or not seq.isdigit() or not seq.isascii():
+    if seq is None and op == "MHEARTBEAT" and "sequenceId" not in payload:
+        pass  # DataWorks heartbeats carry no sequenceId (SPEC section 2)
+    elif not isinstance(seq, str) or not seq.isdigit() or not seq.isascii():
         raise bad("sequenceId must be a string of digits", seq)
     stamp = payload.get("timestamp")
     if not isinstance(stamp, dict) or not _is_int(stamp.get("eventTime")):
@@ -167,15 +170,15 @@ class BlobDecoder:
         ext = msg.get("dts") if self.options.lossless else None
         if ext is not None and not isinstance(ext, dict):
             raise BlobFormatError("the 'dts' extension must be an object", value=ext)
-        if op == "XACOMMIT" or (op in ("GTID", "XAROLLBACK") and ext is None):
-            raise ConversionError(f"op {op} has no DTS counterpart without the bridge's 'dts' extension")
         mtype = MESSAGE_TYPE_BY_OP[op]
         if mtype == pb.DML:
             return self._dml(msg, payload, op, ext)
         entry = pb.Entry()
         header = entry.header
-        seq = payload["sequenceId"]
+        seq = payload.get("sequenceId")
         facts: dict = {}
+        if OPS_BY_MESSAGE_TYPE.get(mtype) not in (None, op):
+            facts["op"] = op  # XACOMMIT travels as a COMMIT
         self._header(header, msg, payload, mtype, ext, facts, with_source=mtype == pb.DDL)
         sub = getattr(entry.event, EVENT_FIELDS[mtype])
         sub.SetInParent()
@@ -297,7 +300,10 @@ class BlobDecoder:
             if source != expected or list(source) != list(expected):
                 facts["source"] = orjson.dumps(source).decode()
 
-    def _sequence(self, header, seq: str, row_index: int, ext, facts) -> None:
+    def _sequence(self, header, seq: str | None, row_index: int, ext, facts) -> None:
+        if seq is None:
+            facts["sequenceId"] = "none"
+            return
         value = int(seq)
         seq_id = value // _ROW_SCALE
         if seq_id >= 1 << 64:

@@ -161,6 +161,8 @@ class BlobEncoder:
         op = ddl_op(sub.sql) if mtype == pb.DDL else OPS_BY_MESSAGE_TYPE[mtype]
         plain_props, facts = _split_props(header.properties)
         payload = {"op": op, "sequenceId": facts.get("sequenceId") or sequence_id(header.seqId)}
+        if payload["sequenceId"] == "none":
+            del payload["sequenceId"]  # a DataWorks heartbeat has none
         payload["timestamp"] = self._timestamp(header, facts)
         schema = {"source": self._source(header, facts)} if with_source else {}
         if mtype == pb.DDL:
@@ -181,8 +183,7 @@ class BlobEncoder:
             if event:
                 ext["event"] = event
             # An extension saying only what a message without one decodes to is left out.
-            if mtype in CONTROL_MESSAGE_TYPES or ext != {"header": _DEFAULT_HEADER if with_source
-                                                          else _DEFAULT_HEADER_NO_SOURCE}:
+            if ext != {"header": _DEFAULT_HEADER if with_source else _DEFAULT_HEADER_NO_SOURCE}:
                 msg["dts"] = ext
         return [msg]
 

@@ -252,11 +252,24 @@ def test_ddl_meta_passes_through_untouched():
     assert facts(entry.header)["op"] == "QUERY"
 
 
-@pytest.mark.parametrize("op", ["GTID", "XACOMMIT", "XAROLLBACK"])
-def test_foreign_control_ops_without_a_dts_counterpart_are_reported(op):
+@pytest.mark.parametrize("op, message_type", [("GTID", pb.CHECKPOINT), ("XACOMMIT", pb.COMMIT),
+                                               ("XAROLLBACK", pb.ROLLBACK)])
+def test_foreign_control_ops_map_to_their_nearest_entry_and_come_back(op, message_type):
     msg = message(op, {}, schema={})
-    with pytest.raises(ConversionError, match=op):
-        list(bridge.blob_to_entries([msg]))
+    [entry] = bridge.blob_to_entries([msg])
+    assert entry.header.messageType == message_type
+    assert to_blob([entry], Options()) == [msg]
+
+
+def test_a_heartbeat_without_sequence_id_as_the_spec_shows_it_round_trips():
+    msg = {"schema": {}, "payload": {"op": "MHEARTBEAT", "timestamp": {"eventTime": 1605339932000}}}
+    bridge.validate_blob(msg)
+    [entry] = bridge.blob_to_entries([msg])
+    assert entry.header.messageType == pb.HEARTBEAT and facts(entry.header)["sequenceId"] == "none"
+    assert to_blob([entry], STRICT) == [msg]
+    without = {"schema": {}, "payload": {"op": "INSERT", "timestamp": {"eventTime": 1605339932000}}}
+    with pytest.raises(BlobFormatError):
+        bridge.validate_blob(without)
 
 
 def test_strict_decoding_writes_no_reserved_properties():

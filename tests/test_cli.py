@@ -602,12 +602,12 @@ def test_inspect_reports_split_entries_and_row_images(run, tmp_path):
     assert text.code == 0 and "db.t" in text.out.decode() and "after minimal 1" in text.out.decode()
 
 
-def test_inspect_counts_blob_ops_without_a_dts_counterpart(run, tmp_path):
+def test_inspect_counts_xa_commit_as_the_commit_it_travels_as(run, tmp_path):
     xa = {**HEARTBEAT, "payload": {**HEARTBEAT["payload"], "op": "XACOMMIT"}}
     (tmp_path / "xa.jsonl").write_bytes(orjson.dumps(xa) + b"\n" + GOOD_BLOB[0] + b"\n")
     report = json.loads(run("inspect", tmp_path / "xa.jsonl", "--json").out)
     assert report["ops"] == {"XACOMMIT": 1, "TRANSACTION_BEGIN": 1}
-    assert report["message_types"] == {"none": 1, "BEGIN": 1}
+    assert report["message_types"] == {"COMMIT": 1, "BEGIN": 1}
 
 
 def test_inspect_counts_errors_and_exits_1(run, tmp_path):
