@@ -739,6 +739,8 @@ def test_every_help_ends_with_an_example_that_the_docs_show(run, name):
     block = help_text[help_text.index("example:") + 1:]
     docs = (ROOT / "docs" / "cli.md").read_text()
     assert all(line.strip() in docs for line in block), "docs/cli.md shows every help example"
+    readme = (ROOT / "README.md").read_text()
+    assert all(line.strip() in readme for line in block), "README.md shows every help example"
     if name:
         assert f"## `dts-bridge {name}`" in docs
 
