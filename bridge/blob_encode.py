@@ -109,7 +109,7 @@ class _TableCodec:
     primary_key: list
     ext_columns: dict
     text: list  # per column: is it text whose charset must travel
-    columns: list = field(default_factory=list)  # (name, to_blob, text) per column, for the hot loop
+    columns: list = field(default_factory=list)  # (name, to_blob, text, index) per column, for the hot loop
     foreign_default: bool = False  # the columns are what a message without extension decodes to
 
 
@@ -266,22 +266,22 @@ class BlobEncoder:
         values = {}
         raws = None
         charsets = None
-        for i, (d, (name, to_blob, text)) in enumerate(zip(datas, table.columns)):
+        for d, (name, to_blob, text, index) in zip(datas, table.columns):
             dt = d.dataType
-            if dt == _NA or dt == _NIL:
+            if not 0 < dt < _NA:  # NIL, NA, or a number the enum does not know
                 if dt == _NIL:
                     values[name] = None
+                elif dt != _NA:
+                    raise ConversionError(f"unknown DataType {dt}", column=name)
                 if d.charset or d.sv or d.bv:
                     raws = raws or {}
-                    raws[str(i)] = data_to_raw(d)
+                    raws[index] = data_to_raw(d)
                 continue
-            if not 0 < dt < _NA:
-                raise ConversionError(f"unknown DataType {dt}", column=name)
             try:
                 values[name] = to_blob(d)
                 if text and d.charset != DEFAULT_CHARSET:
                     charsets = charsets or {}
-                    charsets[str(i)] = d.charset
+                    charsets[index] = d.charset
             except Inexact as inexact:
                 if not lossless:
                     if inexact.changed:
@@ -290,13 +290,13 @@ class BlobEncoder:
                     continue
                 values[name] = inexact.best
                 raws = raws or {}
-                raws[str(i)] = data_to_raw(d)
+                raws[index] = data_to_raw(d)
             except ConversionError as exc:
                 if not lossless:
                     raise exc.located(column=name, value=None)
                 values[name] = None
                 raws = raws or {}
-                raws[str(i)] = data_to_raw(d)
+                raws[index] = data_to_raw(d)
         return values, raws, charsets
 
     def _build_table(self, columns) -> _TableCodec:
@@ -326,7 +326,7 @@ class BlobEncoder:
         if foreign_props:
             foreign["properties"] = foreign_props
         return _TableCodec(names, codecs, schema_columns, pkey, ext, text,
-                           [(n, c.to_blob, t) for n, c, t in zip(names, codecs, text)], ext == foreign)
+                           [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, text))], ext == foreign)
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
         if facts:
