@@ -35,6 +35,8 @@ _ROW_SCALE = 10 ** ROW_DIGITS
 _NIL, _NA = int(pb.NIL), int(pb.NA)
 # What a message without the extension decodes to (blob_decode): the extension is then left out.
 _DEFAULT_HEADER = {"version": 1}
+_OP_IMAGES = {"INSERT": ("after", "newColumns"), "UPDATE_BEFOR": ("before", "oldColumns"),
+              "UPDATE_AFTER": ("after", "newColumns"), "DELETE": ("before", "oldColumns")}
 _DEFAULT_HEADER_NO_SOURCE = {"version": 1, "sourceType": int(pb.MYSQL)}
 _DML, _DDL = int(pb.DML), int(pb.DDL)
 _MIN_EVENT_TIME, _MAX_EVENT_TIME = 10 ** 12, 10 ** 13 - 1  # the format's 13-digit epoch milliseconds
@@ -211,32 +213,40 @@ class BlobEncoder:
             ext_base["columns"] = table.ext_columns
         out = []
         nrows = len(dml.rows)
+        seq_base = header.seqId * _ROW_SCALE
+        entry_stamp = self._timestamp(header, facts)
+        first_op = ops[0]
         for index, row in enumerate(dml.rows):
-            row_plain, own_facts = _split_props(row.properties)
+            if row.properties:
+                row_plain, own_facts = _split_props(row.properties)
+            else:
+                row_plain, own_facts = None, None
             row_facts = {**facts, **own_facts} if own_facts else facts
             row_schema = schema
             if own_facts:
                 row_schema = {**schema, "source": self._source(header, row_facts)}
-            if (ops[0] == "INSERT" and row.oldColumns) or (ops[0] == "DELETE" and row.newColumns):
-                raise ConversionError(f"{ops[0]} row change {index} carries a "
+            if (first_op == "INSERT" and row.oldColumns) or (first_op == "DELETE" and row.newColumns):
+                raise ConversionError(f"{first_op} row change {index} carries a "
                                       f"{'before' if row.oldColumns else 'after'} image")
-            seq = row_facts.get("sequenceId") or sequence_id(header.seqId, index)
-            stamp = self._timestamp(header, row_facts)
+            seq = row_facts.get("sequenceId") if row_facts else None
+            seq = seq or str(seq_base + index)
+            stamp = self._timestamp(header, row_facts) if own_facts else entry_stamp
             for op in ops:
-                image_name = "after" if op in ("INSERT", "UPDATE_AFTER") else "before"
-                datas = row.newColumns if image_name == "after" else row.oldColumns
-                if op == "UPDATE_BEFOR" and any(k.startswith("before.") for k in row_facts):
+                image_name, field_name = _OP_IMAGES[op]
+                datas = getattr(row, field_name)
+                half_facts, msg_stamp = row_facts, stamp
+                if row_facts and op == "UPDATE_BEFOR" and any(k.startswith("before.") for k in row_facts):
                     half_facts = _before_facts(row_facts)
                     msg_stamp = self._timestamp(header, half_facts)
-                else:
-                    half_facts, msg_stamp = row_facts, stamp
                 values, raws, charsets = self._image(table, datas, lossless)
                 payload = {image_name: {"dataColumn": values}, "op": op, "sequenceId": seq,
                            "timestamp": msg_stamp}
                 msg = {"schema": row_schema, "payload": payload}
-                self._version(msg, half_facts)
                 if half_facts:
+                    self._version(msg, half_facts)
                     _apply_shape_facts(msg, half_facts)
+                else:
+                    msg["version"] = FORMAT_VERSION
                 if lossless:
                     ext = dict(ext_base)
                     ext["row"] = [index, nrows]
@@ -248,11 +258,11 @@ class BlobEncoder:
                         ext["values"] = raws
                     if not datas:
                         ext["image"] = "empty"  # no Data at all, unlike an image of NA values
-                    if not (table.foreign_default and len(ext) == 3 and ext["row"] == [0, 1]
+                    if not (table.foreign_default and len(ext) == 3 and nrows == 1
                             and ext["header"] == _DEFAULT_HEADER):
                         msg["dts"] = ext
                 out.append(msg)
-            if facts.get("op") == "UPDATE" or row_facts.get("op") == "UPDATE":
+            if row_facts and row_facts.get("op") == "UPDATE":
                 out[-2:] = [_merge_update(out[-2], out[-1])]
         return out
 
