@@ -1,0 +1,506 @@
+"""The per-partition side of the Spark transforms (bridge.spark is the DataFrame face).
+
+Each job is one iterator over a Spark partition's Arrow (or pandas) batches, so stream state
+(Envelope reassembly, update pairing, Envelope packing, column codecs) lives across batches; the
+adapters turn batches into records and the job's rows back into batches. pyspark and pyarrow are
+imported only inside the functions that run on the workers.
+"""
+from __future__ import annotations
+
+import itertools
+from decimal import Context, Decimal, InvalidOperation
+from operator import itemgetter
+from typing import Any, Callable, Iterator
+
+from . import subscribe_pb2 as pb
+from ._wire import Reassembler, pack_entries
+from .blob_decode import BlobDecoder, decode_blob
+from .blob_encode import BlobEncoder, encode_blob, shard_key
+from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
+from .options import Options
+from .stream import ErrorPolicy, Tally, decoder_entries, dts_records_to_entries, entries_to_messages
+
+
+# Spark's bad-record modes -> the stream layer's error policy.
+MODES = {"FAILFAST": "fail", "PERMISSIVE": "keep", "DROPMALFORMED": "skip"}
+
+
+KAFKA_COLUMNS = (("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
+                 ("offset", "bigint"), ("timestamp", "timestamp"))
+
+
+POSITION_COLUMNS = (("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("entry", "int"),
+                    ("row", "int"))
+
+
+BLOB_COLUMNS = POSITION_COLUMNS + (
+    ("sequence_id", "string"), ("op", "string"), ("db", "string"), ("table", "string"),
+    ("shard_key", "string"), ("event_time", "timestamp"), ("blob", "string"))
+
+
+DTS_COLUMNS = (("key", "binary"), ("value", "binary"))
+
+
+ERROR_COLUMN = ("error", "string")
+
+
+# Kafka key of each output Envelope (besides naming an input column).
+KEYS = ("table", "single")
+
+
+# DataHub Tuple field type -> Spark type; DECIMAL takes its precision from the DTS column.
+SPARK_TYPES = {"BIGINT": "bigint", "INTEGER": "int", "SMALLINT": "smallint", "TINYINT": "tinyint",
+               "DOUBLE": "double", "FLOAT": "float", "DECIMAL": "decimal", "BOOLEAN": "boolean",
+               "TIMESTAMP": "timestamp", "STRING": "string"}
+
+
+FIELD_TYPES_OF_SPARK = {v: k for k, v in SPARK_TYPES.items()}
+
+
+DEFAULT_DECIMAL = (38, 18)  # a DECIMAL field known only from a RecordSchema (Spark's widest)
+
+
+_MAX_PRECISION = 38
+
+
+_OUT_ROWS = 4096  # rows per output batch
+
+
+def _ddl(columns) -> str:
+    return ", ".join(f"`{name}` {kind.upper()}" for name, kind in columns)
+
+
+KAFKA_SCHEMA = _ddl(KAFKA_COLUMNS)
+
+
+BLOB_SCHEMA = _ddl(BLOB_COLUMNS)
+
+
+DTS_SCHEMA = _ddl(DTS_COLUMNS)
+
+
+def _policy_name(mode: str) -> str:
+    name = MODES.get(str(mode).upper())
+    if name is None:
+        raise OptionsError(f"option 'mode' must be one of {', '.join(MODES)}", value=mode)
+    return name
+
+
+def _with_error(columns, mode: str) -> tuple:
+    return tuple(columns) + ((ERROR_COLUMN,) if _policy_name(mode) == "keep" else ())
+
+
+_TALLY_FIELDS = ("input", "converted", "rejected", "not_emitted", "outputs", "envelopes")
+
+
+class _TallyParam:
+    """An AccumulatorParam (duck-typed, so defining it needs no pyspark) summing Tally tuples."""
+
+    def zero(self, value):
+        return (0,) * len(_TALLY_FIELDS)
+
+    def addInPlace(self, a, b):
+        return tuple(x + y for x, y in zip(a, b))
+
+
+class SparkTally:
+    """The stream layer's `Tally` summed over every task through a Spark accumulator.
+
+    Read `.value` on the driver after an action. Like any accumulator updated in a transformation
+    it counts again when the DataFrame is computed again (a second action, a retried task):
+    cache the output or `reset()` between actions.
+    """
+
+    def __init__(self, spark) -> None:
+        self._acc = spark.sparkContext.accumulator((0,) * len(_TALLY_FIELDS), _TallyParam())
+
+    @property
+    def value(self) -> Tally:
+        return Tally(*self._acc.value)
+
+    def reset(self) -> None:
+        self._acc.value = (0,) * len(_TALLY_FIELDS)
+
+    def add(self, tally: Tally) -> None:
+        self._acc.add(tuple(getattr(tally, name) for name in _TALLY_FIELDS))
+
+
+class _RowPolicy(ErrorPolicy):
+    """The stream layer's ErrorPolicy; under PERMISSIVE it also hands each error over for its row."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.errors: list[BridgeError] = []
+
+    def reject(self, err: BridgeError, raw: Any = None, count: int = 1) -> dict:
+        record = super().reject(err, raw, count)
+        if self.on_error == "keep":
+            self.errors.append(err)
+        return record
+
+
+def _arrow_type(kind: str):
+    import pyarrow as pa
+    simple = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "bigint": pa.int64(),
+              "smallint": pa.int16(), "tinyint": pa.int8(), "double": pa.float64(), "float": pa.float32(),
+              "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
+    if kind in simple:
+        return simple[kind]
+    precision, scale = kind[len("decimal("):-1].split(",")
+    return pa.decimal128(int(precision), int(scale))
+
+
+class _Job:
+    """One Spark partition's conversion: input tuples (the columns `inputs` picks) -> output tuples."""
+
+    def __init__(self, mode: str, columns) -> None:
+        self.policy = _RowPolicy(_policy_name(mode), keep_records=False)
+        self.keep = self.policy.on_error == "keep"
+        self.columns = _with_error(columns, mode)
+
+    def inputs(self, names: list[str]) -> list[str | None]:
+        raise NotImplementedError
+
+    def rows(self, records: Iterator[tuple]) -> Iterator[tuple]:
+        raise NotImplementedError
+
+
+def _batch_function(make_job: Callable[[], _Job], arrow: bool, tally: SparkTally | None):
+    """A mapInArrow (arrow=True) or mapInPandas function running one job per Spark partition.
+
+    Timestamps reach the job as epoch microseconds; pandas nulls (NaN, NaT) as None.
+    """
+    def run(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+        job = make_job()
+        schema = pa.schema([(name, _arrow_type(kind)) for name, kind in job.columns])
+        first = next(batches, None)
+        if first is not None:
+            wanted = job.inputs(list(first.schema.names if arrow else first.columns))
+            column = _arrow_column if arrow else _pandas_column
+
+            def records() -> Iterator[tuple]:
+                for batch in itertools.chain([first], batches):
+                    yield from zip(*[column(batch, n) if n else itertools.repeat(None) for n in wanted])
+
+            out = job.rows(records())
+            while chunk := list(itertools.islice(out, _OUT_ROWS)):
+                arrays = [pa.array(col, type=f.type) for col, f in zip(zip(*chunk), schema)]
+                batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+                yield batch if arrow else batch.to_pandas(integer_object_nulls=True)
+        if tally is not None:
+            tally.add(job.policy.tally)
+    return run
+
+
+def _arrow_column(batch, name: str) -> list:
+    import pyarrow as pa
+    col = batch.column(name)
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+    return col.to_pylist()
+
+
+def _pandas_column(frame, name: str) -> list:
+    import pandas as pd
+    series = frame[name]
+    if pd.api.types.is_datetime64_any_dtype(series):  # naive ones are taken as UTC
+        return [None if pd.isna(v) else v.value // 1000 for v in series]
+    return [None if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v) else v
+            for v in series.tolist()]
+
+
+class _FromDts(_Job):
+    """Kafka records (topic, partition, offset, value) in offset order -> rows of `convert(entry)`."""
+
+    def __init__(self, mode: str, value_columns) -> None:
+        super().__init__(mode, POSITION_COLUMNS + tuple(value_columns))
+        self.nvalues = len(value_columns)
+        self.reassemblers: dict[Any, Reassembler] = {}
+
+    def convert(self, entry: pb.Entry) -> list[tuple]:
+        raise NotImplementedError
+
+    def inputs(self, names):
+        missing = [n for n in ("partition", "offset", "value") if n not in names]
+        if missing:
+            raise OptionsError(f"a DTS DataFrame needs the Kafka columns {', '.join(missing)}")
+        return ["topic" if "topic" in names else None, "partition", "offset", "value"]
+
+    def rows(self, records):
+        for topic, run in itertools.groupby(records, key=itemgetter(0)):
+            reassembler = self.reassemblers.setdefault(topic, Reassembler())
+            yield from self._rows(topic, dts_records_to_entries((r[1:] for r in run), self.policy,
+                                                                reassembler, finish=False))
+        for topic, reassembler in self.reassemblers.items():
+            yield from self._rows(topic, dts_records_to_entries((), self.policy, reassembler))
+
+    def _rows(self, topic, entries) -> Iterator[tuple]:
+        errors = self.policy.errors
+        try:
+            for where, values in entries_to_messages(entries, self.convert, self.policy):
+                current = errors.pop() if values is None else None  # this Entry's own error
+                yield from self._error_rows(topic)
+                if current is not None:
+                    yield self._error_row(topic, current, where.get("entry"))
+                else:
+                    row = (topic, where["partition"], where["offset"], where["entry"], where["row"]) + values
+                    yield row + (None,) if self.keep else row
+            yield from self._error_rows(topic)
+        except BridgeError as err:
+            raise err.located(topic=topic)
+
+    def _error_rows(self, topic) -> Iterator[tuple]:
+        while self.policy.errors:
+            yield self._error_row(topic, self.policy.errors.pop(0), None)
+
+    def _error_row(self, topic, err: BridgeError, entry) -> tuple:
+        err.located(topic=topic)
+        where = err.where
+        return ((topic, where.get("partition"), where.get("offset"), entry, None)
+                + (None,) * self.nvalues + (str(err),))
+
+
+class _DtsToBlob(_FromDts):
+    def __init__(self, options: Options, mode: str) -> None:
+        super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
+        self.encoder = BlobEncoder(options)
+
+    def convert(self, entry):
+        out = []
+        for msg in self.encoder.convert(entry):
+            payload = msg["payload"]
+            source = (msg.get("schema") or {}).get("source") or {}
+            try:
+                blob = encode_blob(msg).decode()
+            except (TypeError, ValueError) as exc:
+                raise ConversionError(f"message does not encode as JSON ({exc})") from None
+            out.append((payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
+                        shard_key(msg), payload["timestamp"]["eventTime"] * 1000, blob))
+        return out
+
+
+def _decimal_shape(column: pb.Column | None) -> tuple[int, int]:
+    """Spark (precision, scale) of a DECIMAL Tuple field, from its DTS column when known."""
+    from .values import column_is_boolean, parse_column_type
+    if column is None:
+        return DEFAULT_DECIMAL
+    ct = parse_column_type(column.originalType, column_is_boolean(column))
+    precision, scale = (ct.length, ct.scale or 0) if ct.kind == "decimal" else (20, 0)  # 64-bit unsigned
+    if precision > _MAX_PRECISION:  # wider than Spark holds: keep the integer digits, then the fraction
+        scale = max(0, min(scale, _MAX_PRECISION - (precision - scale)))
+        precision = _MAX_PRECISION
+    return precision, scale
+
+
+def _pack_columns(columns) -> bytes | None:
+    # protobuf messages do not survive cloudpickle; their encoding does
+    return None if columns is None else pb.DMLEvent(columns=columns).SerializeToString()
+
+
+def _unpack_columns(raw: bytes | None) -> list | None:
+    return None if raw is None else list(pb.DMLEvent.FromString(raw).columns)
+
+
+def _tuple_fields(schema, columns=None) -> list[tuple[str, str, str]]:
+    """(name, field type, Spark type) of every RecordSchema field."""
+    from .tuple import load_record_schema
+    by_name = {c.name: c for c in columns or ()}
+    out = []
+    for f in load_record_schema(schema)["fields"]:
+        kind = SPARK_TYPES[f["type"]]
+        if kind == "decimal":
+            kind = "decimal(%d,%d)" % _decimal_shape(by_name.get(f["name"]))
+        out.append((f["name"], f["type"], kind))
+    return out
+
+
+def _tuple_output(fields, mode: str, positions: bool) -> tuple:
+    columns = (POSITION_COLUMNS if positions else ()) + tuple((name, kind) for name, _, kind in fields)
+    names = [name for name, _ in _with_error(columns, mode)]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise OptionsError("Tuple fields clash with the output's own columns (positions, error)", value=clash)
+    return columns
+
+
+_DEC_CONTEXT = Context(prec=100)
+
+
+def _fit_decimal(v: Decimal, precision: int, scale: int) -> Decimal:
+    try:
+        q = v.quantize(Decimal(1).scaleb(-scale), context=_DEC_CONTEXT)
+    except InvalidOperation:
+        q = None
+    if q is None or q != v or len(q.as_tuple().digits) > precision and q != 0:
+        raise ConversionError(f"DECIMAL value does not fit Spark's decimal({precision},{scale})", value=v)
+    return q
+
+
+class _DtsToTuple(_FromDts):
+    def __init__(self, options: Options, mode: str, table: str, fields, positions: bool) -> None:
+        super().__init__(mode, _tuple_output(fields, mode, False))
+        self.columns = _with_error(_tuple_output(fields, mode, positions), mode)
+        from .tuple import FIELD_CHECKS, TupleEncoder
+        self.encoder = TupleEncoder(options)
+        self.table = table
+        self.positions = positions
+        self.known = frozenset(name for name, _, _ in fields)
+        self.fields = []
+        for name, ftype, kind in fields:
+            check = FIELD_CHECKS[ftype]
+            if kind.startswith("decimal("):
+                p, s = map(int, kind[len("decimal("):-1].split(","))
+                check = (lambda c, p, s: lambda v: _fit_decimal(c(v), p, s))(check, p, s)
+            self.fields.append((name, check))
+
+    def convert(self, entry):
+        h = entry.header
+        if h.messageType == pb.DML and f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        return [self._values(row) for row in self.encoder.convert(entry)]
+
+    def _values(self, row: dict) -> tuple:
+        unknown = set(row) - self.known
+        if unknown:
+            raise TupleFormatError("row has fields not in the RecordSchema", value=sorted(unknown))
+        out = []
+        for name, check in self.fields:
+            value = row.get(name)
+            try:
+                out.append(None if value is None else check(value))
+            except BridgeError as exc:
+                raise exc.located(column=name)
+        return tuple(out)
+
+    def rows(self, records):
+        rows = super().rows(records)
+        return rows if self.positions else (row[5:] for row in rows)
+
+
+class _ColumnSets(_FromDts):
+    """The distinct DTS column sets of one table's DML entries, where each first appears."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__("DROPMALFORMED", (("columns", "binary"),))
+        self.table, self.seen = table, set()
+
+    def convert(self, entry):
+        h = entry.header
+        if h.messageType != pb.DML or f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        raw = pb.DMLEvent(columns=entry.event.dmlEvent.columns).SerializeToString()
+        if raw in self.seen:
+            return []
+        self.seen.add(raw)
+        return [(raw,)]
+
+
+class _ToDts(_Job):
+    """Rows -> (key, Entry) by `entries`, packed into Envelopes per run of equal keys."""
+
+    def __init__(self, mode: str, max_message_bytes: int, key: str) -> None:
+        super().__init__(mode, DTS_COLUMNS)
+        self.max_message_bytes = max_message_bytes
+        self.key = key
+
+    def entries(self, records) -> Iterator[tuple[bytes, pb.Entry]]:
+        raise NotImplementedError
+
+    def _key_input(self, names) -> str | None:
+        if self.key in KEYS:
+            return None
+        if self.key not in names:
+            raise OptionsError(f"option 'key' names no input column and is not one of {', '.join(KEYS)}",
+                               value=self.key)
+        return self.key
+
+    def rows(self, records):
+        for key, run in itertools.groupby(self.entries(records), key=itemgetter(0)):
+            for env in pack_entries((entry for _, entry in run), self.max_message_bytes):
+                yield from self._error_rows()
+                yield (key, env.SerializeToString()) + ((None,) if self.keep else ())
+        yield from self._error_rows()
+
+    def _error_rows(self) -> Iterator[tuple]:
+        while self.policy.errors:
+            yield None, None, str(self.policy.errors.pop(0))
+
+    def key_of(self, entry: pb.Entry, key_value) -> bytes:
+        if self.key == "table":
+            h = entry.header
+            return f"{h.schemaName}.{h.tableName}".encode() if h.schemaName or h.tableName else b""
+        if self.key == "single" or key_value is None:
+            return b""
+        return key_value.encode() if isinstance(key_value, str) else bytes(key_value)
+
+
+def _where(number: int, partition, offset) -> dict:
+    return {"partition": partition, "offset": offset} if offset is not None else {"row": number}
+
+
+class _BlobToDts(_ToDts):
+    def __init__(self, options: Options, mode: str, max_message_bytes: int, key: str) -> None:
+        super().__init__(mode, max_message_bytes, key)
+        self.decoder = BlobDecoder(options)
+
+    def inputs(self, names):
+        text = next((n for n in ("blob", "value") if n in names), None)
+        if text is None:
+            raise OptionsError("a Blob DataFrame needs a 'blob' or 'value' column")
+        kafka = "partition" in names and "offset" in names
+        return [text, self._key_input(names), "partition" if kafka else None, "offset" if kafka else None]
+
+    def entries(self, records):
+        decoder = self.decoder
+
+        def parse(text, where):
+            if text is None:
+                raise BlobFormatError("null Blob message")
+            return decode_blob(text)
+
+        located = ((_where(number, partition, offset), text, key_value)
+                   for number, (text, key_value, partition, offset) in enumerate(records))
+        for _, entry, key_value in decoder_entries(located, decoder, self.policy,
+                                                   lambda msg, where: decoder.feed(msg), parse):
+            yield self.key_of(entry, key_value), entry
+
+
+def _whole(v):
+    # pandas turns integer columns with nulls into floats
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# field type -> Spark value to Tuple value (before FIELD_CHECKS)
+FROM_SPARK: dict[str, Callable[[Any], Any]] = {
+    **{t: _whole for t in ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "TIMESTAMP")},
+    **{t: (lambda v: v) for t in ("DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN", "STRING")},
+}
+
+
+class _TupleToDts(_ToDts):
+    def __init__(self, options: Options, mode: str, max_message_bytes: int, key: str, schema,
+                 table: str | None, columns) -> None:
+        super().__init__(mode, max_message_bytes, key)
+        from .tuple import TupleDecoder
+        self.decoder = TupleDecoder(schema, options, table=table, columns=columns)
+        self.fields = [(f["name"], FROM_SPARK[f["type"]]) for f in self.decoder.schema["fields"]]
+
+    def inputs(self, names):
+        missing = [name for name, _ in self.fields if name not in names]
+        if missing:
+            raise OptionsError("the DataFrame lacks RecordSchema fields", value=missing)
+        kafka = "partition" in names and "offset" in names
+        return ([name for name, _ in self.fields]
+                + [self._key_input(names), "partition" if kafka else None, "offset" if kafka else None])
+
+    def entries(self, records):
+        n = len(self.fields)
+        decoder = self.decoder
+        located = ((_where(number, *record[n + 1:]),
+                    {name: None if v is None else convert(v) for (name, convert), v in zip(self.fields, record)},
+                    record[n])
+                   for number, record in enumerate(records))
+        for _, entry, key_value in decoder_entries(located, decoder, self.policy,
+                                                   lambda row, where: decoder.feed(row, number=where.get("row"))):
+            yield self.key_of(entry, key_value), entry
