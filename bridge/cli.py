@@ -900,6 +900,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="directory of sample .pb files (default: samples)")
     demo.add_argument("--out", default="out", metavar="DIR", help="output directory (default: out)")
     demo.set_defaults(run=cmd_demo)
+
+    from .cli_kafka import register  # the pipeline ends: consume, produce, deliver (docs/kafka.md)
+    register(commands)
     return parser
 
 
