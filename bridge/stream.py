@@ -217,7 +217,7 @@ def blob_lines_to_entries(lines: Iterable[bytes | tuple[int, bytes]], policy: Er
         return decode_blob(line, line=where["line"], source=source)
 
     def feed(msg, where):
-        return decoder.feed(msg, line=where.get("line"))
+        return decoder.feed(msg, line=where.get("line"), checked=True)
 
     for where, entry, _ in decoder_entries(records(), decoder, policy, feed, parse):
         yield where, entry

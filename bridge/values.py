@@ -450,7 +450,7 @@ def _decimal_codec(ct: ColumnType, options: Options) -> Codec:
             return pb.Data(dataType=DT.DECIMAL, sv=f"{float(value):.{scale}f}")
         if not isinstance(value, str) or not _DEC_RE.match(value):
             raise ConversionError("decimal value must be a string of digits", value=value)
-        return pb.Data(dataType=DT.DECIMAL, sv=value)
+        return pb.Data(dataType=DECIMAL_DT, sv=value)
 
     return Codec(ct, "DOUBLE" if as_double else "STRING", to_blob, from_blob)
 
@@ -481,7 +481,7 @@ def _text_codec(ct: ColumnType, options: Options) -> Codec:
             raw = codec[1](value)[0]
         except UnicodeEncodeError as exc:
             raise ConversionError(f"text does not encode in {charset}", value=value) from exc
-        return pb.Data(dataType=DT.STRING, charset=charset, bv=raw)
+        return pb.Data(dataType=STRING, charset=charset, bv=raw)
 
     return Codec(ct, "STRING", to_blob, from_blob)
 
@@ -523,7 +523,7 @@ def _json_codec(ct: ColumnType, options: Options) -> Codec:
     def from_blob(value, charset=""):
         if not isinstance(value, str):
             raise ConversionError("json value must be a STRING", value=value)
-        return pb.Data(dataType=DT.BYTES, bv=value.encode("utf-8"))
+        return pb.Data(dataType=BYTES, bv=value.encode("utf-8"))
 
     return Codec(ct, "STRING", to_blob, from_blob)
 
@@ -541,7 +541,7 @@ def _time_codec(ct: ColumnType, options: Options) -> Codec:
     def from_blob(value, charset=""):
         if not isinstance(value, str):
             raise ConversionError("time value must be a STRING", value=value)
-        return pb.Data(dataType=DT.STRING, bv=value.encode("utf-8"))
+        return pb.Data(dataType=STRING, bv=value.encode("utf-8"))
 
     return Codec(ct, "STRING", to_blob, from_blob)
 
@@ -552,6 +552,9 @@ _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _UTC = _dt.timezone.utc
 _DATETIME_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?: (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?)?"
                           r"(?: ([+-])(\d{2}):(\d{2}))?\Z")
+
+
+_ISO_SPEC = {0: "seconds", 3: "milliseconds", 6: "microseconds"}
 
 
 def _is_utc(zone) -> bool:
@@ -586,6 +589,10 @@ def parse_temporal(text: str, zone) -> tuple[int, int]:
 
 def format_temporal(ms: int, kind: str, fsp: int, zone, extra_micros: int = 0) -> str:
     """MySQL text of an epoch-millisecond instant: DATE, DATETIME (in `zone`) or TIMESTAMP (with offset)."""
+    if _is_utc(zone) and kind != "timestamp" and fsp in _ISO_SPEC:
+        # C-level formatting for the common case; same text as the general path below
+        moment = _EPOCH + _dt.timedelta(milliseconds=ms, microseconds=extra_micros)
+        return moment.date().isoformat() if kind == "date" else moment.isoformat(" ", _ISO_SPEC[fsp])
     seconds, millis = divmod(ms, 1000)
     if _is_utc(zone):
         local = _dt.datetime(1970, 1, 1) + _dt.timedelta(seconds=seconds)
@@ -686,7 +693,7 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             text = format_temporal(value, kind, fsp, zone)
         except (ValueError, OverflowError, OSError):
             raise ConversionError("DATE value out of range", value=value) from None
-        return pb.Data(dataType=DT.STRING, bv=text.encode("ascii"))
+        return pb.Data(dataType=STRING, bv=text.encode("ascii"))
 
     return Codec(ct, "DATE", to_blob, from_blob)
 
