@@ -177,12 +177,20 @@ class _Outputs:
     ends without an error, so a failed run never leaves a half-written file that looks whole."""
 
     def __init__(self) -> None:
-        self._open: list[tuple[Any, pathlib.Path, pathlib.Path]] = []
+        self._open: list[tuple[Any, pathlib.Path | None, pathlib.Path]] = []
 
     def open(self, path: str):
         if path == "-":
             return sys.stdout.buffer
         target = pathlib.Path(path)
+        if target.exists() and not target.is_file():
+            # a device or pipe (/dev/null, a FIFO): written as it is, never renamed over
+            try:
+                fh = open(target, "wb")
+            except OSError as err:
+                raise UsageError(f"cannot write {path}: {err.strerror}") from None
+            self._open.append((fh, None, target))
+            return fh
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
@@ -196,18 +204,21 @@ class _Outputs:
         """A temporary path for a writer that takes a path; renamed into place on commit."""
         fh = self.open(path)
         fh.close()
-        return str(self._open[-1][1])
+        tmp = self._open[-1][1]
+        return str(tmp if tmp is not None else path)
 
     def commit(self) -> None:
         for fh, tmp, target in self._open:
             fh.close()
-            os.replace(tmp, target)
+            if tmp is not None:
+                os.replace(tmp, target)
         self._open.clear()
 
     def abort(self) -> None:
         for fh, tmp, _ in self._open:
             fh.close()
-            tmp.unlink(missing_ok=True)
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
         self._open.clear()
 
 

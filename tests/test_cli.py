@@ -11,6 +11,7 @@ import doctest
 import io
 import json
 import os
+import stat
 import pathlib
 import re
 import shutil
@@ -770,3 +771,17 @@ def test_console_script_pipes_and_fails_in_one_line(tmp_path):
     err = failed.stderr.decode()
     assert failed.returncode == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert "unsupported Envelope version 2" in err and "offset 1" in err
+
+
+def test_output_to_a_device_or_fifo_is_written_in_place_never_renamed_over(run, tmp_path):
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    import threading
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    result = run("convert", ROOT / "samples" / "mixed.pb", "-o", fifo, "--to", "blob")
+    reader.join(10)
+    assert result.code == 0 and fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert got and got[0].count(b"\n") == 118
+    assert not list(tmp_path.glob(".*.part"))
