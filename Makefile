@@ -30,6 +30,7 @@ test-deep: $(STAMP)
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q tests
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e ".[dev,bench]"
 	$(PY) -m benchmarks
 
 # Regenerate the committed protobuf module (tests check it is current).

@@ -1,0 +1,194 @@
+"""The in-process cases (a) to (e): each takes a prepared Chunk and returns how many items it made.
+
+Every case starts from the same input a consumer has: one Entry's bytes (the DTS side) or one
+JSON line (the Blob side), and ends with bytes (JSON or protobuf), so that all do the same job.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+import orjson
+from google.protobuf import json_format
+
+import bridge
+from bridge import pb
+
+LOSSLESS = bridge.DEFAULT_OPTIONS
+STRICT = bridge.Options(strict=True)
+_Entry = pb.Entry
+_from_string = pb.Entry.FromString
+
+
+@dataclass
+class Chunk:
+    """One slice of the workload, with every case's input built once beforehand (untimed)."""
+    rows: int
+    entry_bytes: list        # DTS side: one Entry's encoding each
+    blob: dict               # options name -> Blob message dicts (the floor's input)
+    blob_lines: dict         # options name -> Blob JSON lines (the Blob side's input)
+    naive_lines: list        # protobuf canonical JSON of each Entry (the naive Blob side's input)
+    entries: list            # pb.Entry (the Blob -> DTS floor's serialise input)
+
+
+OPTIONS = {"lossless": LOSSLESS, "strict": STRICT}
+
+
+def prepare(entries: list, rows: int) -> Chunk:
+    blob, lines = {}, {}
+    for name, options in OPTIONS.items():
+        encoder = bridge.BlobEncoder(options)
+        blob[name] = [m for e in entries for m in encoder.convert(e)]
+        lines[name] = [bridge.encode_blob(m) for m in blob[name]]
+    naive = [json.dumps(json_format.MessageToDict(e)).encode() for e in entries]
+    return Chunk(rows, [e.SerializeToString() for e in entries], blob, lines, naive, entries)
+
+
+# ---- (a) the naive baseline and (b) the bridge, DTS -> Blob -----------------------------------
+
+def naive_dts_to_blob(chunk: Chunk) -> int:
+    """Per Entry: parse, protobuf's own JSON mapping (MessageToDict), json.dumps."""
+    n = 0
+    for raw in chunk.entry_bytes:
+        json.dumps(json_format.MessageToDict(_from_string(raw))).encode()
+        n += 1
+    return n
+
+
+def _bridge_dts_to_blob(options: bridge.Options) -> Callable[[Chunk], int]:
+    def run(chunk: Chunk) -> int:
+        encoder = bridge.BlobEncoder(options)
+        encode = bridge.encode_blob
+        n = 0
+        for raw in chunk.entry_bytes:
+            for msg in encoder.convert(_from_string(raw)):
+                encode(msg)
+                n += 1
+        return n
+    return run
+
+
+# ---- (c) the floors ---------------------------------------------------------------------------
+
+def parse_floor(chunk: Chunk) -> int:
+    for raw in chunk.entry_bytes:
+        _from_string(raw)
+    return len(chunk.entry_bytes)
+
+
+def _dumps_floor(name: str) -> Callable[[Chunk], int]:
+    def run(chunk: Chunk) -> int:
+        dumps = orjson.dumps
+        for msg in chunk.blob[name]:
+            dumps(msg)
+        return len(chunk.blob[name])
+    return run
+
+
+def python_read_floor(chunk: Chunk) -> int:
+    """Parse, then read dataType, sv and bv of every Data in Python: the least any pure-Python
+    converter over protobuf's messages does, before converting or serialising anything."""
+    for raw in chunk.entry_bytes:
+        for row in _from_string(raw).event.dmlEvent.rows:
+            for d in row.oldColumns:
+                d.dataType, d.sv, d.bv
+            for d in row.newColumns:
+                d.dataType, d.sv, d.bv
+    return len(chunk.entry_bytes)
+
+
+# ---- (d) Blob -> DTS --------------------------------------------------------------------------
+
+def _bridge_blob_to_dts(name: str) -> Callable[[Chunk], int]:
+    options = OPTIONS[name]
+
+    # decode_blob checks each message's shape; feed need not check it again where it can be told
+    checked = {"checked": True} if "checked" in inspect.signature(bridge.BlobDecoder.feed).parameters else {}
+
+    def run(chunk: Chunk) -> int:
+        decoder = bridge.BlobDecoder(options)
+        decode = bridge.decode_blob
+        n = 0
+        for line in chunk.blob_lines[name]:
+            for entry in decoder.feed(decode(line), **checked):
+                entry.SerializeToString()
+                n += 1
+        if decoder.finish():
+            raise RuntimeError("Blob -> DTS left messages unpaired")
+        return n
+    return run
+
+
+def naive_blob_to_dts(chunk: Chunk) -> int:
+    """Per line: json.loads, protobuf's ParseDict of the MessageToDict form, serialise."""
+    for line in chunk.naive_lines:
+        entry = _Entry()
+        json_format.ParseDict(json.loads(line), entry)
+        entry.SerializeToString()
+    return len(chunk.naive_lines)
+
+
+def blob_to_dts_floor(chunk: Chunk) -> int:
+    """orjson.loads of the lossless lines plus serialising the equivalent Entries."""
+    loads = orjson.loads
+    for line in chunk.blob_lines["lossless"]:
+        loads(line)
+    for entry in chunk.entries:
+        entry.SerializeToString()
+    return len(chunk.entries)
+
+
+_NIL, _STRING = int(pb.NIL), int(pb.STRING)
+
+
+def python_build_floor(chunk: Chunk) -> int:
+    """orjson.loads of each lossless line, then one Data per value added through protobuf's
+    `add()` (no type conversion), and serialise: the least a pure-Python Blob -> DTS decoder does."""
+    loads = orjson.loads
+    for line in chunk.blob_lines["lossless"]:
+        payload = loads(line)["payload"]
+        entry = _Entry()
+        entry.header.seqId = int(payload["sequenceId"]) // 1_000_000
+        row = entry.event.dmlEvent.rows.add()
+        for image, target in (("before", row.oldColumns), ("after", row.newColumns)):
+            if image in payload:
+                add = target.add
+                for value in payload[image]["dataColumn"].values():
+                    if value is None:
+                        add(dataType=_NIL)
+                    else:
+                        add(dataType=_STRING, sv=str(value))
+        entry.SerializeToString()
+    return len(chunk.blob_lines["lossless"])
+
+
+# ---- (e) DTS -> Tuple -------------------------------------------------------------------------
+
+def bridge_dts_to_tuple(chunk: Chunk) -> int:
+    """Per Entry: parse and TupleEncoder.convert (rows as dicts of typed values)."""
+    encoder = bridge.TupleEncoder()
+    n = 0
+    for raw in chunk.entry_bytes:
+        n += len(encoder.convert(_from_string(raw)))
+    return n
+
+
+# name -> (what it measures, function); the order is the table's.
+CASES: dict[str, tuple[str, Callable[[Chunk], int]]] = {
+    "naive_dts_to_blob": ("(a) naive DTS -> JSON: parse + MessageToDict + json.dumps", naive_dts_to_blob),
+    "dts_to_blob": ("(b) bridge DTS -> Blob, lossless (default)", _bridge_dts_to_blob(LOSSLESS)),
+    "dts_to_blob_strict": ("(b) bridge DTS -> Blob, strict", _bridge_dts_to_blob(STRICT)),
+    "parse_floor": ("(c) floor: Entry.ParseFromString", parse_floor),
+    "dumps_floor": ("(c) floor: orjson.dumps of prebuilt lossless Blob dicts", _dumps_floor("lossless")),
+    "dumps_floor_strict": ("(c) floor: orjson.dumps of prebuilt strict Blob dicts", _dumps_floor("strict")),
+    "python_read_floor": ("(c) Python floor: parse + read dataType, sv, bv of every Data", python_read_floor),
+    "blob_to_dts": ("(d) bridge Blob -> DTS, lossless: decode_blob + feed + serialise", _bridge_blob_to_dts("lossless")),
+    "blob_to_dts_strict": ("(d) bridge Blob -> DTS, strict lines and options", _bridge_blob_to_dts("strict")),
+    "naive_blob_to_dts": ("(d) naive JSON -> DTS: json.loads + ParseDict + serialise", naive_blob_to_dts),
+    "blob_to_dts_floor": ("(d) floor: orjson.loads + Entry.SerializeToString", blob_to_dts_floor),
+    "python_build_floor": ("(d) Python floor: orjson.loads + one Data per value via add() + serialise",
+                           python_build_floor),
+    "dts_to_tuple": ("(e) bridge DTS -> Tuple: parse + TupleEncoder.convert", bridge_dts_to_tuple),
+}

@@ -1,0 +1,281 @@
+"""Ratios against the targets, the printed table, results.json, docs/performance.md and its chart."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Callable
+
+# name -> (what, comparison, target, kind); kind: "target", "stretch" or "info" (no target).
+TARGETS: dict[str, tuple[str, str, float | None, str]] = {
+    "dts_to_blob_vs_naive": ("(b) DTS -> Blob lossless / (a) naive", ">=", 8, "target"),
+    "dts_to_blob_strict_vs_naive": ("(b) DTS -> Blob strict / (a) naive", ">=", 8, "target"),
+    "dts_to_blob_vs_floor": ("(b) lossless / combined floor (parse + orjson.dumps)", ">=", 0.2, "stretch"),
+    "dts_to_blob_strict_vs_floor": ("(b) strict / combined floor (strict dicts)", ">=", 0.2, "stretch"),
+    "blob_to_dts_vs_naive": ("(d) Blob -> DTS lossless / naive (json.loads + ParseDict)", ">=", 5, "target"),
+    "blob_to_dts_strict_vs_naive": ("(d) Blob -> DTS strict / naive", ">=", 5, "target"),
+    "blob_to_dts_vs_floor": ("(d) lossless / floor (orjson.loads + SerializeToString)", None, None, "info"),
+    "python_read_floor_vs_naive": ("Python read floor / (a) naive: the most any pure-Python (b) could reach",
+                                   None, None, "info"),
+    "combined_python_floor_vs_naive": ("(Python read floor + orjson.dumps) / (a) naive", None, None, "info"),
+    "python_build_floor_vs_naive": ("Python build floor / (d) naive: the most any pure-Python (d) could reach",
+                                    None, None, "info"),
+    "dts_to_tuple_vs_dts_to_blob": ("(e) DTS -> Tuple / (b) lossless", None, None, "info"),
+    "spark_vs_single_process": ("(f) Spark local[2] dts_to_blob / single-process (b)", ">=", 0.9, "target"),
+    "spark_vs_identity": ("(f) Spark dts_to_blob / mapInArrow identity pass", None, None, "info"),
+    "spark_uncoalesced_vs_single_process": ("(f) Spark dts_to_blob, AQE coalescing off / single-process (b)",
+                                            None, None, "info"),
+    "cli_rss_growth": ("(g) CLI peak RSS, largest / smallest stream", "<=", 1.2, "target"),
+    "cli_rss_largest_mib": ("(g) CLI peak RSS of the largest stream, MiB", "<", 200, "target"),
+    "cli_vs_single_process": ("(g) CLI rows/s (smallest stream) / in-process (b)", None, None, "info"),
+}
+
+
+def _met(value, comparison, target):
+    if value is None or comparison is None:
+        return None
+    return {">=": value >= target, "<=": value <= target, "<": value < target}[comparison]
+
+
+def compute_ratios(results: dict) -> dict:
+    cases, floors = results["cases"], results["floors"]
+
+    def rate(name, which="rows_per_s"):
+        return (cases.get(name) or floors.get(name) or {}).get(which)
+
+    def div(a, b):
+        return a / b if a is not None and b else None
+
+    values: dict[str, tuple] = {}
+    for which in ("rows_per_s", "rows_per_s_median"):
+        for name, num, den in (
+                ("dts_to_blob_vs_naive", "dts_to_blob", "naive_dts_to_blob"),
+                ("dts_to_blob_strict_vs_naive", "dts_to_blob_strict", "naive_dts_to_blob"),
+                ("dts_to_blob_vs_floor", "dts_to_blob", "combined_floor"),
+                ("dts_to_blob_strict_vs_floor", "dts_to_blob_strict", "combined_floor_strict"),
+                ("blob_to_dts_vs_naive", "blob_to_dts", "naive_blob_to_dts"),
+                ("blob_to_dts_strict_vs_naive", "blob_to_dts_strict", "naive_blob_to_dts"),
+                ("blob_to_dts_vs_floor", "blob_to_dts", "blob_to_dts_floor"),
+                ("python_read_floor_vs_naive", "python_read_floor", "naive_dts_to_blob"),
+                ("combined_python_floor_vs_naive", "combined_python_floor", "naive_dts_to_blob"),
+                ("python_build_floor_vs_naive", "python_build_floor", "naive_blob_to_dts"),
+                ("dts_to_tuple_vs_dts_to_blob", "dts_to_tuple", "dts_to_blob")):
+            values.setdefault(name, []).append(div(rate(num, which), rate(den, which)))
+    spark = results.get("spark") or {}
+    if "rows_per_s" in spark:
+        r = spark["rows_per_s"]
+        values["spark_vs_single_process"] = [div(r["dts_to_blob"], r["single_process"])]
+        values["spark_vs_identity"] = [div(r["dts_to_blob"], r["identity"])]
+        values["spark_uncoalesced_vs_single_process"] = [div(r.get("dts_to_blob_uncoalesced"), r["single_process"])]
+    cli = results.get("cli") or {}
+    if "streams" in cli:
+        streams = sorted(cli["streams"].values(), key=lambda s: s["bytes"])
+        small, large = streams[0], streams[-1]
+        if len(streams) > 1:
+            values["cli_rss_growth"] = [div(large["max_rss_mib"], small["max_rss_mib"])]
+        values["cli_rss_largest_mib"] = [large["max_rss_mib"]]
+        values["cli_vs_single_process"] = [div(small["rows_per_s"], rate("dts_to_blob"))]
+    out = {}
+    for name, (what, comparison, target, kind) in TARGETS.items():
+        got = values.get(name)
+        value = got[0] if got else None
+        entry = {"what": what, "value": None if value is None else round(value, 4), "comparison": comparison,
+                 "target": target, "kind": kind, "met": _met(value, comparison, target)}
+        if got and len(got) > 1 and got[1] is not None:
+            entry["value_from_medians"] = round(got[1], 4)
+        if value is None:
+            entry["note"] = "not measured in this run"
+        out[name] = entry
+    return out
+
+
+# ---- text ----------------------------------------------------------------------------------------
+
+def _fmt_rate(v) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _fmt_ratio(name: str, v) -> str:
+    if v is None:
+        return "not measured"
+    return f"{v:,.1f} MiB" if name.endswith("_mib") else f"{v:.3g}x"
+
+
+def _target_text(entry: dict) -> str:
+    if entry["comparison"] is None:
+        return ""
+    unit = " MiB" if entry["what"].endswith("MiB") else "x"
+    return f"{entry['comparison']} {entry['target']:g}{unit}" + (" (stretch)" if entry["kind"] == "stretch" else "")
+
+
+def _met_text(entry: dict) -> str:
+    return {True: "met", False: "NOT met", None: "-" if entry["comparison"] is None else "not measured"}[entry["met"]]
+
+
+def case_rows(results: dict) -> list[tuple]:
+    rows = []
+    for name, c in {**results["cases"], **results["floors"]}.items():
+        rows.append((name, c["description"], c["rows_per_s"], c.get("rows_per_s_median")))
+    return rows
+
+
+def text_table(results: dict) -> str:
+    lines = [f"{'case':<30} {'rows/s (best)':>14} {'rows/s (median)':>16}  what"]
+    for name, what, best, median in case_rows(results):
+        lines.append(f"{name:<30} {_fmt_rate(best):>14} {_fmt_rate(median):>16}  {what}")
+    spark = results.get("spark") or {}
+    if "rows_per_s" in spark:
+        for name, v in spark["rows_per_s"].items():
+            lines.append(f"{'spark_' + name:<30} {_fmt_rate(v):>14} {'':>16}  (f) {spark['rows']:,} rows, local[2]")
+    cli = results.get("cli") or {}
+    for size, s in (cli.get("streams") or {}).items():
+        lines.append(f"{'cli_' + size + 'MiB':<30} {_fmt_rate(s['rows_per_s']):>14} {'':>16}  (g) peak RSS "
+                     f"{s['max_rss_mib']} MiB, {s['rows']:,} rows, {s['seconds']} s")
+    lines.append("")
+    lines.append(f"{'ratio':<36} {'measured':>12} {'target':>18}  {'':8} what")
+    for name, r in results["ratios"].items():
+        lines.append(f"{name:<36} {_fmt_ratio(name, r['value']):>12} {_target_text(r):>18}  {_met_text(r):8} {r['what']}")
+    return "\n".join(lines)
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+def write_json(results: dict, path: str) -> None:
+    with open(path, "w") as fh:
+        json.dump(results, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+
+
+def chart(results: dict, path: str) -> str | None:
+    """A PNG of the target ratios (as a share of their target) and the throughput of every case;
+    returns why not when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (.venv/bin/pip install matplotlib): no chart"
+    ratios = [(n, r) for n, r in results["ratios"].items() if r["comparison"] and r["value"] is not None]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6.5), gridspec_kw={"width_ratios": [1.1, 1]})
+    labels, scores, colours, notes = [], [], [], []
+    for name, r in ratios:
+        v, t = r["value"], r["target"]
+        score = v / t if r["comparison"] == ">=" else (t / v if v else 0)
+        labels.append(r["what"].replace(" / ", "\n/ ", 1) if len(r["what"]) > 46 else r["what"])
+        scores.append(score)
+        colours.append("#2e8b57" if r["met"] else ("#d4a017" if r["kind"] == "stretch" else "#c0392b"))
+        notes.append(f"{_fmt_ratio(name, v)} (target {_target_text(r).replace(' (stretch)', ', stretch')})")
+    y = range(len(labels))[::-1]
+    low = min(scores + [1.0]) / 3
+    left.barh(list(y), [s - low for s in scores], left=low, color=colours)
+    left.axvline(1.0, color="black", linewidth=1)
+    for yi, s, note in zip(y, scores, notes):
+        left.text(s * 1.05, yi, note, va="center", fontsize=8)
+    left.set_yticks(list(y), labels, fontsize=8)
+    left.set_xscale("log")
+    left.set_xlim(low, max(scores + [1.0]) * 6)
+    left.set_xlabel("share of target, log scale (1 = met; 'at most' targets: target / measured)")
+    left.set_title("Targets")
+    names = [n for n, *_ in case_rows(results)]
+    rates = [r for _, _, r, _ in case_rows(results)]
+    spark = results.get("spark") or {}
+    if "rows_per_s" in spark:
+        names += ["spark_" + n for n in spark["rows_per_s"]]
+        rates += list(spark["rows_per_s"].values())
+    for size, s in ((results.get("cli") or {}).get("streams") or {}).items():
+        names.append(f"cli_{size}MiB")
+        rates.append(s["rows_per_s"])
+    yy = range(len(names))[::-1]
+    right.barh(list(yy), rates, color=["#7f8c8d" if "floor" in n or "naive" in n or "identity" in n else "#2c6fbb"
+                                       for n in names])
+    right.set_xscale("log")
+    right.set_yticks(list(yy), names, fontsize=8)
+    right.set_xlabel("rows/s (log scale; grey: baselines and floors)")
+    right.set_title(f"Throughput, {results['workload']['rows']:,} DML rows")
+    fig.suptitle(f"dts-datahub-bridge benchmarks ({results['generated'][:10]})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+NOTES_MARKER = "<!-- Hand-written notes below this line are kept when `make bench` rewrites this page. -->"
+
+
+def _md_table(header: list, rows: list) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def markdown(results: dict, chart_name: str | None, old_page: str | None, method: str) -> str:
+    env, params, work = results["environment"], results["parameters"], results["workload"]
+    parts = [
+        "# Performance",
+        "",
+        f"Generated by `{results['command']}` (`make bench` runs it with the defaults) on {results['generated']}. "
+        "Re-run it to refresh every figure on this page and in `benchmarks/results.json`.",
+        "",
+        f"Machine: {env['cpus']} CPUs, Python {env['python']}, protobuf {env['protobuf']} "
+        f"({env['protobuf_backend']} backend), orjson {env['orjson']}, pyspark {env.get('pyspark') or '-'}; "
+        f"load average {env['load_before']} before the run and {env['load_after']} after it (other processes "
+        "share this machine, which is why every figure that matters is a ratio measured in one process).",
+        "",
+        f"Workload: {work['rows']:,} DML row changes ({work['updates']:,} updates with before and after images, "
+        f"the rest inserts) in {work['entries']:,} Entries and {work['envelopes']:,} Envelopes; "
+        f"{work['entry_bytes_per_row']:.0f} bytes of Entry per row; {work['blob_messages']:,} Blob messages "
+        f"(lossless, {work['blob_bytes_per_message']:.0f} bytes each).",
+        "",
+        "## Targets",
+        "",
+        _md_table(["ratio", "measured", "target", "", "what"],
+                  [(f"`{n}`", _fmt_ratio(n, r["value"]), _target_text(r), _met_text(r), r["what"])
+                   for n, r in results["ratios"].items()]),
+        "",
+    ]
+    if chart_name:
+        parts += [f"![ratios and throughput]({chart_name})", ""]
+    parts += ["## Throughput", "",
+              _md_table(["case", "rows/s (best)", "rows/s (median)", "what"],
+                        [(f"`{n}`", _fmt_rate(b), _fmt_rate(m), w) for n, w, b, m in case_rows(results)]), ""]
+    spark = results.get("spark") or {}
+    parts += ["### Spark (f)", ""]
+    if "rows_per_s" in spark:
+        parts += [_md_table(["pass", "rows/s (best)", "seconds"],
+                            [(n, _fmt_rate(v), spark["seconds"][n]) for n, v in spark["rows_per_s"].items()]), "",
+                  f"{spark['rows']:,} rows in {spark['envelopes']} Envelopes on 2 Kafka partitions. Envelopes per "
+                  f"Spark task after `kafka_order`: {spark['envelopes_per_spark_task']} as configured "
+                  f"(adaptive query execution on), {spark.get('envelopes_per_spark_task_uncoalesced')} with "
+                  "`spark.sql.adaptive.coalescePartitions.enabled=false` (the `dts_to_blob_uncoalesced` pass).", ""]
+    else:
+        parts += [f"Not measured: {spark.get('skipped', 'skipped')}.", ""]
+    cli = results.get("cli") or {}
+    parts += ["### CLI memory and throughput (g)", ""]
+    if "streams" in cli:
+        parts += [_md_table(["stream", "rows", "peak RSS (MiB)", "seconds", "rows/s"],
+                            [(f"{s['file_mib']} MiB", f"{s['rows']:,}", s["max_rss_mib"], s["seconds"],
+                              _fmt_rate(s["rows_per_s"])) for s in cli["streams"].values()]), "",
+                  f"Measured with {next(iter(cli['streams'].values()))['measured_with']}.", ""]
+    else:
+        parts += [f"Not measured: {cli.get('skipped', 'skipped')}.", ""]
+    parts += ["## Hot spots", ""]
+    if not results.get("profile"):
+        parts += ["Not profiled in this run (`--profile-rows 0`).", ""]
+    for name, prof in (results.get("profile") or {}).items():
+        parts += [f"### `{name}` ({prof['rows']:,} rows under cProfile, {prof['total_seconds']} s of own time)", "",
+                  _md_table(["function", "calls", "tottime (s)", "share"],
+                            [(f"`{f['function']}`", f"{f['calls']:,}", f["tottime"], f"{f['share']:.1%}")
+                             for f in prof["functions"]]), ""]
+    parts += ["## Method", "", method.strip(), "",
+              f"Parameters of this run: {', '.join(f'{k}={v}' for k, v in params.items())}.", ""]
+    notes = ""
+    if old_page and NOTES_MARKER in old_page:
+        notes = old_page.split(NOTES_MARKER, 1)[1].strip("\n")
+    parts += [NOTES_MARKER, "", notes or "## Notes\n\n(none yet)", ""]
+    return "\n".join(parts)
+
+
+def write_markdown(results: dict, path: str, chart_name: str | None, method: str) -> None:
+    old = open(path).read() if os.path.exists(path) else None
+    with open(path, "w") as fh:
+        fh.write(markdown(results, chart_name, old, method))

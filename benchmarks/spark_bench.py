@@ -1,0 +1,125 @@
+"""(f) `bridge.spark.dts_to_blob` on Spark local[2] against a mapInArrow identity pass.
+
+The Kafka-shaped input (key, value, topic, partition 0..1, offset, timestamp) holds the workload's
+Envelopes, written once to Parquet under benchmarks/work/. Every pass orders the input the same
+way (`bridge.spark.kafka_order`), and a `noop` write forces every output column. `dts_to_blob`
+runs as a user gets it and once more with adaptive query execution's partition coalescing off,
+which otherwise may merge the Kafka partitions into one task. Session start-up
+and the Python workers' first start are left out by a warm-up pass. Between the Spark passes the
+single-process bridge (case (b), lossless) runs on the same Entries, so the ratio compares like
+with like under the same load.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+import bridge
+
+from . import cases
+
+KAFKA_TOPIC = "dts-bench"
+PARTITIONS = 2
+# identity and dts_to_blob as a user gets them; dts_to_blob again with AQE's partition coalescing
+# off (one task per Kafka partition); the single-process case (b) on the same Entries.
+PASSES = ("identity", "dts_to_blob", "dts_to_blob_uncoalesced", "single_process")
+
+
+def _kafka_parquet(envelopes: list, path: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    n = len(envelopes)
+    partition = [i % PARTITIONS for i in range(n)]
+    offset = [i // PARTITIONS for i in range(n)]
+    base = 1_700_000_000_000_000
+    table = pa.table({
+        "key": pa.array([b"shop.orders"] * n, pa.binary()),
+        "value": pa.array([env.SerializeToString() for env in envelopes], pa.binary()),
+        "topic": pa.array([KAFKA_TOPIC] * n, pa.string()),
+        "partition": pa.array(partition, pa.int32()),
+        "offset": pa.array(offset, pa.int64()),
+        "timestamp": pa.array([base + i * 1000 for i in range(n)], pa.timestamp("us", tz="UTC")),
+    })
+    pq.write_table(table, path)
+
+
+def _identity(df):
+    import bridge.spark as bs
+    ordered = bs.kafka_order(df.select("topic", "partition", "offset", "value"))
+
+    def identity(batches):
+        yield from batches
+    return ordered.mapInArrow(identity, "`topic` STRING, `partition` INT, `offset` BIGINT, `value` BINARY")
+
+
+def _noop(df) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str], None]) -> dict:
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        return {"skipped": f"pyspark/pyarrow not installed ({exc.name}): pip install 'dts-datahub-bridge[spark]'"}
+    import bridge.spark as bs
+
+    envelopes = list(bridge.pack_entries(entries))
+    path = os.path.join(work_dir, f"spark_input_{rows}.parquet")
+    _kafka_parquet(envelopes, path)
+    log(f"spark: {rows} rows in {len(envelopes)} Envelopes on {PARTITIONS} Kafka partitions; starting local[2]")
+    spark = bs.local_session("bridge-bench")
+    try:
+        df = spark.read.parquet(path).cache()
+        df.count()
+        # warm-up: JVM code paths and the Python workers, on the first Envelopes only
+        small = df.limit(4)
+        _noop(bs.dts_to_blob(small))
+        _noop(_identity(small))
+        coalesce = "spark.sql.adaptive.coalescePartitions.enabled"
+        default_coalesce = spark.conf.get(coalesce, "true")
+
+        def layout() -> list:
+            rows = (bs.kafka_order(df.select("topic", "partition", "offset", "value"))
+                    .selectExpr("spark_partition_id() AS p").groupBy("p").count().collect())
+            return sorted(r["count"] for r in rows)
+
+        per_task = layout()
+        spark.conf.set(coalesce, "false")
+        per_task_uncoalesced = layout()
+        spark.conf.set(coalesce, default_coalesce)
+        chunk = cases.Chunk(rows, [e.SerializeToString() for e in entries], {}, {}, [], entries)
+        single = cases.CASES["dts_to_blob"][1]
+        times: dict[str, list] = {name: [] for name in PASSES}
+        for rep in range(repeat):
+            for name in PASSES:
+                start = time.perf_counter()
+                if name == "identity":
+                    _noop(_identity(df))
+                elif name == "dts_to_blob":
+                    _noop(bs.dts_to_blob(df))
+                elif name == "dts_to_blob_uncoalesced":
+                    spark.conf.set(coalesce, "false")
+                    try:
+                        _noop(bs.dts_to_blob(df))
+                    finally:
+                        spark.conf.set(coalesce, default_coalesce)
+                else:
+                    single(chunk)
+                times[name].append(time.perf_counter() - start)
+            log(f"spark round {rep + 1}: " + ", ".join(f"{n} {rows / t[-1]:,.0f} rows/s" for n, t in times.items()))
+        default_parallelism = spark.sparkContext.defaultParallelism
+    finally:
+        spark.stop()
+    best = {name: min(t) for name, t in times.items()}
+    return {
+        "rows": rows,
+        "envelopes": len(envelopes),
+        "envelopes_per_spark_task": per_task,
+        "envelopes_per_spark_task_uncoalesced": per_task_uncoalesced,
+        "default_parallelism": default_parallelism,
+        "seconds": {name: round(t, 4) for name, t in best.items()},
+        "rows_per_s": {name: round(rows / t) for name, t in best.items()},
+        "samples": times,
+    }
