@@ -59,7 +59,10 @@ def kafka_order(df, *extra: str):
     if df.isStreaming:
         return df
     keys = [c for c in ("topic", "partition") if c in df.columns]
-    return df.repartition(*keys).sortWithinPartitions(*keys, "offset", *extra)
+    # An explicit count: adaptive execution coalesces a bare repartition(*keys) of a small input
+    # into one task, which would run every Kafka partition on one core.
+    parallelism = max(df.sparkSession.sparkContext.defaultParallelism, 1)
+    return df.repartition(parallelism, *keys).sortWithinPartitions(*keys, "offset", *extra)
 
 
 def _dts_input(df):
