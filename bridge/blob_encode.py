@@ -16,13 +16,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import orjson
 
 from . import subscribe_pb2 as pb
 from .errors import BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options, per_options
+from .blob_rows import MISSES, compile_image
 from .values import (CONTROL_MESSAGE_TYPES, ColumnSetCache, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, codec_for, data_to_raw, ddl_op)
 
@@ -113,6 +114,7 @@ class _TableCodec:
     text: list  # per column: is it text whose charset must travel
     columns: list = field(default_factory=list)  # (name, to_blob, text, index) per column, for the hot loop
     foreign_default: bool = False  # the columns are what a message without extension decodes to
+    fast_image: Any = None  # compiled converter of canonical images (blob_rows)
 
 
 class BlobEncoder:
@@ -269,6 +271,10 @@ class BlobEncoder:
     # -- parts -------------------------------------------------------------------------------
     def _image(self, table: _TableCodec, datas, lossless: bool):
         """(dataColumn dict, raw Data by column index for inexact values, charsets by column)."""
+        try:
+            return table.fast_image(datas), None, None
+        except MISSES:
+            pass  # not all canonical: the per-value path below decides value by value
         if len(datas) != len(table.names):
             if not datas:
                 return {}, None, None
@@ -335,8 +341,10 @@ class BlobEncoder:
                          for i, c in enumerate(schema_columns) if FOREIGN_COLUMN_TYPES[c["type"]][1]}
         if foreign_props:
             foreign["properties"] = foreign_props
-        return _TableCodec(names, codecs, schema_columns, pkey, ext, text,
-                           [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, text))], ext == foreign)
+        columns = [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, text))]
+        table = _TableCodec(names, codecs, schema_columns, pkey, ext, text, columns, ext == foreign)
+        table.fast_image = compile_image(names, codecs)
+        return table
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
         if facts:

@@ -1,0 +1,103 @@
+"""Compiled row-image converters: one Python function per column set, built once (STYLE lesson 6).
+
+The generated function converts a row image whose every value is canonical in one straight run,
+without per-value dispatch: each column's check and conversion is inlined for its kind. Anything
+it is not sure of (a non-canonical spelling, a charset other than utf8mb4, an unknown DataType,
+a value the codec calls inexact) raises `Miss`, and the caller converts the image with the
+general per-value path, which decides what is carried raw and what is an error. So the fast
+path can only ever agree with the general one.
+
+>>> from bridge import pb
+>>> from bridge.values import codec_for
+>>> cols = [pb.Column(name="id", originalType="bigint(20)"), pb.Column(name="name", originalType="varchar(8)")]
+>>> image = compile_image(["id", "name"], [codec_for(c) for c in cols])
+>>> image([pb.Data(dataType=pb.INT64, sv="7"), pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=b"x")])
+{'id': 7, 'name': 'x'}
+"""
+from __future__ import annotations
+
+import base64
+import math
+
+from .errors import ConversionError
+from .values import _DEC_RE, BYTES, DECIMAL_DT, DEFAULT_CHARSET, STRING, Codec, Inexact
+
+__all__ = ["compile_image", "Miss", "MISSES"]
+
+
+class Miss(Exception):
+    """The fast path is not sure: convert this image with the general path."""
+
+
+# What sends an image to the general path (which then reports or carries the value).
+MISSES = (Miss, Inexact, ConversionError, ValueError, UnicodeDecodeError, TypeError, OverflowError)
+
+# kind -> inline body for a value `d` of the column's canonical DataType; `{n}` is the column.
+_BODIES = {
+    "long": ("sv = d.sv\n"
+             "v = int(sv)\n"
+             "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
+             "values[name{n}] = v"),
+    "digits": ("sv = d.sv\n"
+               "v = int(sv)\n"
+               "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
+               "values[name{n}] = sv"),
+    "double": ("sv = d.sv\n"
+               "v = float(sv)\n"
+               "if repr(v) != sv or not isfinite(v) or d.charset or d.bv: raise Miss\n"
+               "values[name{n}] = v"),
+    "decimal": ("sv = d.sv\n"
+                "if not dec_re(sv) or d.charset or d.bv: raise Miss\n"
+                "values[name{n}] = sv"),
+    "text": ("if d.charset != default_charset or d.sv: raise Miss\n"
+             "values[name{n}] = d.bv.decode('utf-8')"),
+    "base64": ("if d.charset != charset{n} or d.sv: raise Miss\n"
+               "values[name{n}] = b64encode(d.bv).decode('ascii')"),
+    "call": "values[name{n}] = to_blob{n}(d)",
+}
+
+
+def _body(codec: Codec) -> tuple[str, int | None]:
+    """(inline body kind, canonical DataType or None when it depends on the value)."""
+    ct = codec.ct
+    kind = ct.kind
+    if kind in ("integer", "year"):
+        return ("digits" if codec.blob_type == "STRING" else "long"), ct.canonical_datatype()
+    if kind == "float":
+        return "double", ct.canonical_datatype()
+    if kind == "decimal" and codec.blob_type == "STRING":
+        return "decimal", DECIMAL_DT
+    if kind == "text":
+        return "text", STRING
+    if kind in ("binary", "bytes"):
+        return "base64", STRING if kind == "binary" else BYTES
+    return "call", None
+
+
+def compile_image(names: list, codecs: list[Codec]):
+    """A function `image(datas) -> dataColumn dict` for canonical images; raises a MISSES error otherwise."""
+    scope = {"Miss": Miss, "isfinite": math.isfinite, "dec_re": _DEC_RE.match, "b64encode": base64.b64encode,
+             "default_charset": DEFAULT_CHARSET}
+    lines = ["def image(datas):",
+             f"    if len(datas) != {len(names)}: raise Miss",
+             "    values = {}"]
+    for n, (name, codec) in enumerate(zip(names, codecs)):
+        body, dt = _body(codec)
+        scope[f"name{n}"] = name
+        scope[f"to_blob{n}"] = codec.to_blob
+        if body in ("long", "digits"):
+            scope[f"lo{n}"], scope[f"hi{n}"] = codec.ct.int_range
+        if body == "base64":
+            scope[f"charset{n}"] = "binary" if codec.ct.kind == "binary" else ""
+        test = f"dt == {dt}" if dt is not None else "0 < dt < 14"
+        lines += [f"    d = datas[{n}]",
+                  "    dt = d.dataType",
+                  f"    if {test}:"]
+        lines += ["        " + line for line in _BODIES[body].format(n=n).split("\n")]
+        lines += ["    elif dt == 0 and not d.ByteSize():",  # NIL with nothing else set
+                  f"        values[name{n}] = None",
+                  "    elif dt != 14 or d.ByteSize() != 2:",  # anything but a bare NA
+                  "        raise Miss"]
+    lines.append("    return values")
+    exec(compile("\n".join(lines), f"<image of {len(names)} columns>", "exec"), scope)  # noqa: S102
+    return scope["image"]
