@@ -19,9 +19,9 @@ from google.protobuf import json_format
 
 from ._wire import entry_to_json_line, pack_entries, write_pb
 from .blob_encode import BlobEncoder, encode_blob, shard_key
-from .cli import (PROG, SCHEMA_SUFFIX, UsageError, _describe, _epilog, _Formatter, _numbered_lines, _one_line,
-                  _tuple_module, _versioned, add_option_flags, options_from, rejects_sink, resolve_format, schema_path,
-                  tuple_converter)
+from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink, resolve_format
+from .cli_base import PROG, UsageError, _numbered_lines, _one_line
+from .cli_tuple import SCHEMA_SUFFIX, _tuple_module, _versioned, schema_path, tuple_converter
 from .errors import BridgeError, DecodeError
 from .options import Options
 from .stream import ErrorPolicy, Tally
