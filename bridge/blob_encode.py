@@ -27,7 +27,7 @@ from .blob_rows import MISSES, compile_image
 from .values import (CONTROL_MESSAGE_TYPES, ColumnSetCache, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, codec_for, data_to_raw, ddl_op)
 
-__all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key",
+__all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key", "check_dml_event",
            "sequence_id", "ROW_DIGITS", "EVENT_FIELDS", "FORMAT_VERSION"]
 
 FORMAT_VERSION = "0.0.1"
@@ -54,6 +54,26 @@ _HEADER_IN_SOURCE = {"schemaName", "tableName", "sourceType"}
 
 def sequence_id(seq_id: int, row: int = 0) -> str:
     return str(seq_id * _ROW_SCALE + row)
+
+
+def check_dml_event(dml: pb.DMLEvent) -> bool:
+    """The rules every converter of a DML event needs; False for an event without rows (nothing to
+    emit). Raises ConversionError for an unknown DMLType, more rows than a sequenceId can number,
+    and an INSERT row change with a before image or a DELETE one with an after image."""
+    ops = DML_OPS.get(dml.dmlEventType)
+    if ops is None:
+        raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
+    if not dml.rows:
+        return False
+    if len(dml.rows) > _ROW_SCALE:
+        raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
+    if ops[0] in ("INSERT", "DELETE"):
+        wrong = "oldColumns" if ops[0] == "INSERT" else "newColumns"
+        for index, row in enumerate(dml.rows):
+            if getattr(row, wrong):
+                raise ConversionError(f"{ops[0]} row change {index} carries a "
+                                      f"{'before' if wrong == 'oldColumns' else 'after'} image")
+    return True
 
 
 def encode_blob(msg: dict) -> bytes:
@@ -193,14 +213,10 @@ class BlobEncoder:
 
     def _dml(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
         dml = entry.event.dmlEvent
-        ops = DML_OPS.get(dml.dmlEventType)
-        if ops is None:
-            raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
-        if not dml.rows:
+        if not check_dml_event(dml):
             self.not_emitted["DML without rows"] += 1
             return []
-        if len(dml.rows) > _ROW_SCALE:
-            raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
+        ops = DML_OPS[dml.dmlEventType]
         table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
         lossless = self.options.lossless
         plain_props, facts = _split_props(header.properties)
@@ -217,7 +233,6 @@ class BlobEncoder:
         nrows = len(dml.rows)
         seq_base = header.seqId * _ROW_SCALE
         entry_stamp = self._timestamp(header, facts)
-        first_op = ops[0]
         for index, row in enumerate(dml.rows):
             if row.properties:
                 row_plain, own_facts = _split_props(row.properties)
@@ -227,9 +242,6 @@ class BlobEncoder:
             row_schema = schema
             if own_facts:
                 row_schema = {**schema, "source": self._source(header, row_facts)}
-            if (first_op == "INSERT" and row.oldColumns) or (first_op == "DELETE" and row.newColumns):
-                raise ConversionError(f"{first_op} row change {index} carries a "
-                                      f"{'before' if row.oldColumns else 'after'} image")
             seq = row_facts.get("sequenceId") if row_facts else None
             seq = seq or str(seq_base + index)
             stamp = self._timestamp(header, row_facts) if own_facts else entry_stamp

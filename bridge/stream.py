@@ -22,8 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 from . import subscribe_pb2 as pb
 from ._wire import Assembled, Reassembler, entry_from_json_line
 from .blob_decode import BlobDecoder, decode_blob
-from .blob_encode import BlobEncoder
-from .errors import BridgeError, ConversionError
+from .errors import BridgeError
 from .options import DEFAULT_OPTIONS, Options
 
 __all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
@@ -237,15 +236,3 @@ def tuple_rows_to_entries(rows: Iterable[tuple[int, Any]], decoder, policy: Erro
     records = (({"row": number}, row, None) for number, row in rows)
     for where, entry, _ in decoder_entries(records, decoder, policy, feed, parse):
         yield where, entry
-
-
-def convert_dts_to_blob(entries: Iterable[tuple[dict, pb.Entry]], policy: ErrorPolicy,
-                        options: Options = DEFAULT_OPTIONS) -> Iterator[tuple[dict, dict]]:
-    """Convenience: DTS entries -> Blob messages under the policy."""
-    encoder = BlobEncoder(options)
-    return entries_to_messages(entries, encoder.convert, policy)
-
-
-def require(condition: bool, reason: str) -> None:
-    if not condition:
-        raise ConversionError(reason)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import orjson
 
 from . import subscribe_pb2 as pb
-from .blob_encode import ROW_DIGITS, sequence_id
+from .blob_encode import check_dml_event, sequence_id
 from .errors import BridgeError, ConversionError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options, per_options
 from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, charset_codec, column_is_boolean,
@@ -44,7 +44,6 @@ __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schem
            "INT_RANGES"]
 
 DT = pb.DataType
-_ROW_SCALE = 10 ** ROW_DIGITS
 FIELD_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN",
                "TIMESTAMP", "STRING")
 # Epoch microseconds pydatahub accepts for a TIMESTAMP field.
@@ -412,22 +411,15 @@ class TupleEncoder:
             self.not_emitted[pb.MessageType.Name(mtype)] += 1
             return []
         dml = entry.event.dmlEvent
-        images = ROW_IMAGES.get(dml.dmlEventType)
-        if images is None:
-            raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
-        if not dml.rows:
+        if not check_dml_event(dml):
             self.not_emitted["DML without rows"] += 1
             return []
-        if len(dml.rows) > _ROW_SCALE:
-            raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequence id")
+        images = ROW_IMAGES[dml.dmlEventType]
         table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
         facts = _facts(header.properties)
         out = []
         for index, row in enumerate(dml.rows):
             row_facts = {**facts, **_facts(row.properties)} if row.properties else facts
-            if (images[0][0] == "I" and row.oldColumns) or (images[0][0] == "D" and row.newColumns):
-                raise ConversionError(f"{pb.DMLType.Name(dml.dmlEventType)} row change {index} carries a "
-                                      f"{'before' if row.oldColumns else 'after'} image")
             seq = row_facts["sequenceId"] if "sequenceId" in row_facts else sequence_id(header.seqId, index)
             time = int(row_facts["eventTime"]) if "eventTime" in row_facts else header.timestamp * 1000
             source = (row_facts["sourceTable"] if "sourceTable" in row_facts
