@@ -58,12 +58,27 @@ def naive_dts_to_blob(chunk: Chunk) -> int:
 
 
 def _bridge_dts_to_blob(options: bridge.Options) -> Callable[[Chunk], int]:
+    """What the CLI, `consume` and `entries_to_blob_lines` do: parse, then `convert_lines` with the
+    Entry's bytes (plain DML Entries are written to JSON lines in C, the rest through the dicts)."""
     def run(chunk: Chunk) -> int:
         encoder = bridge.BlobEncoder(options)
+        convert = encoder.convert_lines
+        n = 0
+        for raw in chunk.entry_bytes:
+            n += len(convert(_from_string(raw), raw))
+        return n
+    return run
+
+
+def _bridge_dts_to_blob_dicts(use_raw: bool) -> Callable[[Chunk], int]:
+    """The dict API: `convert` (with the Entry's bytes: row images read in C; without: all Python)
+    and `encode_blob` of each message, as the Spark transform does."""
+    def run(chunk: Chunk) -> int:
+        encoder = bridge.BlobEncoder()
         encode = bridge.encode_blob
         n = 0
         for raw in chunk.entry_bytes:
-            for msg in encoder.convert(_from_string(raw)):
+            for msg in encoder.convert(_from_string(raw), raw if use_raw else None):
                 encode(msg)
                 n += 1
         return n
@@ -180,6 +195,10 @@ CASES: dict[str, tuple[str, Callable[[Chunk], int]]] = {
     "naive_dts_to_blob": ("(a) naive DTS -> JSON: parse + MessageToDict + json.dumps", naive_dts_to_blob),
     "dts_to_blob": ("(b) bridge DTS -> Blob, lossless (default)", _bridge_dts_to_blob(LOSSLESS)),
     "dts_to_blob_strict": ("(b) bridge DTS -> Blob, strict", _bridge_dts_to_blob(STRICT)),
+    "dts_to_blob_dicts": ("(b) dict API: convert(entry, raw) + encode_blob (images in C)",
+                          _bridge_dts_to_blob_dicts(True)),
+    "dts_to_blob_python": ("(b) pure Python: convert(entry) + encode_blob (the reference path)",
+                           _bridge_dts_to_blob_dicts(False)),
     "parse_floor": ("(c) floor: Entry.ParseFromString", parse_floor),
     "dumps_floor": ("(c) floor: orjson.dumps of prebuilt lossless Blob dicts", _dumps_floor("lossless")),
     "dumps_floor_strict": ("(c) floor: orjson.dumps of prebuilt strict Blob dicts", _dumps_floor("strict")),

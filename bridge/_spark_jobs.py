@@ -213,6 +213,8 @@ def _pandas_column(frame, name: str) -> list:
 class _FromDts(_Job):
     """Kafka records (topic, partition, offset, value) in offset order -> rows of `convert(entry)`."""
 
+    raw = False  # True: `convert(entry, entry_bytes)` where the bytes are known (the C fast path)
+
     def __init__(self, mode: str, value_columns) -> None:
         super().__init__(mode, POSITION_COLUMNS + tuple(value_columns))
         self.nvalues = len(value_columns)
@@ -231,9 +233,9 @@ class _FromDts(_Job):
         for topic, run in itertools.groupby(records, key=itemgetter(0)):
             reassembler = self.reassemblers.setdefault(topic, Reassembler())
             yield from self._rows(topic, dts_records_to_entries((r[1:] for r in run), self.policy,
-                                                                reassembler, finish=False))
+                                                                reassembler, finish=False, raw=self.raw))
         for topic, reassembler in self.reassemblers.items():
-            yield from self._rows(topic, dts_records_to_entries((), self.policy, reassembler))
+            yield from self._rows(topic, dts_records_to_entries((), self.policy, reassembler, raw=self.raw))
 
     def _rows(self, topic, entries) -> Iterator[tuple]:
         errors = self.policy.errors
@@ -262,13 +264,15 @@ class _FromDts(_Job):
 
 
 class _DtsToBlob(_FromDts):
+    raw = True
+
     def __init__(self, options: Options, mode: str) -> None:
         super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
         self.encoder = BlobEncoder(options)
 
-    def convert(self, entry):
+    def convert(self, entry, raw=None):
         out = []
-        for msg in self.encoder.convert(entry):
+        for msg in self.encoder.convert(entry, raw):
             payload = msg["payload"]
             source = (msg.get("schema") or {}).get("source") or {}
             try:

@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError as _PbDecodeError
 
 from . import subscribe_pb2 as pb
 from .errors import DecodeError, FramingError
+from ._native import split_items
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -100,6 +101,7 @@ class Assembled:
     first_offset: int
     last_offset: int
     segments: int
+    raws: list | None = None  # the bytes of each Entry (for the C fast path), when the extension split them
 
 
 @dataclass
@@ -180,7 +182,10 @@ class Reassembler:
             err.where.setdefault("first_offset", buf.first_offset)
             results.append(err)
             return results
-        results.append(Assembled(entries, partition, buf.first_offset, offset, buf.total))
+        raws = split_items(data)
+        if raws is not None and len(raws) != len(entries.items):
+            raws = None
+        results.append(Assembled(entries, partition, buf.first_offset, offset, buf.total, raws))
         return results
 
     def finish(self) -> list[FramingError]:

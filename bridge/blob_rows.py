@@ -20,9 +20,13 @@ import base64
 import math
 
 from .errors import ConversionError
-from .values import _DEC_RE, BYTES, DECIMAL_DT, DEFAULT_CHARSET, STRING, Codec, Inexact
+from .values import _DEC_RE, BYTES, DECIMAL_DT, DEFAULT_CHARSET, DT, STRING, Codec, Inexact
 
-__all__ = ["compile_image", "Miss", "MISSES"]
+DT_INT8 = DT.INT8
+
+from ._native import NATIVE, speedups, split_items, wire_scan
+
+__all__ = ["compile_image", "native_plan", "split_items", "wire_scan", "Miss", "MISSES", "NATIVE"]
 
 
 class Miss(Exception):
@@ -101,3 +105,58 @@ def compile_image(names: list, codecs: list[Codec]):
     lines.append("    return values")
     exec(compile("\n".join(lines), f"<image of {len(names)} columns>", "exec"), scope)  # noqa: S102
     return scope["image"]
+
+
+# ---- the C fast path: one Plan per column set over an Entry's wire bytes -----------------------
+
+# kind codes of bridge/_speedups.c
+_K_LONG, _K_DIGITS, _K_DOUBLE, _K_DECIMAL, _K_TEXT, _K_BASE64, _K_UTF8, _K_BOOL = range(8)
+_K_TEMPORAL = {"date": 8, "datetime": 9, "timestamp": 10}
+
+
+def _native_column(name: str, codec: Codec, utc: bool):
+    """The Plan column of one codec, or None when the C path does not cover it (then no Plan)."""
+    ct = codec.ct
+    kind, blob = ct.kind, codec.blob_type
+    lo = hi = 0
+    charset, fsp, need_bv = "", 0, False
+    if kind in ("integer", "year"):
+        lo, hi = ct.int_range
+        code = _K_DIGITS if blob == "STRING" else _K_LONG
+        if code == _K_DIGITS and lo != 0:
+            return None
+        dt = ct.canonical_datatype()
+    elif kind == "boolean":
+        code, dt = _K_BOOL, DT_INT8
+    elif kind == "float":
+        code, dt = _K_DOUBLE, ct.canonical_datatype()
+    elif kind == "decimal" and blob == "STRING":
+        code, dt = _K_DECIMAL, DECIMAL_DT
+    elif kind == "text":
+        code, dt, charset = _K_TEXT, STRING, DEFAULT_CHARSET
+    elif kind in ("binary", "bytes"):
+        code = _K_BASE64
+        dt, charset = (STRING, "binary") if kind == "binary" else (BYTES, "")
+    elif kind == "json":
+        code, dt = _K_UTF8, BYTES
+    elif kind == "time":
+        code, dt, need_bv = _K_UTF8, STRING, True
+    elif kind in _K_TEMPORAL and utc and 0 <= ct.fsp <= 6:
+        code, dt, fsp = _K_TEMPORAL[kind], STRING, ct.fsp
+    else:
+        return None  # bit, decimal as DOUBLE, temporal outside UTC: the Python codecs only
+    return (name, code, dt, lo, hi, charset, fsp, need_bv)
+
+
+def native_plan(names: list, codecs: list[Codec], utc: bool):
+    """A `_speedups.Plan` for the column set, or None (no C extension, or a column it does not cover).
+
+    `Plan.rows(entry_bytes)` gives [before0, after0, before1, ...]: the dataColumn dict of each
+    image, None for an image the Python path must convert; or None for the whole Entry.
+    """
+    if not NATIVE:
+        return None
+    columns = [_native_column(name, codec, utc) for name, codec in zip(names, codecs)]
+    if not columns or None in columns:
+        return None
+    return speedups.Plan(columns)

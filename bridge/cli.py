@@ -231,10 +231,11 @@ class Progress:
 # ---- convert ------------------------------------------------------------------------------------
 
 def _source_entries(side: str, framing: str, path: str, fh, policy: ErrorPolicy, options: Options,
-                    source: str, args) -> Iterator[tuple[dict, pb.Entry]]:
-    """(where, Entry) of the input under the policy; the tally counts input records."""
+                    source: str, args, raw: bool = False) -> Iterator[tuple]:
+    """(where, Entry) of the input under the policy; the tally counts input records. `raw`: .pb
+    input also gives each Entry's bytes, (where, Entry, bytes), for the encoder's C fast path."""
     if side == "dts" and framing == "pb":
-        return dts_records_to_entries(pb_envelopes(fh, policy, source), policy)
+        return dts_records_to_entries(pb_envelopes(fh, policy, source), policy, raw=raw)
     if side == "dts":
         return dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
     if side == "blob":
@@ -283,9 +284,10 @@ def _merge(first: Tally, second: Tally) -> Tally:
                  envelopes=first.envelopes)
 
 
-def _write_blob(items: Iterable[tuple[dict, dict]], out) -> str:
+def _write_blob(items: Iterable[tuple[dict, Any]], out) -> str:
+    """Messages as JSON lines; an item may be a message dict or its line (`convert_lines`)."""
     for _, msg in items:
-        out.write(encode_blob(msg))
+        out.write(msg if isinstance(msg, bytes) else encode_blob(msg))
         out.write(b"\n")
     return ""
 
@@ -343,8 +345,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         rejects = outputs.open(args.rejects) if args.rejects else None
         policy = ErrorPolicy(on_error, tally=tally, sink=rejects_sink(rejects, tally), keep_records=False)
         try:
-            entries = _source_entries(src_side, src_framing, args.input, fh, policy, options, source, args)
-            convert = (BlobEncoder(options).convert if dst_side == "blob" else
+            entries = _source_entries(src_side, src_framing, args.input, fh, policy, options, source, args,
+                                      raw=dst_side == "blob")
+            convert = (BlobEncoder(options).convert_lines if dst_side == "blob" else
                        tuple_converter(options, args.table) if dst_side == "tuple" else lambda entry: [entry])
             if src_side == "dts":
                 items = entries_to_messages(entries, convert, policy)

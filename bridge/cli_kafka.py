@@ -18,7 +18,7 @@ import orjson
 from google.protobuf import json_format
 
 from ._wire import entry_to_json_line, pack_entries, write_pb
-from .blob_encode import BlobEncoder, encode_blob, shard_key
+from .blob_encode import BlobEncoder, shard_key
 from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink, resolve_format
 from .cli_base import PROG, UsageError, _numbered_lines, _one_line
 from .cli_tuple import SCHEMA_SUFFIX, _tuple_module, _versioned, schema_path, tuple_converter
@@ -104,8 +104,8 @@ class _BlobOut:
     def __init__(self, files: _AppendFiles) -> None:
         self.files = files
 
-    def write(self, where: dict, msg: dict) -> None:
-        self.files.get(self.files.path(where["partition"])).write(encode_blob(msg) + b"\n")
+    def write(self, where: dict, line: bytes) -> None:
+        self.files.get(self.files.path(where["partition"])).write(line + b"\n")
 
     def sync(self) -> None:
         self.files.sync()
@@ -190,7 +190,7 @@ def _consume_side(args) -> tuple[str, str]:
 def _consume_output(args, side: str, framing: str, options: Options):
     files = _AppendFiles(args.output)
     if side == "blob":
-        return files, _BlobOut(files), BlobEncoder(options).convert
+        return files, _BlobOut(files), BlobEncoder(options).convert_lines
     if side == "dts":
         return files, _DtsOut(files, framing, options), (lambda entry: [entry])
     return files, _TupleOut(files, options), tuple_converter(options, args.table)
@@ -253,7 +253,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
             try:
                 report = kafka.consume(consumer, args.topic, store, convert, sink, policy,
                                        partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
-                                       max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop)
+                                       max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
+                                       raw=side == "blob")
             except BaseException:
                 with contextlib.suppress(Exception):
                     sink.sync()  # at-least-once: what was converted stays, uncommitted

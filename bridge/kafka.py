@@ -243,7 +243,7 @@ _START = {"earliest": "OFFSET_BEGINNING", "latest": "OFFSET_END"}
 def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], sink, policy: ErrorPolicy, *,
             partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
             idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False,
-            poll_timeout: float = 0.2) -> ConsumeReport:
+            poll_timeout: float = 0.2, raw: bool = False) -> ConsumeReport:
     """Read `topic` from the stored offsets (else from `start`), convert, write to `sink`, commit.
 
     `sink.write(where, item)` takes each converted item; `sink.sync()` must make everything
@@ -252,7 +252,8 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
     true; every ending but an exception commits. Partitions are assigned, not subscribed: the
     group (or file) only keeps offsets, so one process reads each partition. Give the consumer
     `enable.partition.eof=True`: idleness then waits for every partition to be read to its end,
-    else for five times `idle_timeout`.
+    else for five times `idle_timeout`. `raw`: call `convert(entry, entry_bytes)` where the bytes
+    are known (`BlobEncoder.convert_lines` takes them for its C fast path).
     """
     ck = confluent()
     partitions = partitions if partitions is not None else partitions_of(consumer, topic)
@@ -332,10 +333,10 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
 
     def entries():
         # finish=False: an Entries still incomplete at the end is read again next run, not rejected
-        for where, entry in dts_records_to_entries(records(), policy, reassembler, finish=False):
-            if entry.header.messageType == pb.CHECKPOINT:
+        for item in dts_records_to_entries(records(), policy, reassembler, finish=False, raw=raw):
+            if item[1].header.messageType == pb.CHECKPOINT:
                 checkpoint[0] = True
-            yield where, entry
+            yield item
 
     for where, item in entries_to_messages(entries(), convert, policy):
         sink.write(where, item)

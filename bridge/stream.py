@@ -90,10 +90,12 @@ class ErrorPolicy:
 
 
 def dts_records_to_entries(records: Iterable[tuple[Any, int, bytes]], policy: ErrorPolicy,
-                           reassembler: Reassembler | None = None, finish: bool = True
-                           ) -> Iterator[tuple[dict, pb.Entry]]:
+                           reassembler: Reassembler | None = None, finish: bool = True, raw: bool = False
+                           ) -> Iterator[tuple]:
     """(partition, offset, Envelope bytes) in offset order per partition -> (where, Entry).
 
+    With `raw`, (where, Entry, the Entry's bytes or None): the C fast path of a converter reads
+    the row images off those bytes (`BlobEncoder.convert(entry, raw)`).
     Framing errors go to the policy, counted in the Envelopes they dispose of.
     """
     reassembler = reassembler or Reassembler()
@@ -103,9 +105,13 @@ def dts_records_to_entries(records: Iterable[tuple[Any, int, bytes]], policy: Er
         for item in reassembler.feed(partition, offset, value):
             if isinstance(item, Assembled):
                 where = {"partition": item.partition, "offset": item.first_offset}
+                raws = item.raws
                 for index, entry in enumerate(item.entries.items):
                     tally.input += 1
-                    yield {**where, "entry": index}, entry
+                    if raw:
+                        yield {**where, "entry": index}, entry, raws[index] if raws is not None else None
+                    else:
+                        yield {**where, "entry": index}, entry
             else:
                 tally.input += item.count
                 policy.reject(item, value if item.count == 1 else None, item.count)
@@ -128,17 +134,20 @@ def dts_json_lines_to_entries(lines: Iterable[tuple[int, bytes]], policy: ErrorP
         yield {"line": number}, entry
 
 
-def entries_to_messages(entries: Iterable[tuple[dict, pb.Entry]], convert: Callable[[pb.Entry], list],
+def entries_to_messages(entries: Iterable[tuple], convert: Callable[..., list],
                         policy: ErrorPolicy, *, not_emitted: Callable[[], int] | None = None
                         ) -> Iterator[tuple[dict, Any]]:
     """Apply a per-Entry converter (e.g. BlobEncoder.convert); yields (where, output item).
 
+    `entries` gives (where, Entry) or (where, Entry, raw bytes) (`dts_records_to_entries(raw=True)`);
+    bytes that are there are passed on as `convert(entry, raw)`.
     An Entry giving no output counts as not emitted; one that fails goes to the policy.
     """
     tally = policy.tally
-    for where, entry in entries:
+    for item in entries:
+        where, entry = item[0], item[1]
         try:
-            outputs = convert(entry)
+            outputs = convert(entry) if len(item) < 3 or item[2] is None else convert(entry, item[2])
         except BridgeError as err:
             err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
             policy.reject(err, entry.SerializeToString())

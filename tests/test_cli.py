@@ -430,7 +430,7 @@ def test_usage_errors_exit_2(run, tmp_path, monkeypatch, argv, says):
 
 
 def test_an_internal_error_is_one_line_and_exit_1(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli.BlobEncoder, "convert", lambda self, entry: 1 / 0)
+    monkeypatch.setattr(cli.BlobEncoder, "convert_lines", lambda self, entry, raw=None: 1 / 0)
     argv = ["convert", str(SAMPLES / "mariadb.pb"), "-o", str(tmp_path / "x.jsonl")]
     with pytest.raises(ZeroDivisionError):  # under DTS_BRIDGE_DEBUG (set for every test) it surfaces
         cli.main(argv)

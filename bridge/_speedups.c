@@ -1,0 +1,1092 @@
+/* bridge._speedups: the DTS -> Blob value loop over an Entry's wire bytes, in C.
+ *
+ * A `Plan` is built once per column set (bridge/blob_rows.py: `native_plan`) from the same column
+ * kinds the Python compiled image uses. `Plan.rows(entry_bytes)` walks Entry -> Event -> DMLEvent
+ * -> RowChange -> Data on the wire and returns, per row, the dataColumn dict of its before and
+ * after image, or None for an image it is not sure of.  It is a fast path only: every decision it
+ * cannot make exactly as the Python codecs do (a non-canonical spelling, a charset other than the
+ * column's, a value the codec would call inexact, an encoding protobuf would merge) gives None for
+ * that image, or for the whole Entry, and the caller converts it with the Python path, which
+ * stays the reference (tests/test_speedups.py compares the two).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+enum {
+    K_LONG = 0,      /* canonical integer text -> int, within [lo, hi] */
+    K_DIGITS = 1,    /* canonical unsigned integer text -> the same text, within [0, uhi] */
+    K_DOUBLE = 2,    /* text that is repr() of its double -> float */
+    K_DECIMAL = 3,   /* -?[0-9]+(\.[0-9]+)? -> the same text */
+    K_TEXT = 4,      /* utf8mb4 bytes -> str */
+    K_BASE64 = 5,    /* bytes -> standard base64 str */
+    K_UTF8 = 6,      /* UTF-8 bytes without charset (json; time when need_bv) -> str */
+    K_BOOL = 7,      /* INT8 "0" / "1" -> False / True */
+    K_DATE = 8,      /* YYYY-MM-DD (UTC) -> epoch ms */
+    K_DATETIME = 9,  /* YYYY-MM-DD HH:MM:SS[.f{fsp}] (UTC) -> epoch ms */
+    K_TIMESTAMP = 10 /* the same with " +00:00" -> epoch ms */
+};
+
+#define DT_NIL 0
+#define DT_NA 14
+
+typedef struct {
+    PyObject *name;
+    int kind;
+    int dt;
+    long long lo, hi;
+    unsigned long long uhi;
+    char charset[32];
+    Py_ssize_t charset_len;
+    int fsp;
+    int need_bv;
+    char *key;  /* the JSON of the name and a colon, as orjson writes the key */
+    Py_ssize_t key_len;
+} Col;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t ncols;
+    Col *cols;
+} PlanObject;
+
+typedef struct {
+    const uint8_t *p;
+    Py_ssize_t n;
+} Span;
+
+typedef struct {
+    int dt;
+    unsigned seen; /* bit per field 1..4 */
+    Span cs, sv, bv;
+} DataView;
+
+/* ---- wire reading ----------------------------------------------------------------------------- */
+
+static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    int shift = 0;
+    while (p < end && shift < 64) {
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *pp = p;
+            *out = v;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+/* Skip one field's value of wire type wt; 0 on malformed or group wire types. */
+static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt) {
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return read_varint(pp, end, &v);
+    case 1:
+        if (end - *pp < 8) return 0;
+        *pp += 8;
+        return 1;
+    case 2:
+        if (!read_varint(pp, end, &v) || v > (uint64_t)(end - *pp)) return 0;
+        *pp += v;
+        return 1;
+    case 5:
+        if (end - *pp < 4) return 0;
+        *pp += 4;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Read a length-delimited value into span; 0 on malformed. */
+static inline int read_span(const uint8_t **pp, const uint8_t *end, Span *s) {
+    uint64_t len;
+    if (!read_varint(pp, end, &len) || len > (uint64_t)(end - *pp)) return 0;
+    s->p = *pp;
+    s->n = (Py_ssize_t)len;
+    *pp += len;
+    return 1;
+}
+
+/* The only occurrence of length-delimited field `want` in a message; 0 if absent, -1 if repeated
+ * (protobuf would merge the occurrences) or malformed. */
+static int only_submessage(const uint8_t *p, const uint8_t *end, uint32_t want, Span *out) {
+    int found = 0;
+    while (p < end) {
+        uint64_t tag;
+        if (!read_varint(&p, end, &tag)) return -1;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        if (field == want && wt == 2) {
+            if (found) return -1;
+            if (!read_span(&p, end, out)) return -1;
+            found = 1;
+        } else if (field == want || !skip_field(&p, end, wt)) {
+            return -1;
+        }
+    }
+    return found;
+}
+
+/* Data fields; 0 for anything but a minimal encoding of the four known fields. */
+static int read_data(Span s, DataView *d) {
+    const uint8_t *p = s.p, *end = s.p + s.n;
+    d->dt = 0;
+    d->seen = 0;
+    d->cs.n = d->sv.n = d->bv.n = 0;
+    d->cs.p = d->sv.p = d->bv.p = (const uint8_t *)"";
+    while (p < end) {
+        uint64_t tag;
+        if (!read_varint(&p, end, &tag)) return 0;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        if (field < 1 || field > 4) return 0;
+        if (d->seen & (1u << field)) return 0;
+        d->seen |= 1u << field;
+        if (field == 1) {
+            uint64_t v;
+            if (wt != 0 || !read_varint(&p, end, &v) || v == 0 || v > DT_NA) return 0;
+            d->dt = (int)v;
+        } else {
+            Span *t = field == 2 ? &d->cs : field == 3 ? &d->sv : &d->bv;
+            if (wt != 2 || !read_span(&p, end, t) || t->n == 0) return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- value checks: the canonical value of one Data for its column, or a miss ----------------- */
+
+enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL };
+
+typedef struct {
+    int tag;
+    long long i;  /* C_INT, C_BOOL */
+    double d;     /* C_FLOAT */
+    Span s;       /* C_ASCII: the text itself; C_FLOAT: its text; C_UTF8 / C_B64: the bytes */
+} Canon;
+
+static int canonical_int(Span sv, int allow_minus, int *negative) {
+    const uint8_t *p = sv.p;
+    Py_ssize_t n = sv.n;
+    *negative = 0;
+    if (n > 0 && p[0] == '-') {
+        if (!allow_minus) return 0;
+        *negative = 1;
+        p++;
+        n--;
+    }
+    if (n < 1 || n > 20) return 0;
+    if (p[0] == '0' && (n > 1 || *negative)) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+/* magnitude of canonical digits, 0 on overflow of 64 bits */
+static int magnitude(const uint8_t *p, Py_ssize_t n, unsigned long long *out) {
+    unsigned long long mag = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned digit = p[i] - '0';
+        if (mag > (ULLONG_MAX - digit) / 10) return 0;
+        mag = mag * 10 + digit;
+    }
+    *out = mag;
+    return 1;
+}
+
+static int check_long(const Col *c, const DataView *d, Canon *v) {
+    int neg;
+    unsigned long long mag;
+    if (d->cs.n || d->bv.n || !canonical_int(d->sv, 1, &neg)) return 0;
+    if (!magnitude(d->sv.p + neg, d->sv.n - neg, &mag)) return 0;
+    long long x;
+    if (neg) {
+        if (mag > (unsigned long long)LLONG_MAX + 1ULL) return 0;
+        x = mag == (unsigned long long)LLONG_MAX + 1ULL ? LLONG_MIN : -(long long)mag;
+    } else {
+        if (mag > (unsigned long long)LLONG_MAX) return 0;
+        x = (long long)mag;
+    }
+    if (x < c->lo || x > c->hi) return 0;
+    v->tag = C_INT;
+    v->i = x;
+    v->s = d->sv;
+    return 1;
+}
+
+static int check_digits(const Col *c, const DataView *d, Canon *v) {
+    int neg;
+    unsigned long long mag;
+    if (d->cs.n || d->bv.n || !canonical_int(d->sv, 0, &neg)) return 0;
+    if (!magnitude(d->sv.p, d->sv.n, &mag) || mag > c->uhi) return 0;
+    v->tag = C_ASCII;
+    v->s = d->sv;
+    return 1;
+}
+
+static int check_double(const Col *c, const DataView *d, Canon *v) {
+    char buf[64];
+    if (d->cs.n || d->bv.n || d->sv.n == 0 || d->sv.n >= (Py_ssize_t)sizeof(buf)) return 0;
+    memcpy(buf, d->sv.p, (size_t)d->sv.n);
+    buf[d->sv.n] = 0;
+    char *endp = NULL;
+    double x = PyOS_string_to_double(buf, &endp, NULL);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (endp != buf + d->sv.n || !isfinite(x)) return 0;
+    char *again = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (again == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = strcmp(again, buf) == 0; /* the text is repr() of its double */
+    PyMem_Free(again);
+    if (!same) return 0;
+    v->tag = C_FLOAT;
+    v->d = x;
+    v->s = d->sv;
+    return 1;
+}
+
+static int check_decimal(const Col *c, const DataView *d, Canon *v) {
+    const uint8_t *p = d->sv.p, *end = d->sv.p + d->sv.n;
+    if (d->cs.n || d->bv.n) return 0;
+    if (p < end && *p == '-') p++;
+    const uint8_t *digits = p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    if (p == digits) return 0;
+    if (p < end) {
+        if (*p != '.') return 0;
+        p++;
+        const uint8_t *frac = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == frac || p != end) return 0;
+    }
+    v->tag = C_ASCII;
+    v->s = d->sv;
+    return 1;
+}
+
+static int same_charset(const Col *c, const DataView *d) {
+    return d->cs.n == c->charset_len && !memcmp(d->cs.p, c->charset, (size_t)c->charset_len);
+}
+
+static int check_text(const Col *c, const DataView *d, Canon *v) {
+    if (d->sv.n || !same_charset(c, d)) return 0;
+    v->tag = C_UTF8;
+    v->s = d->bv;
+    return 1;
+}
+
+static int check_base64(const Col *c, const DataView *d, Canon *v) {
+    if (d->sv.n || !same_charset(c, d)) return 0;
+    v->tag = C_B64;
+    v->s = d->bv;
+    return 1;
+}
+
+static int check_utf8(const Col *c, const DataView *d, Canon *v) {
+    if (d->sv.n || d->cs.n || (c->need_bv && !d->bv.n)) return 0;
+    v->tag = C_UTF8;
+    v->s = d->bv;
+    return 1;
+}
+
+static int check_bool(const Col *c, const DataView *d, Canon *v) {
+    if (d->cs.n || d->bv.n || d->sv.n != 1 || (d->sv.p[0] != '0' && d->sv.p[0] != '1')) return 0;
+    v->tag = C_BOOL;
+    v->i = d->sv.p[0] == '1';
+    return 1;
+}
+
+static int digits_at(const uint8_t *p, int n, int *out) {
+    int x = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        x = x * 10 + (p[i] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+/* Days from 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil). */
+static long long days_from_civil(long long y, unsigned m, unsigned d) {
+    y -= m <= 2;
+    const long long era = (y >= 0 ? y : y - 399) / 400;
+    const unsigned yoe = (unsigned)(y - era * 400);
+    const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (long long)doe - 719468;
+}
+
+static int check_temporal(const Col *c, const DataView *d, Canon *v) {
+    if (d->sv.n || d->cs.n) return 0;
+    const uint8_t *p = d->bv.p;
+    Py_ssize_t want = c->kind == K_DATE ? 10 : 19 + (c->fsp ? 1 + c->fsp : 0);
+    if (c->kind == K_TIMESTAMP) want += 7;
+    if (d->bv.n != want) return 0;
+    int y, mo, da, hh = 0, mi = 0, ss = 0, frac = 0;
+    if (!digits_at(p, 4, &y) || p[4] != '-' || !digits_at(p + 5, 2, &mo) || p[7] != '-'
+        || !digits_at(p + 8, 2, &da))
+        return 0;
+    if (c->kind != K_DATE) {
+        if (p[10] != ' ' || !digits_at(p + 11, 2, &hh) || p[13] != ':' || !digits_at(p + 14, 2, &mi)
+            || p[16] != ':' || !digits_at(p + 17, 2, &ss))
+            return 0;
+        if (c->fsp) {
+            if (p[19] != '.' || !digits_at(p + 20, c->fsp, &frac)) return 0;
+            for (int i = c->fsp; i < 6; i++) frac *= 10;
+        }
+        if (c->kind == K_TIMESTAMP && memcmp(p + want - 7, " +00:00", 7)) return 0;
+    }
+    static const int dim[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (y < 1 || mo < 1 || mo > 12 || da < 1) return 0;
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (da > dim[mo - 1] + (mo == 2 && leap)) return 0;
+    if (hh > 23 || mi > 59 || ss > 59) return 0;
+    if (frac % 1000) return 0; /* sub-millisecond digits: the codec reports them */
+    v->tag = C_INT;
+    v->i = (days_from_civil(y, (unsigned)mo, (unsigned)da) * 86400LL + hh * 3600LL + mi * 60LL + ss) * 1000LL
+           + frac / 1000;
+    v->s.n = 0; /* no text: written from i */
+    return 1;
+}
+
+static int check_value(const Col *c, const DataView *d, Canon *v) {
+    switch (c->kind) {
+    case K_LONG: return check_long(c, d, v);
+    case K_DIGITS: return check_digits(c, d, v);
+    case K_DOUBLE: return check_double(c, d, v);
+    case K_DECIMAL: return check_decimal(c, d, v);
+    case K_TEXT: return check_text(c, d, v);
+    case K_BASE64: return check_base64(c, d, v);
+    case K_UTF8: return check_utf8(c, d, v);
+    case K_BOOL: return check_bool(c, d, v);
+    default: return check_temporal(c, d, v);
+    }
+}
+
+/* Outcome of one Data: a value, a bare NA (the column is left out), or a miss. */
+enum { V_VALUE, V_NULL, V_SKIP, V_MISS };
+
+static int classify(const Col *c, Span data, Canon *v) {
+    DataView d;
+    if (!read_data(data, &d)) return V_MISS;
+    if (d.dt == DT_NIL) return d.seen ? V_MISS : V_NULL;
+    if (d.dt == DT_NA) return d.seen == (1u << 1) ? V_SKIP : V_MISS;
+    if (d.dt != c->dt || !check_value(c, &d, v)) return V_MISS;
+    return V_VALUE;
+}
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void base64_into(uint8_t *o, const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t x = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8) | p[i + 2];
+        *o++ = B64[x >> 18];
+        *o++ = B64[(x >> 12) & 63];
+        *o++ = B64[(x >> 6) & 63];
+        *o++ = B64[x & 63];
+    }
+    if (n - i == 1) {
+        uint32_t x = (uint32_t)p[i] << 16;
+        *o++ = B64[x >> 18];
+        *o++ = B64[(x >> 12) & 63];
+        *o++ = '=';
+        *o++ = '=';
+    } else if (n - i == 2) {
+        uint32_t x = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8);
+        *o++ = B64[x >> 18];
+        *o++ = B64[(x >> 12) & 63];
+        *o++ = B64[(x >> 6) & 63];
+        *o++ = '=';
+    }
+}
+
+/* ---- the dict writer: Python objects, as the codecs return them ------------------------------- */
+
+static PyObject *ascii_str(const uint8_t *p, Py_ssize_t n) {
+    PyObject *s = PyUnicode_New(n, 127);
+    if (s == NULL) return NULL;
+    memcpy(PyUnicode_1BYTE_DATA(s), p, (size_t)n);
+    return s;
+}
+
+/* new reference; NULL with no Python error set for a miss (bytes that are not UTF-8) */
+static PyObject *canon_object(const Canon *v) {
+    switch (v->tag) {
+    case C_INT: return PyLong_FromLongLong(v->i);
+    case C_ASCII: return ascii_str(v->s.p, v->s.n);
+    case C_FLOAT: return PyFloat_FromDouble(v->d);
+    case C_BOOL: {
+        PyObject *b = v->i ? Py_True : Py_False;
+        Py_INCREF(b);
+        return b;
+    }
+    case C_B64: {
+        PyObject *s = PyUnicode_New(((v->s.n + 2) / 3) * 4, 127);
+        if (s != NULL) base64_into(PyUnicode_1BYTE_DATA(s), v->s.p, v->s.n);
+        return s;
+    }
+    default: {
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)v->s.p, v->s.n, NULL);
+        if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
+        return s;
+    }
+    }
+}
+
+/* ---- the JSON writer: the bytes orjson.dumps gives for the same values ------------------------- */
+
+typedef struct {
+    uint8_t *p;
+    Py_ssize_t n, cap;
+} Buf;
+
+static int buf_grow(Buf *b, Py_ssize_t more) {
+    if (b->n + more <= b->cap) return 1;
+    Py_ssize_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->n + more) cap *= 2;
+    uint8_t *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+static inline int buf_put(Buf *b, const void *p, Py_ssize_t n) {
+    if (!buf_grow(b, n)) return 0;
+    memcpy(b->p + b->n, p, (size_t)n);
+    b->n += n;
+    return 1;
+}
+
+static int buf_int(Buf *b, long long x) {
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%lld", x);
+    return buf_put(b, tmp, n);
+}
+
+/* Length of the valid UTF-8 sequence starting at p (strict, as Python decodes), 0 if invalid. */
+static inline int utf8_seq(const uint8_t *p, const uint8_t *end) {
+    uint8_t c = p[0];
+    if (c < 0x80) return 1;
+    if (c < 0xC2) return 0;
+    if (c < 0xE0) return end - p >= 2 && (p[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (c < 0xF0) {
+        if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
+        if (c == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
+        return 3;
+    }
+    if (c < 0xF5) {
+        if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if (c == 0xF0 && p[1] < 0x90) return 0; /* overlong */
+        if (c == 0xF4 && p[1] >= 0x90) return 0; /* above U+10FFFF */
+        return 4;
+    }
+    return 0;
+}
+
+/* A JSON string of UTF-8 bytes, escaped as orjson escapes; 0 for invalid UTF-8 (a miss), -1 on error. */
+static int json_string(Buf *b, const uint8_t *p, Py_ssize_t n) {
+    static const char hex[] = "0123456789abcdef";
+    if (!buf_grow(b, n * 6 + 2)) return -1;
+    uint8_t *o = b->p + b->n;
+    const uint8_t *end = p + n;
+    *o++ = '"';
+    while (p < end) {
+        uint8_t c = *p;
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+            *o++ = c;
+            p++;
+            continue;
+        }
+        if (c >= 0x80) {
+            int len = utf8_seq(p, end);
+            if (!len) return 0;
+            memcpy(o, p, (size_t)len);
+            o += len;
+            p += len;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\t': *o++ = 't'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\r': *o++ = 'r'; break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = (uint8_t)hex[c >> 4];
+            *o++ = (uint8_t)hex[c & 15];
+        }
+        p++;
+    }
+    *o++ = '"';
+    b->n = o - b->p;
+    return 1;
+}
+
+/* 1 written, 0 a miss, -1 error */
+static int canon_json(Buf *b, const Canon *v) {
+    switch (v->tag) {
+    case C_INT:
+        if (v->s.n) return buf_put(b, v->s.p, v->s.n) ? 1 : -1;
+        return buf_int(b, v->i) ? 1 : -1;
+    case C_ASCII:
+        if (!buf_grow(b, v->s.n + 2)) return -1;
+        b->p[b->n++] = '"';
+        memcpy(b->p + b->n, v->s.p, (size_t)v->s.n);
+        b->n += v->s.n;
+        b->p[b->n++] = '"';
+        return 1;
+    case C_FLOAT:
+        /* repr() text; orjson writes the same digits except in exponent notation */
+        if (memchr(v->s.p, 'e', (size_t)v->s.n)) return 0;
+        return buf_put(b, v->s.p, v->s.n) ? 1 : -1;
+    case C_BOOL:
+        return (v->i ? buf_put(b, "true", 4) : buf_put(b, "false", 5)) ? 1 : -1;
+    case C_B64: {
+        Py_ssize_t len = ((v->s.n + 2) / 3) * 4;
+        if (!buf_grow(b, len + 2)) return -1;
+        b->p[b->n++] = '"';
+        base64_into(b->p + b->n, v->s.p, v->s.n);
+        b->n += len;
+        b->p[b->n++] = '"';
+        return 1;
+    }
+    default:
+        return json_string(b, v->s.p, v->s.n);
+    }
+}
+
+/* ---- images and rows -------------------------------------------------------------------------- */
+
+/* dataColumn dict of one image, or Py_None (new reference) for a miss; NULL on a Python error. */
+static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
+    if (count != plan->ncols) Py_RETURN_NONE;
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Col *c = &plan->cols[i];
+        Canon v;
+        PyObject *obj;
+        switch (classify(c, datas[i], &v)) {
+        case V_MISS: goto miss;
+        case V_SKIP: continue;
+        case V_NULL:
+            obj = Py_None;
+            Py_INCREF(obj);
+            break;
+        default:
+            obj = canon_object(&v);
+            if (obj == NULL) {
+                if (PyErr_Occurred()) goto error;
+                goto miss;
+            }
+        }
+        int rc = PyDict_SetItem(out, c->name, obj);
+        Py_DECREF(obj);
+        if (rc < 0) goto error;
+    }
+    return out;
+miss:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* dataColumn JSON object of one image into b: 1 written, 0 a miss, -1 error. */
+static int image_json(PlanObject *plan, Buf *b, const Span *datas, Py_ssize_t count) {
+    if (count != plan->ncols) return 0;
+    int first = 1;
+    if (!buf_put(b, "{", 1)) return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Col *c = &plan->cols[i];
+        Canon v;
+        int kind = classify(c, datas[i], &v);
+        if (kind == V_MISS) return 0;
+        if (kind == V_SKIP) continue;
+        if (!first && !buf_put(b, ",", 1)) return -1;
+        first = 0;
+        if (!buf_put(b, c->key, c->key_len)) return -1;
+        if (kind == V_NULL) {
+            if (!buf_put(b, "null", 4)) return -1;
+            continue;
+        }
+        int rc = canon_json(b, &v);
+        if (rc <= 0) return rc;
+    }
+    return buf_put(b, "}", 1) ? 1 : -1;
+}
+
+/* Collect the Data of field `want` of a RowChange, up to `cap`; count may exceed cap (a miss). */
+static int row_datas(Span row, uint32_t want, Span *datas, Py_ssize_t cap, Py_ssize_t *count) {
+    const uint8_t *p = row.p, *end = row.p + row.n;
+    *count = 0;
+    while (p < end) {
+        uint64_t tag;
+        if (!read_varint(&p, end, &tag)) return 0;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        if (field == want) {
+            Span s;
+            if (wt != 2 || !read_span(&p, end, &s)) return 0;
+            if (*count < cap) datas[*count] = s;
+            (*count)++;
+        } else if (!skip_field(&p, end, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The Event span of an Entry and the DMLEvent span inside it, each the only occurrence; 0 if not. */
+static int dml_span(const uint8_t *start, const uint8_t *end, Span *event, Span *dml) {
+    return only_submessage(start, end, 2, event) == 1
+           && only_submessage(event->p, event->p + event->n, 2, dml) == 1;
+}
+
+/* scan(entry_bytes) -> (columns key, dmlEventType, rows) for an Entry whose Event holds only a
+ * dmlEvent (no event properties, no other event), or None. The key is the exact bytes of the
+ * DMLEvent's columns fields, so equal keys mean equal column sets. */
+static PyObject *scan(PyObject *module, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
+    PyObject *result = NULL;
+    Span event, dml;
+    if (!dml_span(start, end, &event, &dml)) goto none;
+    /* the Event holds the dmlEvent field and nothing else */
+    {
+        const uint8_t *p = event.p, *eend = event.p + event.n;
+        while (p < eend) {
+            uint64_t tag;
+            if (!read_varint(&p, eend, &tag) || (tag >> 3) != 2 || !skip_field(&p, eend, (int)(tag & 7)))
+                goto none;
+        }
+    }
+    const uint8_t *p = dml.p, *dend = dml.p + dml.n;
+    const uint8_t *cols_start = NULL, *cols_end = NULL;
+    int cols_done = 0, type_seen = 0;
+    uint64_t dml_type = 0;
+    Py_ssize_t rows = 0;
+    while (p < dend) {
+        const uint8_t *field_start = p;
+        uint64_t tag;
+        if (!read_varint(&p, dend, &tag)) goto none;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        if (field == 1) {
+            if (wt != 0 || type_seen || !read_varint(&p, dend, &dml_type)) goto none;
+            type_seen = 1;
+            continue;
+        }
+        if (!skip_field(&p, dend, wt)) goto none;
+        if (field == 2) {
+            /* one contiguous run of column fields, so the key is a slice */
+            if (cols_done) goto none;
+            if (cols_start == NULL) cols_start = field_start;
+            cols_end = p;
+        } else {
+            if (cols_start != NULL) cols_done = 1;
+            if (field == 3) rows++;
+        }
+    }
+    if (dml_type > 2) goto none;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)cols_start, cols_start ? cols_end - cols_start : 0);
+    if (key == NULL) goto done;
+    result = Py_BuildValue("(Nin)", key, (int)dml_type, rows);
+    goto done;
+none:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* Plan.rows(entry_bytes, dml_type): the images the ops of dml_type need, row by row (INSERT: after;
+ * UPDATE: before, after; DELETE: before); None for an Entry with row properties, an image the
+ * op must not have, or malformed bytes. */
+static PyObject *Plan_rows(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "rows(entry_bytes, dml_type)");
+        return NULL;
+    }
+    int dml_type = PyLong_AsLong(args[1]);
+    if (dml_type == -1 && PyErr_Occurred()) return NULL;
+    if (dml_type < 0 || dml_type > 2) Py_RETURN_NONE;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
+    PyObject *result = NULL;
+    Span *datas = NULL;
+    Span event, dml;
+    if (!dml_span(start, end, &event, &dml)) goto none;
+    Py_ssize_t cap = self->ncols + 1;
+    datas = PyMem_Malloc(sizeof(Span) * (size_t)cap);
+    if (datas == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = PyList_New(0);
+    if (result == NULL) goto done;
+    /* which images the ops use (bit 1: before, bit 2: after) and which they must not carry */
+    unsigned use = dml_type == 0 ? 4u : dml_type == 1 ? 6u : 2u;
+    const uint8_t *p = dml.p, *dend = dml.p + dml.n;
+    while (p < dend) {
+        uint64_t tag;
+        if (!read_varint(&p, dend, &tag)) goto malformed;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        if (field != 3) {
+            if (!skip_field(&p, dend, wt)) goto malformed;
+            continue;
+        }
+        Span row;
+        if (wt != 2 || !read_span(&p, dend, &row)) goto malformed;
+        Py_ssize_t counts[3] = {0, 0, 0};
+        {   /* row properties (field 15) send the Entry to the Python path */
+            const uint8_t *q = row.p, *rend = row.p + row.n;
+            while (q < rend) {
+                uint64_t rtag;
+                if (!read_varint(&q, rend, &rtag)) goto malformed;
+                if ((rtag >> 3) == 15) goto malformed;
+                if (!skip_field(&q, rend, (int)(rtag & 7))) goto malformed;
+            }
+        }
+        for (uint32_t which = 1; which <= 2; which++) {
+            if (!row_datas(row, which, datas, cap, &counts[which])) goto malformed;
+            if (!(use & (1u << which))) {
+                if (counts[which]) goto malformed; /* INSERT with a before image, DELETE with an after one */
+                continue;
+            }
+            PyObject *img = counts[which] ? image(self, datas, counts[which]) : (Py_INCREF(Py_None), Py_None);
+            if (img == NULL) goto error;
+            int rc = PyList_Append(result, img);
+            Py_DECREF(img);
+            if (rc < 0) goto error;
+        }
+    }
+    goto done;
+error:
+    Py_CLEAR(result);
+    goto done;
+malformed:
+    Py_CLEAR(result);
+none:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(datas);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+
+/* Plan.lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text): one
+ * Blob JSON line per message, for a message layout the caller fixed per Entry:
+ *   pre[k] + dataColumn JSON + post[k] + seq_prefix + row index (6 digits when seq_pad) + post_seq
+ *   [+ row index + "," + nrows_text + "]}}" when nrows_text is not None]
+ * where k is the op's image (INSERT, DELETE: one; UPDATE: before, after). None for any image the
+ * JSON path is not sure of, or for whatever `rows` gives None. */
+static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text)");
+        return NULL;
+    }
+    int dml_type = PyLong_AsLong(args[1]);
+    if (dml_type == -1 && PyErr_Occurred()) return NULL;
+    if (dml_type < 0 || dml_type > 2) Py_RETURN_NONE;
+    Py_ssize_t nimg = dml_type == 1 ? 2 : 1;
+    PyObject *pre = args[2], *post = args[3], *seq_prefix = args[4], *post_seq = args[6], *nrows_text = args[7];
+    int seq_pad = PyObject_IsTrue(args[5]);
+    if (seq_pad < 0) return NULL;
+    if (!PyTuple_Check(pre) || !PyTuple_Check(post) || PyTuple_GET_SIZE(pre) != nimg
+        || PyTuple_GET_SIZE(post) != nimg || !PyBytes_Check(seq_prefix) || !PyBytes_Check(post_seq)
+        || (nrows_text != Py_None && !PyBytes_Check(nrows_text))) {
+        PyErr_SetString(PyExc_TypeError, "lines(): pre and post are tuples of bytes, one per image");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < nimg; k++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(pre, k)) || !PyBytes_Check(PyTuple_GET_ITEM(post, k))) {
+            PyErr_SetString(PyExc_TypeError, "lines(): pre and post are tuples of bytes");
+            return NULL;
+        }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
+    PyObject *result = NULL;
+    Span *datas = NULL;
+    Buf out = {NULL, 0, 0};
+    Span event, dml;
+    if (!dml_span(start, end, &event, &dml)) goto none;
+    Py_ssize_t cap = self->ncols + 1;
+    datas = PyMem_Malloc(sizeof(Span) * (size_t)cap);
+    if (datas == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = PyList_New(0);
+    if (result == NULL) goto done;
+    unsigned use = dml_type == 0 ? 4u : dml_type == 1 ? 6u : 2u;
+    const uint8_t *p = dml.p, *dend = dml.p + dml.n;
+    long long index = 0;
+    while (p < dend) {
+        uint64_t tag;
+        if (!read_varint(&p, dend, &tag)) goto none;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        if (field != 3) {
+            if (!skip_field(&p, dend, wt)) goto none;
+            continue;
+        }
+        Span row;
+        if (wt != 2 || !read_span(&p, dend, &row)) goto none;
+        {
+            const uint8_t *q = row.p, *rend = row.p + row.n;
+            while (q < rend) {
+                uint64_t rtag;
+                if (!read_varint(&q, rend, &rtag) || (rtag >> 3) == 15 || !skip_field(&q, rend, (int)(rtag & 7)))
+                    goto none;
+            }
+        }
+        Py_ssize_t k = 0;
+        for (uint32_t which = 1; which <= 2; which++) {
+            Py_ssize_t count;
+            if (!row_datas(row, which, datas, cap, &count)) goto none;
+            if (!(use & (1u << which))) {
+                if (count) goto none;
+                continue;
+            }
+            PyObject *a = PyTuple_GET_ITEM(pre, k), *z = PyTuple_GET_ITEM(post, k);
+            k++;
+            out.n = 0;
+            if (!buf_put(&out, PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a))) goto error;
+            int rc = image_json(self, &out, datas, count);
+            if (rc < 0) goto error;
+            if (rc == 0) goto none;
+            char digits[32];
+            int nd = seq_pad ? snprintf(digits, sizeof(digits), "%06lld", index)
+                             : snprintf(digits, sizeof(digits), "%lld", index);
+            if (!buf_put(&out, PyBytes_AS_STRING(z), PyBytes_GET_SIZE(z))
+                || !buf_put(&out, PyBytes_AS_STRING(seq_prefix), PyBytes_GET_SIZE(seq_prefix))
+                || !buf_put(&out, digits, nd)
+                || !buf_put(&out, PyBytes_AS_STRING(post_seq), PyBytes_GET_SIZE(post_seq)))
+                goto error;
+            if (nrows_text != Py_None) {
+                nd = snprintf(digits, sizeof(digits), "%lld,", index);
+                if (!buf_put(&out, digits, nd)
+                    || !buf_put(&out, PyBytes_AS_STRING(nrows_text), PyBytes_GET_SIZE(nrows_text))
+                    || !buf_put(&out, "]}}", 3))
+                    goto error;
+            }
+            PyObject *line = PyBytes_FromStringAndSize((const char *)out.p, out.n);
+            if (line == NULL) goto error;
+            rc = PyList_Append(result, line);
+            Py_DECREF(line);
+            if (rc < 0) goto error;
+        }
+        index++;
+    }
+    goto done;
+error:
+    Py_CLEAR(result);
+    goto done;
+none:
+    Py_XDECREF(result);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(out.p);
+    PyMem_Free(datas);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---- the Plan type ---------------------------------------------------------------------------- */
+
+static void free_cols(Col *cols, Py_ssize_t n) {
+    if (cols == NULL) return;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(cols[i].name);
+        PyMem_Free(cols[i].key);
+    }
+    PyMem_Free(cols);
+}
+
+static void Plan_dealloc(PlanObject *self) {
+    free_cols(self->cols, self->ncols);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Plan(columns): columns is a sequence of (name, kind, dataType, lo, hi, charset, fsp, need_bv). */
+static int Plan_init(PlanObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *columns;
+    if (!PyArg_ParseTuple(args, "O:Plan", &columns)) return -1;
+    PyObject *seq = PySequence_Fast(columns, "Plan() needs a sequence of column tuples");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Col *cols = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Col));
+    if (cols == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *name, *lo, *hi;
+        const char *charset;
+        Py_ssize_t charset_len;
+        Col *c = &cols[i];
+        if (!PyArg_ParseTuple(item, "UiiOOs#ip:Plan column", &name, &c->kind, &c->dt, &lo, &hi, &charset,
+                              &charset_len, &c->fsp, &c->need_bv))
+            goto fail;
+        if (c->kind < K_LONG || c->kind > K_TIMESTAMP || c->dt <= DT_NIL || c->dt >= DT_NA
+            || charset_len >= (Py_ssize_t)sizeof(c->charset) || c->fsp < 0 || c->fsp > 6) {
+            PyErr_Format(PyExc_ValueError, "bad Plan column %zd", i);
+            goto fail;
+        }
+        memcpy(c->charset, charset, (size_t)charset_len);
+        c->charset_len = charset_len;
+        if (c->kind == K_LONG) {
+            c->lo = PyLong_AsLongLong(lo);
+            if (c->lo == -1 && PyErr_Occurred()) goto fail;
+            c->hi = PyLong_AsLongLong(hi);
+            if (c->hi == -1 && PyErr_Occurred()) goto fail;
+        } else if (c->kind == K_DIGITS) {
+            c->uhi = PyLong_AsUnsignedLongLong(hi);
+            if (c->uhi == (unsigned long long)-1 && PyErr_Occurred()) goto fail;
+        }
+        Py_INCREF(name);
+        c->name = name;
+        Py_ssize_t utf8_len;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(name, &utf8_len);
+        if (utf8 == NULL) goto fail;
+        Buf kb = {NULL, 0, 0};
+        int rc = json_string(&kb, (const uint8_t *)utf8, utf8_len);
+        if (rc == 1 && !buf_put(&kb, ":", 1)) rc = -1;
+        if (rc != 1) {
+            PyMem_Free(kb.p);
+            if (rc == 0) PyErr_Format(PyExc_ValueError, "column name %zd is not UTF-8", i);
+            goto fail;
+        }
+        c->key = (char *)kb.p;
+        c->key_len = kb.n;
+    }
+    Py_DECREF(seq);
+    free_cols(self->cols, self->ncols);
+    self->cols = cols;
+    self->ncols = n;
+    return 0;
+fail:
+    free_cols(cols, n);
+    Py_DECREF(seq);
+    return -1;
+}
+
+static PyObject *Plan_len(PlanObject *self, PyObject *unused) {
+    return PyLong_FromSsize_t(self->ncols);
+}
+
+static PyMethodDef Plan_methods[] = {
+    {"rows", (PyCFunction)(void (*)(void))Plan_rows, METH_FASTCALL,
+     "rows(entry_bytes, dml_type) -> the dataColumn dict of each image the ops use, row by row "
+     "(None: not sure), or None for an Entry to convert in Python"},
+    {"lines", (PyCFunction)(void (*)(void))Plan_lines, METH_FASTCALL,
+     "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text) -> "
+     "[Blob JSON line, ...], or None for an Entry to convert in Python"},
+    {"columns", (PyCFunction)Plan_len, METH_NOARGS, "number of columns"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bridge._speedups.Plan",
+    .tp_basicsize = sizeof(PlanObject),
+    .tp_dealloc = (destructor)Plan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Per-column-set converter of canonical DML row images on an Entry's wire bytes.",
+    .tp_methods = Plan_methods,
+    .tp_init = (initproc)Plan_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* split_items(entries_bytes) -> [bytes of each Entry] in order, or None if the bytes hold anything
+ * but well-formed fields (protobuf's own parse then reports the error). */
+static PyObject *split_items(PyObject *module, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *p = (const uint8_t *)buf.buf, *end = p + buf.len;
+    PyObject *out = PyList_New(0);
+    while (out != NULL && p < end) {
+        uint64_t tag;
+        Span s;
+        if (!read_varint(&p, end, &tag)) goto malformed;
+        if ((tag >> 3) != 1) {
+            if ((tag >> 3) == 0 || !skip_field(&p, end, (int)(tag & 7))) goto malformed;
+            continue;
+        }
+        if ((tag & 7) != 2 || !read_span(&p, end, &s)) goto malformed;
+        PyObject *item = PyBytes_FromStringAndSize((const char *)s.p, s.n);
+        if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    PyBuffer_Release(&buf);
+    return out;
+malformed:
+    Py_DECREF(out);
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"scan", (PyCFunction)scan, METH_O,
+     "scan(entry_bytes) -> (columns key, dmlEventType, rows) of a plain DML Entry, or None"},
+    {"split_items", (PyCFunction)split_items, METH_O,
+     "split_items(entries_bytes) -> [Entry bytes, ...] in order, or None for malformed bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "bridge._speedups",
+    "C fast path of the DTS -> Blob value loop (the Python codecs are the reference).", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    if (PyType_Ready(&PlanType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&PlanType);
+    if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
+        Py_DECREF(&PlanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

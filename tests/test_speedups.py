@@ -1,0 +1,307 @@
+"""The C fast path (bridge/_speedups.c) against the Python path, which is the reference.
+
+`BlobEncoder.convert(entry)` is the Python path; `convert(entry, raw)` reads plain row images off
+the wire in C (`Plan.rows`), and `convert_lines(entry, raw)` writes whole JSON lines in C
+(`Plan.lines`). Both must give exactly what the Python path gives, for every Entry: the same
+messages, the same bytes, the same errors, the same counts.
+"""
+from __future__ import annotations
+
+import base64
+import glob
+import os
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bridge
+from bridge import blob_rows, pb
+from bridge._wire import encode_varint
+from bridge.errors import BridgeError
+
+from strategies import dml_entries, mysql_columns
+
+OPTIONS = [bridge.DEFAULT_OPTIONS, bridge.Options(strict=True), bridge.Options(timezone="Asia/Shanghai"),
+           bridge.Options(decimal="double"), bridge.Options(db_version="8.0.32", control_events="drop")]
+OPTION_IDS = ["lossless", "strict", "shanghai", "decimal-double", "db-version"]
+
+needs_native = pytest.mark.skipif(not blob_rows.NATIVE, reason="C extension switched off (BRIDGE_PURE_PYTHON)")
+
+
+def test_extension_is_built():
+    """`make install` builds the extension; without it every figure in docs/performance.md is wrong."""
+    if os.environ.get("BRIDGE_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("BRIDGE_PURE_PYTHON switches the C path off on purpose")
+    from bridge import _speedups  # noqa: F401  (ImportError fails the test)
+    assert blob_rows.NATIVE
+
+
+def _outcome(call):
+    try:
+        return call()
+    except BridgeError as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+def assert_same(raw: bytes, options=bridge.DEFAULT_OPTIONS, encoders=None) -> list:
+    """The three ways through the encoder agree on one Entry; returns the Python path's messages."""
+    python, wire, lines = encoders or (bridge.BlobEncoder(options) for _ in range(3))
+    entry = pb.Entry.FromString(raw)
+    expected = _outcome(lambda: python.convert(entry))
+    got = _outcome(lambda: wire.convert(pb.Entry.FromString(raw), raw))
+    assert got == expected
+    expected_lines = expected if isinstance(expected, tuple) else [orjson.dumps(m) for m in expected]
+    got_lines = _outcome(lambda: lines.convert_lines(pb.Entry.FromString(raw), raw))
+    assert got_lines == expected_lines
+    assert (python.entries, python.emitted) == (wire.entries, wire.emitted) == (lines.entries, lines.emitted)
+    return expected
+
+
+# ---- adversarial values ---------------------------------------------------------------------------
+
+_TEXTS = ["", "0", "-0", "007", "1", "-1", "127", "128", "-128", "-129", "255", "256", "65535", "2147483647",
+          "2147483648", "-2147483648", "-2147483649", "4294967295", "9223372036854775807",
+          "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "18446744073709551615",
+          "18446744073709551616", "99999999999999999999999", " 1", "1 ", "+1", "1_0", "0x10", "１",
+          "0.0", "-0.0", "1.0", "0.1", "1.5", "1e+16", "1e16", "1e-05", "0.0001", "1.7976931348623157e+308",
+          "5e-324", "nan", "NaN", "inf", "-inf", "1.", ".5", "-", "1.2.3", "123456789012345.6", "0.30000000000000004",
+          "2024-02-29", "2023-02-29", "0000-00-00", "0001-01-01", "9999-12-31", "2024-13-01", "2024-00-10",
+          "2024-02-29 12:00:00", "2024-02-29 24:00:00", "2024-02-29 23:59:60", "1969-12-31 23:59:59",
+          "2024-02-29 12:00:00.5", "2024-02-29 12:00:00.123", "2024-02-29 12:00:00.123456",
+          "2024-02-29 12:00:00.123000", "2024-02-29 12:00:00 +00:00", "2024-02-29 12:00:00.120 +00:00",
+          "2024-02-29 12:00:00 +08:00", "2024-2-9 1:2:3", "12:34:56", "-838:59:59", "true", "false"]
+_BYTES = [b"", b"a", b"ab", b"abc", b"abcd", b"abcde", b"\x00", b"\x00\x01\x1f\x7f", b"\"\\/\b\f\n\r\t",
+          "caf\u00e9 \u5317\u4eac \U0001f600 \u2028".encode(), b"\xff", b"\xc0\x80", b"\xed\xa0\x80",
+          b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xe0\x80\x80", b"\xf0\x80\x80\x80", b"\xc3", b"\xe4\xb8",
+          b"{\"a\":[1,2]}", b"\x80abc"] + [t.encode() for t in _TEXTS]
+_CHARSETS = ["", "utf8mb4", "binary", "latin1", "utf8", "gbk"]
+
+adversarial_data = st.builds(
+    pb.Data,
+    dataType=st.sampled_from(list(range(16))),
+    charset=st.sampled_from(_CHARSETS),
+    sv=st.sampled_from(_TEXTS),
+    bv=st.sampled_from(_BYTES) | st.binary(max_size=12),
+)
+
+
+@st.composite
+def plain_entries(draw):
+    """DML Entries, most of them plain (no properties anywhere) so that the C path takes them,
+    some of their values replaced by adversarial Data (non-canonical, wrong type, bad UTF-8...)."""
+    entry = draw(dml_entries(columns=draw(mysql_columns(max_size=6))))
+    if draw(st.integers(0, 3)):
+        entry.header.ClearField("properties")
+        entry.event.ClearField("properties")
+        for row in entry.event.dmlEvent.rows:
+            row.ClearField("properties")
+    if draw(st.booleans()):
+        for column in entry.event.dmlEvent.columns:
+            column.ClearField("properties")
+    for row in entry.event.dmlEvent.rows:
+        for image in (row.oldColumns, row.newColumns):
+            for i in range(len(image)):
+                if draw(st.integers(0, 5)) == 0:
+                    image[i].CopyFrom(draw(adversarial_data))
+    return entry
+
+
+@needs_native
+@pytest.mark.parametrize("options", OPTIONS, ids=OPTION_IDS)
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(entry=plain_entries())
+def test_c_path_matches_python(entry, options):
+    assert_same(entry.SerializeToString(), options)
+
+
+@needs_native
+@given(data=adversarial_data, type_text=st.sampled_from(
+    ["bigint(20)", "int(11)", "tinyint(4)", "tinyint(1)", "smallint(5) unsigned", "bigint(20) unsigned",
+     "mediumint(8)", "int(10) unsigned", "year(4)", "double", "float", "decimal(10,2)", "varchar(32)", "text",
+     "char(4)", "binary(4)", "varbinary(8)", "blob", "json", "time", "time(3)", "date", "datetime",
+     "datetime(3)", "datetime(6)", "datetime(1)", "timestamp", "timestamp(3)", "timestamp(6)", "bit(8)",
+     "enum('a','b')", "set('a','b')"]), dml_type=st.sampled_from([0, 1, 2]), boolean=st.booleans())
+def test_one_value_of_every_kind(data, type_text, dml_type, boolean):
+    """Each adversarial Data in a one-column table of each type: the C checks decide as the codecs do."""
+    column = pb.Column(name="c", originalType=type_text)
+    if boolean:
+        column.properties.add(key="datahub:type", value="BOOLEAN")
+    entry = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
+                                      schemaName="s", tableName="t", seqId=5))
+    dml = entry.event.dmlEvent
+    dml.dmlEventType = dml_type
+    dml.columns.append(column)
+    row = dml.rows.add()
+    for image in ((row.oldColumns,) if dml_type == 2 else (row.newColumns,) if dml_type == 0
+                  else (row.oldColumns, row.newColumns)):
+        image.append(data)
+    for options in OPTIONS[:3]:
+        assert_same(entry.SerializeToString(), options)
+
+
+@needs_native
+@pytest.mark.parametrize("path", sorted(glob.glob("samples/*.pb")))
+def test_samples(path):
+    encoders = [bridge.BlobEncoder() for _ in range(3)]
+    for _, _, value in bridge.read_pb(path):
+        env = pb.Envelope.FromString(value)
+        if env.total != 1:
+            continue
+        items = blob_rows.split_items(env.data)
+        assert items == [e.SerializeToString() for e in pb.Entries.FromString(env.data).items]
+        for raw in items:
+            assert_same(raw, encoders=encoders)
+
+
+# ---- the wire: encodings protobuf merges or tolerates ---------------------------------------------
+
+def _field(number: int, payload: bytes) -> bytes:
+    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
+
+
+def _plain_entry(rows=2, dml_type=pb.INSERT) -> pb.Entry:
+    entry = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
+                                      serverId=7, schemaName="s", tableName="t", seqId=42))
+    dml = entry.event.dmlEvent
+    dml.dmlEventType = dml_type
+    dml.columns.add(name="id", originalType="bigint(20)", isKey=True)
+    dml.columns.add(name="name", originalType="varchar(8)")
+    for i in range(rows):
+        row = dml.rows.add()
+        for image in ((row.oldColumns, row.newColumns) if dml_type == pb.UPDATE else
+                      (row.newColumns,) if dml_type == pb.INSERT else (row.oldColumns,)):
+            image.add(dataType=pb.INT64, sv=str(i))
+            image.add(dataType=pb.STRING, charset="utf8mb4", bv=f"n{i}\n\"".encode())
+    return entry
+
+
+def _wire_variants() -> dict:
+    entry = _plain_entry()
+    header, event = entry.header.SerializeToString(), entry.event.SerializeToString()
+    dml = entry.event.dmlEvent
+    columns = b"".join(_field(2, c.SerializeToString()) for c in dml.columns)
+    rows = [_field(3, r.SerializeToString()) for r in dml.rows]
+    row = dml.rows[0]
+    data = [d.SerializeToString() for d in row.newColumns]
+
+    def entry_with(dml_bytes: bytes, event_extra: bytes = b"") -> bytes:
+        return _field(1, header) + _field(2, _field(2, dml_bytes) + event_extra)
+
+    def row_with(datas: list[bytes], extra: bytes = b"") -> bytes:
+        return _field(3, b"".join(_field(2, d) for d in datas) + extra)
+
+    return {
+        "plain": entry_with(columns + b"".join(rows)),
+        "event twice (merged)": _field(1, header) + _field(2, event) + _field(2, event),
+        "dmlEvent twice (merged)": _field(1, header) + _field(2, _field(2, columns + rows[0]) + _field(2, rows[1])),
+        "columns after rows": entry_with(b"".join(rows) + columns),
+        "columns split by a row": entry_with(_field(2, dml.columns[0].SerializeToString()) + rows[0]
+                                             + _field(2, dml.columns[1].SerializeToString()) + rows[1]),
+        "event properties": entry_with(columns + b"".join(rows), _field(15, _field(1, b"k"))),
+        "row properties": entry_with(columns + row_with(data, _field(15, _field(1, b"k")))),
+        "Data field twice": entry_with(columns + row_with([data[0] + b"\x1a\x01" + b"7", data[1]])),
+        "Data with empty sv": entry_with(columns + row_with([data[0], data[1] + b"\x1a\x00"])),
+        "Data with dataType 0": entry_with(columns + row_with([b"\x08\x00" + data[0], data[1]])),
+        "Data unknown field": entry_with(columns + row_with([data[0] + b"\x28\x01", data[1]])),
+        "NIL with unknown field": entry_with(columns + row_with([data[0], b"\x28\x01"])),
+        "NA with unknown field": entry_with(columns + row_with([data[0], b"\x08\x0e\x28\x01"])),
+        "bare NA": entry_with(columns + row_with([data[0], b"\x08\x0e"])),
+        "NIL": entry_with(columns + row_with([data[0], b""])),
+        "dataType as 10-byte varint": entry_with(columns + row_with(
+            [data[0], b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"])),
+        "too few values": entry_with(columns + row_with([data[0]])),
+        "too many values": entry_with(columns + row_with(data + [data[0]])),
+        "INSERT with before image": entry_with(columns + _field(3, _field(1, data[0]) + _field(1, data[1])
+                                                                + _field(2, data[0]) + _field(2, data[1]))),
+        "images interleaved": entry_with(columns + _field(3, _field(2, data[0]) + _field(15, _field(1, b""))
+                                                          + _field(2, data[1]))),
+        "dmlEventType twice": entry_with(b"\x08\x00" + b"\x08\x02" + columns + b"".join(rows)),
+        "unknown DML type": entry_with(b"\x08\x07" + columns + b"".join(rows)),
+        "no rows": entry_with(columns),
+        "unknown fields everywhere": _field(1, header) + b"\x30\x05" + _field(2, _field(2, columns + b"".join(rows)
+                                                                                  + b"\x45\x00\x00\x00\x00")),
+    }
+
+
+WIRE = _wire_variants()
+
+
+@needs_native
+@pytest.mark.parametrize("name", list(WIRE))
+@pytest.mark.parametrize("options", OPTIONS[:2], ids=OPTION_IDS[:2])
+def test_wire_variants(name, options):
+    assert_same(WIRE[name], options)
+
+
+@needs_native
+def test_the_c_path_is_taken():
+    """The plain Entry goes through C (a test that the fast path does not silently fall back)."""
+    encoder = bridge.BlobEncoder()
+    raw = WIRE["plain"]
+    assert encoder._dml_lines(pb.Entry.FromString(raw), pb.Entry.FromString(raw).header, raw) is not None
+    table = next(iter(encoder._wire_tables.values())).table
+    assert table.native.rows(raw, pb.INSERT) == [{"id": 0, "name": "n0\n\""}, {"id": 1, "name": "n1\n\""}]
+    assert table.native.rows(WIRE["row properties"], pb.INSERT) is None
+    assert table.native.rows(WIRE["NIL"], pb.INSERT) == [{"id": 0, "name": None}]
+    assert table.native.rows(WIRE["bare NA"], pb.INSERT) == [{"id": 0}]
+    assert table.native.rows(WIRE["Data with empty sv"], pb.INSERT) == [None]
+
+
+@needs_native
+def test_exponent_floats_and_escapes_come_out_as_orjson_writes_them():
+    entry = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
+                                      schemaName="s", tableName="t\"\n", seqId=0))
+    dml = entry.event.dmlEvent
+    dml.columns.add(name="d", originalType="double")
+    dml.columns.add(name="t\u00e9\"\x01", originalType="text")
+    dml.columns.add(name="b", originalType="varbinary(9)")
+    for sv in ["1e+16", "1e-05", "0.1", "-0.0", "123456789012345.6"]:
+        row = dml.rows.add()
+        row.newColumns.add(dataType=pb.FLOAT64, sv=sv)
+        row.newColumns.add(dataType=pb.STRING, charset="utf8mb4", bv="\x00\x1f\x7f\u2028\"\\/é😀".encode())
+        row.newColumns.add(dataType=pb.BYTES, bv=bytes(range(len(sv))))
+    messages = assert_same(entry.SerializeToString())
+    assert [m["payload"]["after"]["dataColumn"]["d"] for m in messages] == [1e16, 1e-05, 0.1, -0.0, 123456789012345.6]
+    assert [m["payload"]["sequenceId"] for m in messages] == ["0", "1", "2", "3", "4"]
+    assert messages[2]["payload"]["after"]["dataColumn"]["b"] == base64.b64encode(bytes(range(3))).decode()
+
+
+def test_split_items_of_malformed_bytes_is_none():
+    if not blob_rows.NATIVE:
+        assert blob_rows.split_items(b"\x0a\x00") is None
+        return
+    assert blob_rows.split_items(b"") == []
+    assert blob_rows.split_items(b"\x0a\x02\x08\x01\x0a\x00") == [b"\x08\x01", b""]
+    assert blob_rows.split_items(b"\x0a\x05\x08") is None  # truncated
+    assert blob_rows.split_items(b"\x0b") is None  # group wire type
+    assert blob_rows.split_items(b"\x10\x01\x0a\x00") == [b""]  # an unknown field is skipped
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("dml_type", [pb.INSERT, pb.UPDATE, pb.DELETE])
+def test_sequence_ids_and_row_counts(rows, dml_type):
+    entry = _plain_entry(rows, dml_type)
+    for seq_id in (0, 1, 42, 2**64 - 1):
+        entry.header.seqId = seq_id
+        messages = assert_same(entry.SerializeToString())
+        halves = 2 if dml_type == pb.UPDATE else 1
+        assert [m["payload"]["sequenceId"] for m in messages] == [
+            str(seq_id * 10**6 + i) for i in range(rows) for _ in range(halves)]
+
+
+def test_pure_python_switch(tmp_path):
+    """BRIDGE_PURE_PYTHON=1 gives the same lines without the extension (a fresh interpreter)."""
+    import subprocess
+    import sys
+    raw = WIRE["plain"]
+    (tmp_path / "e.pb").write_bytes(raw)
+    code = ("import sys, bridge; from bridge import pb, blob_rows; raw = open(sys.argv[1], 'rb').read(); "
+            "print(blob_rows.NATIVE, bridge.BlobEncoder().convert_lines(pb.Entry.FromString(raw), raw))")
+    outs = [subprocess.run([sys.executable, "-c", code, str(tmp_path / "e.pb")], capture_output=True, text=True,
+                           env={**os.environ, "BRIDGE_PURE_PYTHON": flag}, check=True).stdout.split(" ", 1)
+            for flag in ("1", "0")]
+    assert outs[0][0] == "False"
+    assert outs[0][1] == outs[1][1]
