@@ -28,6 +28,7 @@ from . import subscribe_pb2 as pb
 from .blob_encode import EVENT_FIELDS, FORMAT_VERSION, ROW_DIGITS, sequence_id
 from .errors import BlobFormatError, BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options
+from .blob_rows import native_plan
 from .values import (DEFAULT_CHARSET, FOREIGN_COLUMN_TYPES, DDL_OP_NAMES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      SOURCE_TYPES_BY_NAME, codec_for, ddl_op, raw_to_data)
 
@@ -50,6 +51,7 @@ _NIL_DATA = pb.Data(dataType=pb.NIL)  # copied by extend, so one instance serves
 _NA_DATA = pb.Data(dataType=pb.NA)
 _KNOWN_TOP = ("schema", "payload", "version", "dts")
 _KNOWN_PAYLOAD = ("before", "after", "op", "sequenceId", "timestamp", "ddl")
+_KNOWN_TOP_SET, _KNOWN_PAYLOAD_SET = frozenset(_KNOWN_TOP), frozenset(_KNOWN_PAYLOAD)
 
 
 def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:
@@ -116,11 +118,13 @@ class BlobDecoder:
         self.options = options
         self.max_pending = max_pending
         self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, entry template, event key)
-        self._events: OrderedDict = OrderedDict()   # (seqId, columns) -> _Event
+        self._events: OrderedDict = OrderedDict()   # (seqId, dmlEventType, key kind, columns key) -> _Event
         self.messages = 0
         self.entries = 0
         self._line: int | None = None
         self._column_sets: dict = {}  # JSON of (dataColumn, primaryKey, dts.columns) -> built columns
+        self._native = True  # the C image encoder where it applies (tests switch it off to compare)
+        self._sources: dict = {}  # schema.source JSON -> ((sourceType, schemaName, tableName), facts)
         # update halves pushed out of the pairing window: errors for the caller to report
         self.evicted: list[ConversionError] = []
 
@@ -157,7 +161,7 @@ class BlobDecoder:
                                   sequence_id=seq, line=row.line)
             err.count = 1
             errors.append(err)
-        for (seq, _), event in self._events.items():
+        for (seq, *_), event in self._events.items():
             err = ConversionError(f"DML event incomplete at end of input: {len(event.rows)} of "
                                   f"{event.nrows} rows", seq_id=seq)
             err.count = event.messages
@@ -231,7 +235,7 @@ class BlobDecoder:
         facts: dict = {}
         self._header(header, msg, payload, pb.DML, ext, facts, with_source=True)
         dml = entry.event.dmlEvent
-        codecs, names = self._columns(dml, schema, ext, facts)  # copies the columns in first
+        codecs, names, plan, columns_key = self._columns(dml, schema, ext, facts)  # copies the columns in first
         dml.dmlEventType = DML_TYPE_BY_OP[op]
         if ext and ext.get("event"):
             _add_kv(entry.event.properties, ext["event"].get("properties", []))
@@ -243,8 +247,9 @@ class BlobDecoder:
             _add_kv(row.properties, ext.get("rowProperties", []))
         images = ("before", "after") if op == "UPDATE" else (("after",) if op in ("INSERT", "UPDATE_AFTER")
                                                                   else ("before",))
+        plain = not (ext and (ext.get("values") or ext.get("charsets")))
         for image in images:
-            self._image(row, image, payload, codecs, names, ext, op == "UPDATE")
+            self._image(row, image, payload, codecs, names, ext, plan if plain else None)
         if op == "UPDATE":
             facts["op"] = "UPDATE"
         half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
@@ -257,7 +262,7 @@ class BlobDecoder:
         if not ext:
             dml.rows.append(row)
             return [entry]
-        return self._regroup(entry, row, row_index, nrows)
+        return self._regroup(entry, row, row_index, nrows, columns_key)
 
     # -- parts ---------------------------------------------------------------------------------
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
@@ -290,20 +295,38 @@ class BlobDecoder:
             source = (msg.get("schema") or {}).get("source")
             if not isinstance(source, dict):
                 raise BlobFormatError("schema.source must be an object", value=source)
-            db_type = source.get("dbType")
-            source_type = SOURCE_TYPES_BY_NAME.get(str(db_type).lower())
-            header.sourceType = pb.MYSQL if source_type is None else source_type
-            header.schemaName = str(source.get("dbName") or "")
-            header.tableName = str(source.get("tableName") or "")
-            version = source.get("dbVersion", "")
-            if version != self.options.db_version:
-                facts["dbVersion"] = version
-            expected = {"dbType": SOURCE_TYPES[header.sourceType]}
-            if version:
-                expected["dbVersion"] = version
-            expected.update(dbName=header.schemaName, schemaName=header.schemaName, tableName=header.tableName)
-            if source != expected or list(source) != list(expected):
-                facts["source"] = orjson.dumps(source).decode()
+            try:  # the JSON text as the key: True and 1, 1.0 and 1 stay apart
+                key = orjson.dumps(source)
+                known = self._sources.get(key)
+            except TypeError:  # a value JSON cannot hold (a dict built in Python): not cached
+                key, known = None, None
+            if known is None:
+                known = self._source_fields(source)
+                if key is not None:
+                    if len(self._sources) > 4096:
+                        self._sources.clear()
+                    self._sources[key] = known
+            header.sourceType, header.schemaName, header.tableName = known[0]
+            facts.update(known[1])
+
+    def _source_fields(self, source: dict) -> tuple[tuple, dict]:
+        """((sourceType, schemaName, tableName), facts) of a schema.source object."""
+        facts = {}
+        db_type = source.get("dbType")
+        source_type = SOURCE_TYPES_BY_NAME.get(str(db_type).lower())
+        source_type = pb.MYSQL if source_type is None else source_type
+        schema_name = str(source.get("dbName") or "")
+        table_name = str(source.get("tableName") or "")
+        version = source.get("dbVersion", "")
+        if version != self.options.db_version:
+            facts["dbVersion"] = version
+        expected = {"dbType": SOURCE_TYPES[source_type]}
+        if version:
+            expected["dbVersion"] = version
+        expected.update(dbName=schema_name, schemaName=schema_name, tableName=table_name)
+        if source != expected or list(source) != list(expected):
+            facts["source"] = orjson.dumps(source).decode()
+        return (source_type, schema_name, table_name), facts
 
     def _sequence(self, header, seq: str | None, row_index: int, ext, facts) -> None:
         if seq is None:
@@ -325,10 +348,11 @@ class BlobDecoder:
             if not isinstance(version, str):
                 raise BlobFormatError("version must be a string", value=version)
             facts["version"] = version
-        extra = {k: v for k, v in msg.items() if k not in _KNOWN_TOP}
-        if extra:
+        if not msg.keys() <= _KNOWN_TOP_SET:
+            extra = {k: v for k, v in msg.items() if k not in _KNOWN_TOP}
             facts["extra"] = orjson.dumps(extra).decode()
-        pextra = {k: v for k, v in payload.items() if k not in _KNOWN_PAYLOAD}
+        pextra = {} if payload.keys() <= _KNOWN_PAYLOAD_SET else {
+            k: v for k, v in payload.items() if k not in _KNOWN_PAYLOAD}
         if dml and "ddl" in payload:
             if payload["ddl"] is None:
                 facts["ddlNull"] = "1"
@@ -336,9 +360,8 @@ class BlobDecoder:
                 pextra["ddl"] = payload["ddl"]
         if pextra:
             facts["payloadExtra"] = orjson.dumps(pextra).decode()
-        nulls = [k for k in ("before", "after") if k in payload and payload[k] is None]
-        if nulls:
-            facts["nullImage"] = ",".join(nulls)
+        if payload.get("before", 0) is None or payload.get("after", 0) is None:
+            facts["nullImage"] = ",".join(k for k in ("before", "after") if k in payload and payload[k] is None)
 
     def _columns(self, dml, schema, ext, facts):
         """Columns of the DML event, codecs and names; built once per column set and reused."""
@@ -352,15 +375,16 @@ class BlobDecoder:
             template = pb.DMLEvent()
             table_facts: dict = {}
             codecs, names = self._build_columns(template, schema, ext, table_facts)
-            cached = (template, codecs, names, table_facts)
+            plan = native_plan(names, codecs, self.options.timezone == "UTC") if self._native else None
+            cached = (template, codecs, names, table_facts, plan, key)
             if key is not None:
                 if len(self._column_sets) > 4096:
                     self._column_sets.clear()
                 self._column_sets[key] = cached
-        template, codecs, names, table_facts = cached
+        template, codecs, names, table_facts, plan, key = cached
         dml.CopyFrom(template)  # several times faster than extending the repeated field
         facts.update(table_facts)
-        return codecs, names
+        return codecs, names, plan, key
 
     def _build_columns(self, dml, schema, ext, facts):
         cols = schema["dataColumn"]
@@ -403,14 +427,21 @@ class BlobDecoder:
             facts["primaryKey"] = orjson.dumps(pkey).decode()
         return codecs, names
 
-    def _image(self, row, image, payload, codecs, names, ext, merged) -> None:
+    def _image(self, row, image, payload, codecs, names, ext, plan) -> None:
+        """Add one image's Data to `row`. `plan`: the C encoder of the column set, for an image
+        whose values need no raw Data or charsets from the extension (None: Python only)."""
         body = payload.get(image)
         if not isinstance(body, dict) or not isinstance(body.get("dataColumn"), dict):
             raise BlobFormatError(f"payload.{image}.dataColumn must be an object", value=body)
         values = body["dataColumn"]
-        target = row.oldColumns if image == "before" else row.newColumns
         if ext and ext.get("image") == "empty":
             return
+        if plan is not None:
+            wire = plan.encode(values, 1 if image == "before" else 2)
+            if wire is not None:  # else the codecs below decide (and name what is wrong)
+                row.MergeFromString(wire)
+                return
+        target = row.oldColumns if image == "before" else row.newColumns
         unknown = set(values) - set(names)
         if unknown:
             raise BlobFormatError("image names columns not in schema.dataColumn", value=sorted(unknown))
@@ -462,9 +493,10 @@ class BlobDecoder:
         before_facts, after_facts = (other_facts, facts) if half == "after" else (facts, other_facts)
         if bh.timestamp != ah.timestamp and "eventTime" not in before_facts:
             before_facts = {**before_facts, "eventTime": str(bh.timestamp * 1000)}
-        merged = pb.RowChange()
-        merged.oldColumns.extend(before_row.oldColumns)
+        # each half carries only its own image: the before half's row takes the after image
+        merged = before_row
         merged.newColumns.extend(after_row.newColumns)
+        del merged.properties[:]
         merged.properties.extend(after_row.properties)
         out = dict(after_facts)
         for key in set(before_facts) | set(after_facts):
@@ -475,11 +507,15 @@ class BlobDecoder:
             entry.event.dmlEvent.ClearField("rows")
         return merged, out, True
 
-    def _regroup(self, entry, row, row_index, nrows) -> list[pb.Entry]:
+    def _regroup(self, entry, row, row_index, nrows, columns_key=None) -> list[pb.Entry]:
         if nrows == 1:
             entry.event.dmlEvent.rows.append(row)
             return [entry]
-        key = (entry.header.seqId, entry.event.dmlEvent.SerializeToString())
+        # the rows of one event: same seqId, same dmlEvent (its columns, which the column-set key
+        # fixes, and its type); the key is the JSON the columns were cached under, else the bytes
+        dml = entry.event.dmlEvent
+        key = (entry.header.seqId, dml.dmlEventType, "json", columns_key) if columns_key is not None else \
+            (entry.header.seqId, dml.dmlEventType, "pb", dml.SerializeToString())
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = _Event(entry, nrows)
