@@ -271,17 +271,8 @@ class _DtsToBlob(_FromDts):
         self.encoder = BlobEncoder(options)
 
     def convert(self, entry, raw=None):
-        out = []
-        for msg in self.encoder.convert(entry, raw):
-            payload = msg["payload"]
-            source = (msg.get("schema") or {}).get("source") or {}
-            try:
-                blob = encode_blob(msg).decode()
-            except (TypeError, ValueError) as exc:
-                raise ConversionError(f"message does not encode as JSON ({exc})") from None
-            out.append((payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
-                        shard_key(msg), payload["timestamp"]["eventTime"] * 1000, blob))
-        return out
+        return [(seq, op, db, table, shard, event_time * 1000, line.decode())
+                for seq, op, db, table, shard, event_time, line in self.encoder.convert_records(entry, raw)]
 
 
 def _decimal_shape(column: pb.Column | None) -> tuple[int, int]:

@@ -618,26 +618,34 @@ error:
     return NULL;
 }
 
-/* dataColumn JSON object of one image into b: 1 written, 0 a miss, -1 error. */
-static int image_json(PlanObject *plan, Buf *b, const Span *datas, Py_ssize_t count) {
+/* dataColumn JSON object of one image into b: 1 written, 0 a miss, -1 error. `spans`, when
+ * given (2 per column), gets each value's [start, end) in b, or -1 for a column left out (NA);
+ * `written` the number of values written. */
+static int image_json(PlanObject *plan, Buf *b, const Span *datas, Py_ssize_t count, Py_ssize_t *spans,
+                      Py_ssize_t *written) {
     if (count != plan->ncols) return 0;
     int first = 1;
+    *written = 0;
     if (!buf_put(b, "{", 1)) return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
         const Col *c = &plan->cols[i];
         Canon v;
         int kind = classify(c, datas[i], &v);
         if (kind == V_MISS) return 0;
+        if (spans) spans[2 * i] = -1;
         if (kind == V_SKIP) continue;
         if (!first && !buf_put(b, ",", 1)) return -1;
         first = 0;
+        (*written)++;
         if (!buf_put(b, c->key, c->key_len)) return -1;
+        if (spans) spans[2 * i] = b->n;
         if (kind == V_NULL) {
             if (!buf_put(b, "null", 4)) return -1;
-            continue;
+        } else {
+            int rc = canon_json(b, &v);
+            if (rc <= 0) return rc;
         }
-        int rc = canon_json(b, &v);
-        if (rc <= 0) return rc;
+        if (spans) spans[2 * i + 1] = b->n;
     }
     return buf_put(b, "}", 1) ? 1 : -1;
 }
@@ -814,10 +822,24 @@ done:
  * where k is the op's image (INSERT, DELETE: one; UPDATE: before, after). None for any image the
  * JSON path is not sure of, or for whatever `rows` gives None. */
 static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
+    if (nargs != 8 && nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text)");
+                        "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text[, keys])");
         return NULL;
+    }
+    PyObject *keys = nargs == 9 ? args[8] : NULL;
+    if (keys != NULL && !PyTuple_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "lines(): keys is a tuple of column indexes");
+        return NULL;
+    }
+    Py_ssize_t nkeys = keys ? PyTuple_GET_SIZE(keys) : 0;
+    for (Py_ssize_t k = 0; k < nkeys; k++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, k));
+        if (at == -1 && PyErr_Occurred()) return NULL;
+        if (at < 0 || at >= self->ncols) {
+            PyErr_SetString(PyExc_ValueError, "lines(): a key index outside the columns");
+            return NULL;
+        }
     }
     int dml_type = PyLong_AsLong(args[1]);
     if (dml_type == -1 && PyErr_Occurred()) return NULL;
@@ -840,19 +862,22 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
     const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *shards = NULL;
     Span *datas = NULL;
-    Buf out = {NULL, 0, 0};
+    Py_ssize_t *spans = NULL;
+    Buf out = {NULL, 0, 0}, shard = {NULL, 0, 0};
     Span event, dml;
     if (!dml_span(start, end, &event, &dml)) goto none;
     Py_ssize_t cap = self->ncols + 1;
     datas = PyMem_Malloc(sizeof(Span) * (size_t)cap);
-    if (datas == NULL) {
+    spans = keys ? PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)cap) : NULL;
+    if (datas == NULL || (keys && spans == NULL)) {
         PyErr_NoMemory();
         goto done;
     }
     result = PyList_New(0);
     if (result == NULL) goto done;
+    if (keys && (shards = PyList_New(0)) == NULL) goto done;
     unsigned use = dml_type == 0 ? 4u : dml_type == 1 ? 6u : 2u;
     const uint8_t *p = dml.p, *dend = dml.p + dml.n;
     long long index = 0;
@@ -887,9 +912,35 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
             k++;
             out.n = 0;
             if (!buf_put(&out, PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a))) goto error;
-            int rc = image_json(self, &out, datas, count);
+            Py_ssize_t written;
+            int rc = image_json(self, &out, datas, count, spans, &written);
             if (rc < 0) goto error;
             if (rc == 0) goto none;
+            if (keys) {
+                /* the shard key: JSON of the key columns' values (null where left out), as
+                 * shard_key's orjson.dumps writes it; None without keys or values */
+                PyObject *key_text;
+                if (nkeys == 0 || written == 0) {
+                    key_text = Py_None;
+                    Py_INCREF(key_text);
+                } else {
+                    shard.n = 0;
+                    if (!buf_put(&shard, "[", 1)) goto error;
+                    for (Py_ssize_t q = 0; q < nkeys; q++) {
+                        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, q));
+                        if (q && !buf_put(&shard, ",", 1)) goto error;
+                        if (spans[2 * at] < 0 ? !buf_put(&shard, "null", 4)
+                                              : !buf_put(&shard, out.p + spans[2 * at], spans[2 * at + 1] - spans[2 * at]))
+                            goto error;
+                    }
+                    if (!buf_put(&shard, "]", 1)) goto error;
+                    key_text = PyUnicode_DecodeUTF8((const char *)shard.p, shard.n, NULL);
+                    if (key_text == NULL) goto error;
+                }
+                rc = PyList_Append(shards, key_text);
+                Py_DECREF(key_text);
+                if (rc < 0) goto error;
+            }
             char digits[32];
             int nd = seq_pad ? snprintf(digits, sizeof(digits), "%06lld", index)
                              : snprintf(digits, sizeof(digits), "%lld", index);
@@ -913,6 +964,11 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
         }
         index++;
     }
+    if (keys) {
+        PyObject *pair = PyTuple_Pack(2, result, shards);
+        Py_DECREF(result);
+        result = pair;
+    }
     goto done;
 error:
     Py_CLEAR(result);
@@ -922,7 +978,10 @@ none:
     result = Py_None;
     Py_INCREF(result);
 done:
+    Py_XDECREF(shards);
     PyMem_Free(out.p);
+    PyMem_Free(shard.p);
+    PyMem_Free(spans);
     PyMem_Free(datas);
     PyBuffer_Release(&buf);
     return result;
@@ -1265,8 +1324,9 @@ static PyMethodDef Plan_methods[] = {
      "rows(entry_bytes, dml_type) -> the dataColumn dict of each image the ops use, row by row "
      "(None: not sure), or None for an Entry to convert in Python"},
     {"lines", (PyCFunction)(void (*)(void))Plan_lines, METH_FASTCALL,
-     "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text) -> "
-     "[Blob JSON line, ...], or None for an Entry to convert in Python"},
+     "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text[, keys]) -> "
+     "[Blob JSON line, ...] (with keys, a column-index tuple: ([line, ...], [shard key JSON or None, ...])), "
+     "or None for an Entry to convert in Python"},
     {"encode", (PyCFunction)(void (*)(void))Plan_encode, METH_FASTCALL,
      "encode(values, field) -> the Data of one image as RowChange field 1 or 2 on the wire, or None "
      "for values the Python codecs must judge"},

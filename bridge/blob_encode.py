@@ -151,12 +151,16 @@ class _WireTable:
     """What the C fast path keeps per column set and source: the codecs, the schema dict, and the
     JSON templates of the lines around each op's dataColumn."""
 
-    __slots__ = ("table", "schema", "ext_columns_json", "_templates")
+    __slots__ = ("table", "schema", "ext_columns_json", "key_indexes", "table_shard", "_templates")
 
     def __init__(self, table: "_TableCodec", schema: dict) -> None:
         self.table = table
         self.schema = schema
         self.ext_columns_json = b",\"columns\":" + orjson.dumps(table.ext_columns)
+        # shard_key: the primary-key columns' values, else "db.table"
+        self.key_indexes = tuple(table.names.index(k) for k in table.primary_key)
+        source = schema["source"]
+        self.table_shard = f"{source.get('dbName', '')}.{source.get('tableName', '')}"
         self._templates: dict = {}
 
     def templates(self, dml_type: int) -> tuple[tuple, tuple]:
@@ -216,6 +220,16 @@ class BlobEncoder:
             if out is not None:
                 return out
         return [orjson.dumps(m) for m in self._run(self._convert, entry, raw)]
+
+    def convert_records(self, entry: pb.Entry, raw: bytes | None = None) -> list[tuple]:
+        """Per message of `convert(entry, raw)`: (sequenceId, op, dbName, tableName, shard key,
+        eventTime in ms, JSON line), what the Spark transform writes. Plain DML Entries with `raw`
+        come from C (lines and shard keys), the rest from the dicts; the values are the same."""
+        if raw is not None and NATIVE and entry.header.messageType == _DML:
+            out = self._run(self._dml_records, entry, raw)
+            if out is not None:
+                return out
+        return self._run(self._records, entry, raw)
 
     def _run(self, method, entry: pb.Entry, raw: bytes | None):
         """Call a converter of one Entry: errors located at the Entry, output counted."""
@@ -437,13 +451,31 @@ class BlobEncoder:
         """The JSON lines of `_dml_wire`'s messages, written in C from per-table templates (the
         bytes orjson gives for the same dicts: one orjson.dumps per part, joined); None when any
         image is not plain, and then `convert_lines` takes the dict path."""
+        found = self._wire_lines(entry, header, raw, False)
+        return None if found is None else found[0]
+
+    def _dml_records(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> list[tuple] | None:
+        """`_records` of a plain DML Entry from the C lines and shard keys; None: the dict path."""
+        found = self._wire_lines(entry, header, raw, True)
+        if found is None:
+            return None
+        (lines, shards), cached, ops, event_time = found
+        source = cached.schema["source"]
+        db, table, fallback = source.get("dbName"), source.get("tableName"), cached.table_shard
+        seq_base = entry.header.seqId * _ROW_SCALE
+        k = len(ops)
+        return [(str(seq_base + i // k), ops[i % k], db, table, shards[i] or fallback, event_time, line)
+                for i, line in enumerate(lines)]
+
+    def _wire_lines(self, entry: pb.Entry, header: pb.Header, raw: bytes, keys: bool):
+        """(C lines, or (lines, shard keys) with `keys`; the table's cache entry; the ops; eventTime)."""
         found = self._wire_table(entry, header, raw)
         if found is None:
             return None
         cached, dml_type, nrows = found
         table = cached.table
         pre, post = cached.templates(dml_type)
-        stamp = orjson.dumps(self._wire_stamp(header))
+        stamp = self._wire_stamp(header)
         if self.options.lossless:
             ext_header = wire_ext_header(header)
             quiet = table.foreign_default and nrows == 1 and ext_header == _DEFAULT_HEADER
@@ -456,8 +488,20 @@ class BlobEncoder:
                     + cached.ext_columns_json + b",\"row\":[")
             nrows_text = str(nrows).encode()
         seq_id = header.seqId
-        return table.native.lines(raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"",
-                                  bool(seq_id), b"\",\"timestamp\":" + stamp + tail, nrows_text)
+        args = (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id),
+                b"\",\"timestamp\":" + orjson.dumps(stamp) + tail, nrows_text)
+        out = table.native.lines(*args, cached.key_indexes) if keys else table.native.lines(*args)
+        return None if out is None else (out, cached, DML_OPS[dml_type], stamp["eventTime"])
+
+    def _records(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> list[tuple]:
+        """The dict path of `convert_records`."""
+        out = []
+        for msg in self._convert(entry, header, raw):
+            payload = msg["payload"]
+            source = (msg.get("schema") or {}).get("source") or {}
+            out.append((payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
+                        shard_key(msg), payload["timestamp"]["eventTime"], encode_blob(msg)))
+        return out
 
     # -- parts -------------------------------------------------------------------------------
     def _image(self, table: _TableCodec, datas, lossless: bool):

@@ -46,9 +46,15 @@ def _outcome(call):
         return ("error", type(exc).__name__, str(exc))
 
 
+def _record(msg: dict) -> tuple:
+    payload, source = msg["payload"], msg["schema"].get("source") or {}
+    return (payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
+            bridge.shard_key(msg), payload["timestamp"]["eventTime"], orjson.dumps(msg))
+
+
 def assert_same(raw: bytes, options=bridge.DEFAULT_OPTIONS, encoders=None) -> list:
-    """The three ways through the encoder agree on one Entry; returns the Python path's messages."""
-    python, wire, lines = encoders or (bridge.BlobEncoder(options) for _ in range(3))
+    """The four ways through the encoder agree on one Entry; returns the Python path's messages."""
+    python, wire, lines, records = encoders or (bridge.BlobEncoder(options) for _ in range(4))
     entry = pb.Entry.FromString(raw)
     expected = _outcome(lambda: python.convert(entry))
     got = _outcome(lambda: wire.convert(pb.Entry.FromString(raw), raw))
@@ -56,7 +62,11 @@ def assert_same(raw: bytes, options=bridge.DEFAULT_OPTIONS, encoders=None) -> li
     expected_lines = expected if isinstance(expected, tuple) else [orjson.dumps(m) for m in expected]
     got_lines = _outcome(lambda: lines.convert_lines(pb.Entry.FromString(raw), raw))
     assert got_lines == expected_lines
-    assert (python.entries, python.emitted) == (wire.entries, wire.emitted) == (lines.entries, lines.emitted)
+    expected_records = expected if isinstance(expected, tuple) else [_record(m) for m in expected]
+    got_records = _outcome(lambda: records.convert_records(pb.Entry.FromString(raw), raw))
+    assert got_records == expected_records
+    counts = {(e.entries, e.emitted) for e in (python, wire, lines, records)}
+    assert len(counts) == 1
     return expected
 
 
@@ -145,7 +155,7 @@ def test_one_value_of_every_kind(data, type_text, dml_type, boolean):
 @needs_native
 @pytest.mark.parametrize("path", sorted(glob.glob("samples/*.pb")))
 def test_samples(path):
-    encoders = [bridge.BlobEncoder() for _ in range(3)]
+    encoders = [bridge.BlobEncoder() for _ in range(4)]
     for _, _, value in bridge.read_pb(path):
         env = pb.Envelope.FromString(value)
         if env.total != 1:
@@ -251,6 +261,10 @@ def test_the_c_path_is_taken():
     assert pb.RowChange.FromString(table.native.encode({"id": 3, "name": "x"}, 2)) == pb.RowChange(newColumns=[
         pb.Data(dataType=pb.INT64, sv="3"), pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=b"x")])
     assert table.native.encode({"id": "3"}, 1) is None  # a string for a LONG: the codec names the error
+    entry = pb.Entry.FromString(raw)
+    records = encoder._dml_records(entry, entry.header, raw)
+    assert [(r[0], r[1], r[4]) for r in records] == [("42000000", "INSERT", "[0]"), ("42000001", "INSERT", "[1]")]
+    assert [r[6] for r in records] == encoder.convert_lines(entry, raw)
 
 
 @needs_native
