@@ -23,6 +23,12 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
     "dts_to_tuple_vs_dts_to_blob": ("(e) DTS -> Tuple / (b) lossless", None, None, "info"),
     "spark_vs_single_process": ("(f) Spark local[2] dts_to_blob / single-process (b)", ">=", 0.9, "target"),
     "spark_vs_identity": ("(f) Spark dts_to_blob / mapInArrow identity pass", None, None, "info"),
+    "spark_output_floor_vs_single_process": ("(f) Spark output floor (rows of the same count and size, nothing "
+                                             "converted) / single-process (b): the most Spark could reach",
+                                             None, None, "info"),
+    "spark_vs_output_floor": ("(f) Spark dts_to_blob / its output floor", None, None, "info"),
+    "dts_to_blob_dicts_vs_naive": ("(b) dict API (convert + encode_blob, images in C) / (a) naive", None, None, "info"),
+    "dts_to_blob_python_vs_naive": ("(b) pure-Python path / (a) naive", None, None, "info"),
     "spark_uncoalesced_vs_single_process": ("(f) Spark dts_to_blob, AQE coalescing off / single-process (b)",
                                             None, None, "info"),
     "cli_rss_growth": ("(g) CLI peak RSS, largest / smallest stream", "<=", 1.2, "target"),
@@ -51,6 +57,8 @@ def compute_ratios(results: dict) -> dict:
         for name, num, den in (
                 ("dts_to_blob_vs_naive", "dts_to_blob", "naive_dts_to_blob"),
                 ("dts_to_blob_strict_vs_naive", "dts_to_blob_strict", "naive_dts_to_blob"),
+                ("dts_to_blob_dicts_vs_naive", "dts_to_blob_dicts", "naive_dts_to_blob"),
+                ("dts_to_blob_python_vs_naive", "dts_to_blob_python", "naive_dts_to_blob"),
                 ("dts_to_blob_vs_floor", "dts_to_blob", "combined_floor"),
                 ("dts_to_blob_strict_vs_floor", "dts_to_blob_strict", "combined_floor_strict"),
                 ("blob_to_dts_vs_naive", "blob_to_dts", "naive_blob_to_dts"),
@@ -66,6 +74,9 @@ def compute_ratios(results: dict) -> dict:
         r = spark["rows_per_s"]
         values["spark_vs_single_process"] = [div(r["dts_to_blob"], r["single_process"])]
         values["spark_vs_identity"] = [div(r["dts_to_blob"], r["identity"])]
+        if "output_floor" in r:
+            values["spark_output_floor_vs_single_process"] = [div(r["output_floor"], r["single_process"])]
+            values["spark_vs_output_floor"] = [div(r["dts_to_blob"], r["output_floor"])]
         values["spark_uncoalesced_vs_single_process"] = [div(r.get("dts_to_blob_uncoalesced"), r["single_process"])]
     cli = results.get("cli") or {}
     if "streams" in cli:

@@ -23,7 +23,7 @@ KAFKA_TOPIC = "dts-bench"
 PARTITIONS = 2
 # identity and dts_to_blob as a user gets them; dts_to_blob again with AQE's partition coalescing
 # off (one task per Kafka partition); the single-process case (b) on the same Entries.
-PASSES = ("identity", "dts_to_blob", "dts_to_blob_uncoalesced", "single_process")
+PASSES = ("identity", "output_floor", "dts_to_blob", "dts_to_blob_uncoalesced", "single_process")
 
 
 def _kafka_parquet(envelopes: list, path: str) -> None:
@@ -53,6 +53,47 @@ def _identity(df):
     return ordered.mapInArrow(identity, "`topic` STRING, `partition` INT, `offset` BIGINT, `value` BINARY")
 
 
+def _output_floor(df, counts: dict, line: bytes):
+    """The same ordered input, and per Envelope as many rows of `dts_to_blob`'s schema as it gives
+    messages (`counts`, by partition and offset), each holding a Blob line of the average size, made
+    without converting anything: what Spark spends taking the output alone."""
+    import bridge.spark as bs
+    import pyarrow as pa
+    ordered = bs.kafka_order(df.select("topic", "partition", "offset", "value"))
+
+    def fake(batches):
+        for batch in batches:
+            parts, offsets = batch.column("partition").to_pylist(), batch.column("offset").to_pylist()
+            n = sum(counts.get((p, o), 0) for p, o in zip(parts, offsets))
+            text = ["x"] * n
+            yield pa.RecordBatch.from_pydict({
+                "topic": pa.array([KAFKA_TOPIC] * n), "partition": pa.array([0] * n, pa.int32()),
+                "offset": pa.array([0] * n, pa.int64()), "entry": pa.array([0] * n, pa.int32()),
+                "row": pa.array([0] * n, pa.int32()), "sequence_id": pa.array(["1000000000"] * n),
+                "op": pa.array(["INSERT"] * n), "db": pa.array(text), "table": pa.array(text),
+                "shard_key": pa.array(["[1]"] * n),
+                "event_time": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                "blob": pa.array([line] * n, pa.binary()).view(pa.string())})
+    return ordered.mapInArrow(fake, bs.blob_schema())
+
+
+def _message_counts(envelopes: list) -> tuple[dict, bytes]:
+    """Blob messages per (partition, first offset) of the Kafka-shaped input, and a line of the
+    average length."""
+    from bridge.stream import ErrorPolicy, dts_records_to_entries
+    records = [(i % PARTITIONS, i // PARTITIONS, env.SerializeToString()) for i, env in enumerate(envelopes)]
+    encoder = bridge.BlobEncoder()
+    counts: dict = {}
+    total = size = 0
+    for where, entry, raw in dts_records_to_entries(sorted(records), ErrorPolicy("fail"), raw=True):
+        lines = encoder.convert_lines(entry, raw)
+        key = (where["partition"], where["offset"])
+        counts[key] = counts.get(key, 0) + len(lines)
+        total += len(lines)
+        size += sum(len(x) for x in lines)
+    return counts, b"x" * (size // max(total, 1))
+
+
 def _noop(df) -> None:
     df.write.format("noop").mode("overwrite").save()
 
@@ -77,6 +118,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         small = df.limit(4)
         _noop(bs.dts_to_blob(small))
         _noop(_identity(small))
+        _noop(_output_floor(small, {}, b"x"))
         coalesce = "spark.sql.adaptive.coalescePartitions.enabled"
         default_coalesce = spark.conf.get(coalesce, "true")
 
@@ -89,6 +131,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         spark.conf.set(coalesce, "false")
         per_task_uncoalesced = layout()
         spark.conf.set(coalesce, default_coalesce)
+        counts, line = _message_counts(envelopes)
         chunk = cases.Chunk(rows, [e.SerializeToString() for e in entries], {}, {}, [], entries)
         single = cases.CASES["dts_to_blob"][1]
         times: dict[str, list] = {name: [] for name in PASSES}
@@ -97,6 +140,8 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
                 start = time.perf_counter()
                 if name == "identity":
                     _noop(_identity(df))
+                elif name == "output_floor":
+                    _noop(_output_floor(df, counts, line))
                 elif name == "dts_to_blob":
                     _noop(bs.dts_to_blob(df))
                 elif name == "dts_to_blob_uncoalesced":
