@@ -37,15 +37,20 @@ METHOD = """
   a burst of load from another process spoils one repetition of one chunk, not a whole case.
   Ratios are rows/s over rows/s.
 - **(a) naive DTS -> JSON**: per Entry `Entry.FromString`, `json_format.MessageToDict`,
-  `json.dumps(...).encode()`. **(b) the bridge**: per Entry `Entry.FromString`,
-  `BlobEncoder.convert` (one encoder per chunk, as the CLI keeps one per stream) and
-  `bridge.encode_blob` of each message; lossless (default options) and strict.
+  `json.dumps(...).encode()`. **(b) the bridge**: per Entry `Entry.FromString` and
+  `BlobEncoder.convert_lines(entry, entry_bytes)` (one encoder per chunk, as the CLI keeps one per
+  stream), which is what the CLI and `consume` run: plain DML Entries are written to JSON lines by
+  the C extension, everything else through the message dicts and `orjson.dumps`; lossless
+  (default options) and strict. Two more (b) cases for comparison: the dict API
+  (`convert(entry, entry_bytes)`, row images read in C, then `encode_blob` of each message) and
+  the pure-Python path (`convert(entry)` and `encode_blob`, the reference the C path is tested
+  against).
 - **(c) floors**: `Entry.FromString` alone over the same bytes; `orjson.dumps` of the Blob dicts
   the bridge built beforehand (lossless dicts for the lossless floor, strict dicts for the strict
   one); the combined floor's time is the sum of the two. The Python read floor parses and reads
   `dataType`, `sv` and `bv` of every `Data` in a Python loop, converting nothing: no pure-Python
-  converter over protobuf's message objects can be faster, so it bounds what (b) can reach
-  without native code.
+  converter over protobuf's message objects can be faster, so it bounds what the pure-Python
+  path can reach.
 - **(d) Blob -> DTS**: per JSON line `bridge.decode_blob`, `BlobDecoder.feed` (with
   `checked=True`, as `bridge.stream` calls it) and
   `SerializeToString` of each Entry it completes, over the lines (b) writes (lossless lines with
@@ -59,14 +64,18 @@ METHOD = """
 - **(f) Spark**: `bridge.spark.local_session()` (local[2]); the Envelopes as a Kafka-shaped
   DataFrame (key, value, topic, partition 0..1 alternating, offset, timestamp) read from Parquet
   and cached; after a warm-up pass on four Envelopes (session start-up excluded),
-  `dts_to_blob(df)`, the same with AQE's partition coalescing switched off, and a `mapInArrow`
-  identity pass over the same `kafka_order`ed columns, each forced by a `noop` write, alternate
-  with the single-process (b) on the same Entries; best of N rounds.
+  `dts_to_blob(df)`, the same with AQE's partition coalescing switched off, a `mapInArrow`
+  identity pass over the same `kafka_order`ed columns, and an output floor (a `mapInArrow` pass
+  that emits, per Envelope, as many rows of `dts_to_blob`'s schema as it gives messages, each
+  with a Blob line of the average size, converting nothing: what Spark spends taking the output),
+  each forced by a `noop` write, alternate with the single-process (b) on the same Entries; best
+  of N rounds.
 - **(g) CLI**: `.pb` streams repeating the workload's Envelopes up to 100 MiB and 1 GiB (kept in
   `benchmarks/work/`, git-ignored); `dts-bridge convert X.pb -o - --to blob` with standard output
   to `/dev/null`, in its own process, peak RSS from `/usr/bin/time -v` (or `getrusage` of a fresh
   wrapper process); rows/s is rows over the wall time, process start-up included.
-- **Hot spots**: `cProfile` over (b) and (d), lossless, on the first rows of the workload; own time
+- **Hot spots**: `cProfile` over (b) and (d), lossless, on the first rows of the workload (the C
+  extension's functions count as one call each); own time
   (tottime) per function as a share of the profiled total (cProfile's overhead inflates the
   share of small Python functions called per value).
 """

@@ -232,9 +232,46 @@ static int check_digits(const Col *c, const DataView *d, Canon *v) {
     return 1;
 }
 
+/* Text that is repr() of its double without computing repr: -?(0|[1-9][0-9]*)\.[0-9]+ with no
+ * trailing zero in the fraction (but "N.0"), 1 to 15 significant digits and a magnitude from
+ * 1e-4 up (below 1e16 follows from the digits). Fifteen digits (DBL_DIG) make the text the only
+ * one of its length or shorter that reads as its double, so it is the shortest repr, and repr
+ * writes doubles of that magnitude in fixed notation. 0: not known (repr decides). */
+static int repr_text(Span sv) {
+    const uint8_t *p = sv.p, *end = sv.p + sv.n;
+    if (p < end && *p == '-') p++;
+    const uint8_t *int_start = p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    Py_ssize_t int_len = p - int_start;
+    if (int_len == 0 || (int_len > 1 && *int_start == '0') || p == end || *p != '.') return 0;
+    const uint8_t *frac = ++p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    Py_ssize_t frac_len = p - frac;
+    if (p != end || frac_len == 0) return 0;
+    int frac_zero = frac_len == 1 && frac[0] == '0';
+    if (!frac_zero && end[-1] == '0') return 0;
+    Py_ssize_t sig;
+    if (*int_start == '0') {
+        if (frac_zero) return 0; /* 0.0 and -0.0: left to repr */
+        Py_ssize_t zeros = 0;
+        while (frac[zeros] == '0') zeros++;
+        if (zeros > 3) return 0; /* below 1e-4 repr writes an exponent */
+        sig = frac_len - zeros;
+    } else {
+        sig = int_len + (frac_zero ? 0 : frac_len);
+    }
+    return sig <= 15;
+}
+
 static int check_double(const Col *c, const DataView *d, Canon *v) {
     char buf[64];
     if (d->cs.n || d->bv.n || d->sv.n == 0 || d->sv.n >= (Py_ssize_t)sizeof(buf)) return 0;
+    if (repr_text(d->sv)) {
+        v->tag = C_FLOAT;
+        v->i = 1; /* the double itself is read only when a dict needs it */
+        v->s = d->sv;
+        return 1;
+    }
     memcpy(buf, d->sv.p, (size_t)d->sv.n);
     buf[d->sv.n] = 0;
     char *endp = NULL;
@@ -253,6 +290,7 @@ static int check_double(const Col *c, const DataView *d, Canon *v) {
     PyMem_Free(again);
     if (!same) return 0;
     v->tag = C_FLOAT;
+    v->i = 0;
     v->d = x;
     v->s = d->sv;
     return 1;
@@ -428,7 +466,16 @@ static PyObject *canon_object(const Canon *v) {
     switch (v->tag) {
     case C_INT: return PyLong_FromLongLong(v->i);
     case C_ASCII: return ascii_str(v->s.p, v->s.n);
-    case C_FLOAT: return PyFloat_FromDouble(v->d);
+    case C_FLOAT:
+        if (v->i) { /* checked by its text only: read it now */
+            char buf[64];
+            memcpy(buf, v->s.p, (size_t)v->s.n);
+            buf[v->s.n] = 0;
+            double x = PyOS_string_to_double(buf, NULL, NULL);
+            if (x == -1.0 && PyErr_Occurred()) return NULL;
+            return PyFloat_FromDouble(x);
+        }
+        return PyFloat_FromDouble(v->d);
     case C_BOOL: {
         PyObject *b = v->i ? Py_True : Py_False;
         Py_INCREF(b);

@@ -405,3 +405,25 @@ def test_every_kind_encodes_as_its_codec(value, type_text, boolean, present):
     row = pb.RowChange.FromString(wire)
     expected = pb.Data(dataType=pb.NA) if not present else pb.Data() if value is None else codec.from_blob(value)
     assert list(row.newColumns) == [expected]
+
+
+_DOUBLE_TEXTS = (st.floats(allow_nan=False, allow_infinity=False).map(repr)
+                 | st.from_regex(r"-?(0|[1-9][0-9]{0,17})\.[0-9]{1,18}", fullmatch=True)
+                 | st.from_regex(r"-?0\.0{0,6}[1-9][0-9]{0,16}", fullmatch=True)
+                 | st.integers(0, 12).flatmap(lambda places: st.decimals(allow_nan=False, allow_infinity=False,
+                                                                          places=places)).map(str))
+
+
+@needs_native
+@given(texts=st.lists(_DOUBLE_TEXTS, min_size=1, max_size=4), float_column=st.booleans())
+def test_double_texts(texts, float_column):
+    """The C check of a double's text (a shortcut for the common spellings, repr for the rest)
+    agrees with the codec's `repr(float(sv)) == sv` on every spelling."""
+    entry = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
+                                      schemaName="s", tableName="t", seqId=1))
+    dml = entry.event.dmlEvent
+    dml.columns.add(name="d", originalType="float" if float_column else "double")
+    for sv in texts:
+        dml.rows.add().newColumns.add(dataType=pb.FLOAT32 if float_column else pb.FLOAT64, sv=sv)
+    for options in OPTIONS[:2]:
+        assert_same(entry.SerializeToString(), options)
