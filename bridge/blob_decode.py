@@ -47,6 +47,7 @@ DML_TYPE_BY_OP = {"INSERT": pb.INSERT, "UPDATE_BEFOR": pb.UPDATE, "UPDATE_AFTER"
                   "UPDATE": pb.UPDATE, "DELETE": pb.DELETE}
 
 _ABSENT = object()
+_UPDATE = int(pb.UPDATE)
 _NIL_DATA = pb.Data(dataType=pb.NIL)  # copied by extend, so one instance serves every row
 _NA_DATA = pb.Data(dataType=pb.NA)
 _KNOWN_TOP = ("schema", "payload", "version", "dts")
@@ -67,26 +68,27 @@ def decode_blob(data: bytes | str, *, line: int | None = None, source: str | Non
 
 def check_shape(msg, *, line: int | None = None, source: str | None = None) -> None:
     """The minimal shape every converter relies on; the JSON Schema says the rest."""
-    def bad(reason, value=None):
-        return BlobFormatError(reason, value=value, line=line, source=source)
     if not isinstance(msg, dict):
-        raise bad("a Blob message must be a JSON object", msg)
+        raise BlobFormatError("a Blob message must be a JSON object", value=msg, line=line, source=source)
     payload = msg.get("payload")
     if not isinstance(payload, dict):
-        raise bad("payload must be an object", payload)
+        raise BlobFormatError("payload must be an object", value=payload, line=line, source=source)
     op = payload.get("op")
     if op not in ALL_OPS:
-        raise bad("unknown op", op)
+        raise BlobFormatError("unknown op", value=op, line=line, source=source)
     seq = payload.get("sequenceId")
     if seq is None and op == "MHEARTBEAT" and "sequenceId" not in payload:
         pass  # DataWorks heartbeats carry no sequenceId (SPEC section 2)
     elif not isinstance(seq, str) or not seq.isdigit() or not seq.isascii():
-        raise bad("sequenceId must be a string of digits", seq)
+        raise BlobFormatError("sequenceId must be a string of digits", value=seq, line=line, source=source)
     stamp = payload.get("timestamp")
     if not isinstance(stamp, dict) or not _is_int(stamp.get("eventTime")):
-        raise bad("timestamp.eventTime must be an integer", stamp)
-    if not isinstance(msg.get("schema", {}), dict):
-        raise bad("schema must be an object", msg.get("schema"))
+        raise BlobFormatError("timestamp.eventTime must be an integer", value=stamp, line=line, source=source)
+    if not isinstance(msg.get("schema", _NO_SCHEMA), dict):
+        raise BlobFormatError("schema must be an object", value=msg.get("schema"), line=line, source=source)
+
+
+_NO_SCHEMA: dict = {}
 
 
 def _is_int(v) -> bool:
@@ -107,7 +109,7 @@ class _Event:
     """A DML event being regrouped from its rows' messages (lossless extension)."""
     entry: pb.Entry
     nrows: int
-    rows: dict = field(default_factory=dict)
+    rows: dict = field(default_factory=dict)  # row index -> RowChange
     messages: int = 0
 
 
@@ -242,9 +244,13 @@ class BlobDecoder:
         row_index, nrows = (ext.get("row") or [0, 1]) if ext else (0, 1)
         self._sequence(header, seq, row_index, ext, facts)
         self._shape_facts(msg, payload, facts, dml=True)
-        row = pb.RowChange()
-        if ext:
-            _add_kv(row.properties, ext.get("rowProperties", []))
+        half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
+        partner = self._partner(seq, half, entry) if half != "both" else None
+        properties = [pb.KVPair(key=k, value=v) for k, v in ext.get("rowProperties", [])] if ext else []
+        if partner is None:
+            row = pb.RowChange(properties=properties)
+        else:
+            row = partner[0].row  # the waiting half's row takes this half's image: no copy of either
         images = ("before", "after") if op == "UPDATE" else (("after",) if op in ("INSERT", "UPDATE_AFTER")
                                                                   else ("before",))
         plain = not (ext and (ext.get("values") or ext.get("charsets")))
@@ -252,9 +258,11 @@ class BlobDecoder:
             self._image(row, image, payload, codecs, names, ext, plan if plain else None)
         if op == "UPDATE":
             facts["op"] = "UPDATE"
-        half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
         if half != "both":
-            row, facts, done = self._pair(seq, half, row, facts, entry)
+            if partner is not None and half == "after":  # the joined row keeps the after half's properties
+                del row.properties[:]
+                row.properties.extend(properties)
+            row, facts, done = self._pair(seq, half, row, facts, entry, partner)
             if not done:
                 return []
         if self.options.lossless:
@@ -466,10 +474,27 @@ class BlobDecoder:
                     raise exc.located(column=name)
         target.extend(out)
 
-    def _pair(self, seq, half, row, facts, entry):
-        """Join the two halves of an update; returns (row, facts, complete)."""
+    def _partner(self, seq, half, entry):
+        """The waiting other half of an update (None if this half is the first); raises for a
+        second half of the same kind and for halves naming different tables."""
         pending = self._halves.get(seq)
         if pending is None:
+            return None
+        holder, _, other_entry = pending
+        if half in holder.halves:
+            raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a "
+                                  f"sequenceId (the first, line {holder.line}, still waits for its partner)",
+                                  sequence_id=seq)
+        bh, ah = (other_entry.header, entry.header) if half == "after" else (entry.header, other_entry.header)
+        if (bh.schemaName, bh.tableName, bh.sourceType) != (ah.schemaName, ah.tableName, ah.sourceType):
+            del self._halves[seq]
+            raise ConversionError("the halves of an update name different tables", sequence_id=seq)
+        return pending
+
+    def _pair(self, seq, half, row, facts, entry, partner):
+        """Join the two halves of an update (`row` already holds both images); returns (row,
+        facts, complete). Without a partner the half waits."""
+        if partner is None:
             if len(self._halves) >= self.max_pending:
                 # the oldest waiting half is reported (see `evicted`), the current one waits
                 old_seq, (old, _, _) = self._halves.popitem(last=False)
@@ -479,25 +504,14 @@ class BlobDecoder:
                 self.evicted.append(err)
             self._halves[seq] = (_Row(seq, row, {half}, self._line), facts, entry)
             return row, facts, False
-        holder, other_facts, other_entry = pending
-        if half in holder.halves:
-            raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a "
-                                  f"sequenceId (the first, line {holder.line}, still waits for its partner)",
-                                  sequence_id=seq)
+        _, other_facts, other_entry = partner
         del self._halves[seq]
-        before_entry, after_entry = (other_entry, entry) if half == "after" else (entry, other_entry)
+        before_entry = other_entry if half == "after" else entry
+        after_entry = entry if half == "after" else other_entry
         bh, ah = before_entry.header, after_entry.header
-        if (bh.schemaName, bh.tableName, bh.sourceType) != (ah.schemaName, ah.tableName, ah.sourceType):
-            raise ConversionError("the halves of an update name different tables", sequence_id=seq)
-        before_row, after_row = (holder.row, row) if half == "after" else (row, holder.row)
         before_facts, after_facts = (other_facts, facts) if half == "after" else (facts, other_facts)
         if bh.timestamp != ah.timestamp and "eventTime" not in before_facts:
             before_facts = {**before_facts, "eventTime": str(bh.timestamp * 1000)}
-        # each half carries only its own image: the before half's row takes the after image
-        merged = before_row
-        merged.newColumns.extend(after_row.newColumns)
-        del merged.properties[:]
-        merged.properties.extend(after_row.properties)
         out = dict(after_facts)
         for key in set(before_facts) | set(after_facts):
             if before_facts.get(key) != after_facts.get(key):
@@ -505,7 +519,7 @@ class BlobDecoder:
         if half == "before":
             entry.CopyFrom(other_entry)
             entry.event.dmlEvent.ClearField("rows")
-        return merged, out, True
+        return row, out, True
 
     def _regroup(self, entry, row, row_index, nrows, columns_key=None) -> list[pb.Entry]:
         if nrows == 1:
@@ -522,13 +536,14 @@ class BlobDecoder:
         if row_index in event.rows or not 0 <= row_index < nrows:
             raise ConversionError(f"row {row_index} of {nrows} repeated or out of range",
                                   seq_id=entry.header.seqId)
-        event.rows[row_index] = _Row("", row, {"row"})
-        event.messages += 2 if entry.event.dmlEvent.dmlEventType == pb.UPDATE else 1
+        event.rows[row_index] = row
+        event.messages += 2 if key[1] == _UPDATE else 1
         if len(event.rows) < nrows:
             return []
         del self._events[key]
         out = event.entry
-        out.event.dmlEvent.rows.extend(event.rows[i].row for i in range(nrows))
+        rows = event.rows
+        out.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
         return [out]
 
 
