@@ -522,10 +522,11 @@ static inline int buf_put(Buf *b, const void *p, Py_ssize_t n) {
     return 1;
 }
 
+static Py_ssize_t int_text(long long x, char *out);
+
 static int buf_int(Buf *b, long long x) {
     char tmp[24];
-    int n = snprintf(tmp, sizeof(tmp), "%lld", x);
-    return buf_put(b, tmp, n);
+    return buf_put(b, tmp, int_text(x, tmp));
 }
 
 /* Length of the valid UTF-8 sequence starting at p (strict, as Python decodes), 0 if invalid. */
@@ -1065,33 +1066,64 @@ static void civil_from_days(long long z, long long *y, unsigned *m, unsigned *d)
     *y = (long long)yoe + era * 400 + (*m <= 2);
 }
 
+static inline char *put2(char *o, unsigned v) {
+    o[0] = (char)('0' + v / 10);
+    o[1] = (char)('0' + v % 10);
+    return o + 2;
+}
+
+/* decimal text of a signed 64-bit integer into out (at least 21 bytes); its length */
+static Py_ssize_t int_text(long long x, char *out) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long mag = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    do {
+        tmp[n++] = (char)('0' + mag % 10);
+        mag /= 10;
+    } while (mag);
+    Py_ssize_t len = 0;
+    if (x < 0) out[len++] = '-';
+    while (n) out[len++] = tmp[--n];
+    return len;
+}
+
 /* MySQL text of epoch milliseconds in UTC (format_temporal); 0 outside years 1..9999 */
 static int format_temporal(const Col *c, long long ms, char *out, Py_ssize_t *len) {
     if (ms < -62135596800000LL || ms > 253402300799999LL) return 0;
     long long secs = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
     int millis = (int)(ms - secs * 1000);
     long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
-    long long sod = secs - days * 86400;
+    unsigned sod = (unsigned)(secs - days * 86400);
     long long y;
     unsigned m, d;
     civil_from_days(days, &y, &m, &d);
     if (y < 1 || y > 9999) return 0;
-    int n = snprintf(out, 48, "%04lld-%02u-%02u", y, m, d);
+    char *o = put2(put2(out, (unsigned)(y / 100)), (unsigned)(y % 100));
+    *o++ = '-';
+    o = put2(o, m);
+    *o++ = '-';
+    o = put2(o, d);
     if (c->kind != K_DATE) {
-        n += snprintf(out + n, 48 - n, " %02lld:%02lld:%02lld", sod / 3600, sod / 60 % 60, sod % 60);
+        *o++ = ' ';
+        o = put2(o, sod / 3600);
+        *o++ = ':';
+        o = put2(o, sod / 60 % 60);
+        *o++ = ':';
+        o = put2(o, sod % 60);
         if (c->fsp) {
-            char frac[8];
-            snprintf(frac, sizeof(frac), "%06d", millis * 1000);
-            out[n++] = '.';
-            memcpy(out + n, frac, (size_t)c->fsp);
-            n += c->fsp;
+            /* the first fsp digits of the microseconds, as "%06d" % (millis * 1000) */
+            char frac[6] = {(char)('0' + millis / 100), (char)('0' + millis / 10 % 10), (char)('0' + millis % 10),
+                            '0', '0', '0'};
+            *o++ = '.';
+            memcpy(o, frac, (size_t)c->fsp);
+            o += c->fsp;
         }
         if (c->kind == K_TIMESTAMP) {
-            memcpy(out + n, " +00:00", 7);
-            n += 7;
+            memcpy(o, " +00:00", 7);
+            o += 7;
         }
     }
-    *len = n;
+    *len = o - out;
     return 1;
 }
 
@@ -1145,7 +1177,7 @@ static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp) {
             PyErr_Clear();
             return 0;
         }
-        len = snprintf(text, sizeof(text), "%lld", x);
+        len = int_text(x, text);
         return put_varint(d, 8) && put_varint(d, (uint64_t)dt) && put_len_field(d, 3, text, len) ? 1 : -1;
     }
     case K_DIGITS:

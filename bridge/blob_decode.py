@@ -275,11 +275,16 @@ class BlobDecoder:
     # -- parts ---------------------------------------------------------------------------------
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
         header.messageType = mtype
-        if ext and ext.get("header"):
-            for key, value in ext["header"].items():
-                if key == "properties":
-                    _add_kv(header.properties, value)
-                else:
+        fields = ext.get("header") if ext else None
+        if fields:
+            if "properties" in fields:
+                for key, value in fields.items():
+                    if key == "properties":
+                        _add_kv(header.properties, value)
+                    else:
+                        setattr(header, key, value)
+            else:
+                for key, value in fields.items():
                     setattr(header, key, value)
         elif not ext:
             header.version = 1
