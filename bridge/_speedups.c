@@ -784,6 +784,71 @@ done:
     return result;
 }
 
+/* ---- walking the images of a DML event ------------------------------------------------------- */
+
+/* The images the ops of one DML type use, row by row (INSERT: after; UPDATE: before, after;
+ * DELETE: before), over an Entry's bytes. */
+typedef struct {
+    const uint8_t *p, *end; /* the DMLEvent's bytes not yet read */
+    unsigned use;           /* bit 1: before image, bit 2: after image */
+    Span row;               /* the current RowChange */
+    uint32_t which;         /* the next image field of the current row (3: read the next row) */
+    long long index;        /* the current row's index */
+    Span *datas;            /* the current image's Data, up to cap */
+    Py_ssize_t cap;
+} Walk;
+
+/* 1 (the Entry's DML event is found), 0 (leave the Entry to Python) or -1 (memory error) */
+static int walk_start(Walk *w, const uint8_t *start, const uint8_t *end, int dml_type, Py_ssize_t ncols) {
+    Span event, dml;
+    w->datas = NULL;
+    if (dml_type < 0 || dml_type > 2 || !dml_span(start, end, &event, &dml)) return 0;
+    w->p = dml.p;
+    w->end = dml.p + dml.n;
+    w->use = dml_type == 0 ? 4u : dml_type == 1 ? 6u : 2u;
+    w->which = 3;
+    w->index = -1;
+    w->cap = ncols + 1;
+    w->datas = PyMem_Malloc(sizeof(Span) * (size_t)w->cap);
+    if (w->datas == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 1;
+}
+
+/* The next image the ops use into w->datas and *count (0 for a row without it; more than the
+ * columns possible): 1; 0 at the end of the event; -1 for an Entry the C path leaves to Python
+ * (malformed bytes, row properties, an image the op must not carry). */
+static int walk_next(Walk *w, Py_ssize_t *count) {
+    for (;;) {
+        while (w->which <= 2) {
+            uint32_t which = w->which++;
+            if (!row_datas(w->row, which, w->datas, w->cap, count)) return -1;
+            if (w->use & (1u << which)) return 1;
+            if (*count) return -1; /* INSERT with a before image, DELETE with an after one */
+        }
+        if (w->p >= w->end) return 0;
+        uint64_t tag;
+        if (!read_varint(&w->p, w->end, &tag)) return -1;
+        int wt = (int)(tag & 7);
+        if ((tag >> 3) != 3) {
+            if (!skip_field(&w->p, w->end, wt)) return -1;
+            continue;
+        }
+        if (wt != 2 || !read_span(&w->p, w->end, &w->row)) return -1;
+        /* row properties (field 15) send the Entry to the Python path */
+        const uint8_t *q = w->row.p, *rend = w->row.p + w->row.n;
+        while (q < rend) {
+            uint64_t rtag;
+            if (!read_varint(&q, rend, &rtag) || (rtag >> 3) == 15 || !skip_field(&q, rend, (int)(rtag & 7)))
+                return -1;
+        }
+        w->which = 1;
+        w->index++;
+    }
+}
+
 /* Plan.rows(entry_bytes, dml_type): the images the ops of dml_type need, row by row (INSERT: after;
  * UPDATE: before, after; DELETE: before); None for an Entry with row properties, an image the
  * op must not have, or malformed bytes. */
@@ -794,70 +859,37 @@ static PyObject *Plan_rows(PlanObject *self, PyObject *const *args, Py_ssize_t n
     }
     int dml_type = PyLong_AsLong(args[1]);
     if (dml_type == -1 && PyErr_Occurred()) return NULL;
-    if (dml_type < 0 || dml_type > 2) Py_RETURN_NONE;
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
     PyObject *result = NULL;
-    Span *datas = NULL;
-    Span event, dml;
-    if (!dml_span(start, end, &event, &dml)) goto none;
-    Py_ssize_t cap = self->ncols + 1;
-    datas = PyMem_Malloc(sizeof(Span) * (size_t)cap);
-    if (datas == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    result = PyList_New(0);
-    if (result == NULL) goto done;
-    /* which images the ops use (bit 1: before, bit 2: after) and which they must not carry */
-    unsigned use = dml_type == 0 ? 4u : dml_type == 1 ? 6u : 2u;
-    const uint8_t *p = dml.p, *dend = dml.p + dml.n;
-    while (p < dend) {
-        uint64_t tag;
-        if (!read_varint(&p, dend, &tag)) goto malformed;
-        uint32_t field = (uint32_t)(tag >> 3);
-        int wt = (int)(tag & 7);
-        if (field != 3) {
-            if (!skip_field(&p, dend, wt)) goto malformed;
-            continue;
+    Walk w;
+    int rc = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
+    if (rc <= 0) goto finish;
+    if ((result = PyList_New(0)) == NULL) goto done;
+    Py_ssize_t count;
+    while ((rc = walk_next(&w, &count)) == 1) {
+        PyObject *img = count ? image(self, w.datas, count) : (Py_INCREF(Py_None), Py_None);
+        if (img == NULL) {
+            Py_CLEAR(result);
+            goto done;
         }
-        Span row;
-        if (wt != 2 || !read_span(&p, dend, &row)) goto malformed;
-        Py_ssize_t counts[3] = {0, 0, 0};
-        {   /* row properties (field 15) send the Entry to the Python path */
-            const uint8_t *q = row.p, *rend = row.p + row.n;
-            while (q < rend) {
-                uint64_t rtag;
-                if (!read_varint(&q, rend, &rtag)) goto malformed;
-                if ((rtag >> 3) == 15) goto malformed;
-                if (!skip_field(&q, rend, (int)(rtag & 7))) goto malformed;
-            }
-        }
-        for (uint32_t which = 1; which <= 2; which++) {
-            if (!row_datas(row, which, datas, cap, &counts[which])) goto malformed;
-            if (!(use & (1u << which))) {
-                if (counts[which]) goto malformed; /* INSERT with a before image, DELETE with an after one */
-                continue;
-            }
-            PyObject *img = counts[which] ? image(self, datas, counts[which]) : (Py_INCREF(Py_None), Py_None);
-            if (img == NULL) goto error;
-            int rc = PyList_Append(result, img);
-            Py_DECREF(img);
-            if (rc < 0) goto error;
+        int failed = PyList_Append(result, img) < 0;
+        Py_DECREF(img);
+        if (failed) {
+            Py_CLEAR(result);
+            goto done;
         }
     }
-    goto done;
-error:
-    Py_CLEAR(result);
-    goto done;
-malformed:
-    Py_CLEAR(result);
-none:
-    result = Py_None;
-    Py_INCREF(result);
+finish:
+    if (rc < 0 && PyErr_Occurred()) {
+        Py_CLEAR(result);
+    } else if (rc < 0 || (rc == 0 && result == NULL)) {
+        Py_XDECREF(result);
+        result = Py_None; /* an Entry for the Python path */
+        Py_INCREF(result);
+    }
 done:
-    PyMem_Free(datas);
+    PyMem_Free(w.datas);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -893,6 +925,7 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
     if (dml_type == -1 && PyErr_Occurred()) return NULL;
     if (dml_type < 0 || dml_type > 2) Py_RETURN_NONE;
     Py_ssize_t nimg = dml_type == 1 ? 2 : 1;
+    Walk w = {0};
     PyObject *pre = args[2], *post = args[3], *seq_prefix = args[4], *post_seq = args[6], *nrows_text = args[7];
     int seq_pad = PyObject_IsTrue(args[5]);
     if (seq_pad < 0) return NULL;
@@ -909,109 +942,78 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
         }
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
     PyObject *result = NULL, *shards = NULL;
-    Span *datas = NULL;
     Py_ssize_t *spans = NULL;
     Buf out = {NULL, 0, 0}, shard = {NULL, 0, 0};
-    Span event, dml;
-    if (!dml_span(start, end, &event, &dml)) goto none;
-    Py_ssize_t cap = self->ncols + 1;
-    datas = PyMem_Malloc(sizeof(Span) * (size_t)cap);
-    spans = keys ? PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)cap) : NULL;
-    if (datas == NULL || (keys && spans == NULL)) {
+    int started = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
+    if (started < 0) goto done;
+    if (started == 0) goto none;
+    if (keys && (spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)w.cap)) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     result = PyList_New(0);
     if (result == NULL) goto done;
-    if (keys && (shards = PyList_New(0)) == NULL) goto done;
-    unsigned use = dml_type == 0 ? 4u : dml_type == 1 ? 6u : 2u;
-    const uint8_t *p = dml.p, *dend = dml.p + dml.n;
-    long long index = 0;
-    while (p < dend) {
-        uint64_t tag;
-        if (!read_varint(&p, dend, &tag)) goto none;
-        uint32_t field = (uint32_t)(tag >> 3);
-        int wt = (int)(tag & 7);
-        if (field != 3) {
-            if (!skip_field(&p, dend, wt)) goto none;
-            continue;
-        }
-        Span row;
-        if (wt != 2 || !read_span(&p, dend, &row)) goto none;
-        {
-            const uint8_t *q = row.p, *rend = row.p + row.n;
-            while (q < rend) {
-                uint64_t rtag;
-                if (!read_varint(&q, rend, &rtag) || (rtag >> 3) == 15 || !skip_field(&q, rend, (int)(rtag & 7)))
-                    goto none;
-            }
-        }
-        Py_ssize_t k = 0;
-        for (uint32_t which = 1; which <= 2; which++) {
-            Py_ssize_t count;
-            if (!row_datas(row, which, datas, cap, &count)) goto none;
-            if (!(use & (1u << which))) {
-                if (count) goto none;
-                continue;
-            }
-            PyObject *a = PyTuple_GET_ITEM(pre, k), *z = PyTuple_GET_ITEM(post, k);
-            k++;
-            out.n = 0;
-            if (!buf_put(&out, PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a))) goto error;
-            Py_ssize_t written;
-            int rc = image_json(self, &out, datas, count, spans, &written);
-            if (rc < 0) goto error;
-            if (rc == 0) goto none;
-            if (keys) {
-                /* the shard key: JSON of the key columns' values (null where left out), as
-                 * shard_key's orjson.dumps writes it; None without keys or values */
-                PyObject *key_text;
-                if (nkeys == 0 || written == 0) {
-                    key_text = Py_None;
-                    Py_INCREF(key_text);
-                } else {
-                    shard.n = 0;
-                    if (!buf_put(&shard, "[", 1)) goto error;
-                    for (Py_ssize_t q = 0; q < nkeys; q++) {
-                        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, q));
-                        if (q && !buf_put(&shard, ",", 1)) goto error;
-                        if (spans[2 * at] < 0 ? !buf_put(&shard, "null", 4)
-                                              : !buf_put(&shard, out.p + spans[2 * at], spans[2 * at + 1] - spans[2 * at]))
-                            goto error;
-                    }
-                    if (!buf_put(&shard, "]", 1)) goto error;
-                    key_text = PyUnicode_DecodeUTF8((const char *)shard.p, shard.n, NULL);
-                    if (key_text == NULL) goto error;
+    if (keys && (shards = PyList_New(0)) == NULL) goto error;
+    Py_ssize_t count;
+    int more;
+    while ((more = walk_next(&w, &count)) == 1) {
+        Py_ssize_t k = dml_type == 1 ? (Py_ssize_t)w.which - 2 : 0; /* the image just read: 0 before, 1 after */
+        long long index = w.index;
+        PyObject *a = PyTuple_GET_ITEM(pre, k), *z = PyTuple_GET_ITEM(post, k);
+        out.n = 0;
+        if (!buf_put(&out, PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a))) goto error;
+        Py_ssize_t written;
+        int rc = count ? image_json(self, &out, w.datas, count, spans, &written) : 0;
+        if (rc < 0) goto error;
+        if (rc == 0) goto none;
+        if (keys) {
+            /* the shard key: JSON of the key columns' values (null where left out), as
+             * shard_key's orjson.dumps writes it; None without keys or values */
+            PyObject *key_text;
+            if (nkeys == 0 || written == 0) {
+                key_text = Py_None;
+                Py_INCREF(key_text);
+            } else {
+                shard.n = 0;
+                if (!buf_put(&shard, "[", 1)) goto error;
+                for (Py_ssize_t q = 0; q < nkeys; q++) {
+                    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, q));
+                    if (q && !buf_put(&shard, ",", 1)) goto error;
+                    if (spans[2 * at] < 0 ? !buf_put(&shard, "null", 4)
+                                          : !buf_put(&shard, out.p + spans[2 * at], spans[2 * at + 1] - spans[2 * at]))
+                        goto error;
                 }
-                rc = PyList_Append(shards, key_text);
-                Py_DECREF(key_text);
-                if (rc < 0) goto error;
+                if (!buf_put(&shard, "]", 1)) goto error;
+                key_text = PyUnicode_DecodeUTF8((const char *)shard.p, shard.n, NULL);
+                if (key_text == NULL) goto error;
             }
-            char digits[32];
-            int nd = seq_pad ? snprintf(digits, sizeof(digits), "%06lld", index)
-                             : snprintf(digits, sizeof(digits), "%lld", index);
-            if (!buf_put(&out, PyBytes_AS_STRING(z), PyBytes_GET_SIZE(z))
-                || !buf_put(&out, PyBytes_AS_STRING(seq_prefix), PyBytes_GET_SIZE(seq_prefix))
-                || !buf_put(&out, digits, nd)
-                || !buf_put(&out, PyBytes_AS_STRING(post_seq), PyBytes_GET_SIZE(post_seq)))
-                goto error;
-            if (nrows_text != Py_None) {
-                nd = snprintf(digits, sizeof(digits), "%lld,", index);
-                if (!buf_put(&out, digits, nd)
-                    || !buf_put(&out, PyBytes_AS_STRING(nrows_text), PyBytes_GET_SIZE(nrows_text))
-                    || !buf_put(&out, "]}}", 3))
-                    goto error;
-            }
-            PyObject *line = PyBytes_FromStringAndSize((const char *)out.p, out.n);
-            if (line == NULL) goto error;
-            rc = PyList_Append(result, line);
-            Py_DECREF(line);
+            rc = PyList_Append(shards, key_text);
+            Py_DECREF(key_text);
             if (rc < 0) goto error;
         }
-        index++;
+        char digits[32];
+        int nd = seq_pad ? snprintf(digits, sizeof(digits), "%06lld", index)
+                         : snprintf(digits, sizeof(digits), "%lld", index);
+        if (!buf_put(&out, PyBytes_AS_STRING(z), PyBytes_GET_SIZE(z))
+            || !buf_put(&out, PyBytes_AS_STRING(seq_prefix), PyBytes_GET_SIZE(seq_prefix))
+            || !buf_put(&out, digits, nd)
+            || !buf_put(&out, PyBytes_AS_STRING(post_seq), PyBytes_GET_SIZE(post_seq)))
+            goto error;
+        if (nrows_text != Py_None) {
+            nd = snprintf(digits, sizeof(digits), "%lld,", index);
+            if (!buf_put(&out, digits, nd)
+                || !buf_put(&out, PyBytes_AS_STRING(nrows_text), PyBytes_GET_SIZE(nrows_text))
+                || !buf_put(&out, "]}}", 3))
+                goto error;
+        }
+        PyObject *line = PyBytes_FromStringAndSize((const char *)out.p, out.n);
+        if (line == NULL) goto error;
+        rc = PyList_Append(result, line);
+        Py_DECREF(line);
+        if (rc < 0) goto error;
     }
+    if (more < 0) goto none;
     if (keys) {
         PyObject *pair = PyTuple_Pack(2, result, shards);
         Py_DECREF(result);
@@ -1030,7 +1032,7 @@ done:
     PyMem_Free(out.p);
     PyMem_Free(shard.p);
     PyMem_Free(spans);
-    PyMem_Free(datas);
+    PyMem_Free(w.datas);
     PyBuffer_Release(&buf);
     return result;
 }
