@@ -21,6 +21,7 @@ extension, so a value a field cannot hold exactly is a ConversionError (docs/tup
 from __future__ import annotations
 
 import base64
+import datetime
 import math
 import re
 import struct
@@ -44,6 +45,7 @@ __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schem
            "INT_RANGES"]
 
 DT = pb.DataType
+_NIL, _NA = int(DT.NIL), int(DT.NA)  # plain ints: the enum wrapper's attribute lookup is a Python call
 FIELD_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN",
                "TIMESTAMP", "STRING")
 # Epoch microseconds pydatahub accepts for a TIMESTAMP field.
@@ -217,14 +219,31 @@ def _utf8_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
     return to_tuple
 
 
+# UTC text datetime.fromisoformat (C) reads as parse_temporal does; anything else takes parse_temporal
+_UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?: [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)?(?: \+00:00)?\Z")
+_EPOCH = datetime.datetime(1970, 1, 1)
+_ONE_MICRO = datetime.timedelta(microseconds=1)
+_fromisoformat = datetime.datetime.fromisoformat
+
+
 def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
     zone, kind = options.zone, ct.kind
     lo, hi = TIMESTAMP_RANGE
     wall = 10 if kind == "date" else 19
-    check_wall = kind != "timestamp" and options.timezone != "UTC"
+    utc = options.timezone == "UTC"
+    check_wall = kind != "timestamp" and not utc
 
     def to_tuple(d: pb.Data):
         text = _ascii_text(d, kind)
+        if utc and _UTC_TEXT.match(text):
+            try:
+                moment = _fromisoformat(text[:-7] if text.endswith(" +00:00") else text)
+            except ValueError:
+                moment = None  # Feb 30, hour 24...: parse_temporal names the error
+            if moment is not None:
+                us = (moment - _EPOCH) // _ONE_MICRO
+                if lo <= us <= hi:
+                    return us
         try:
             ms, micros = parse_temporal(text, zone)
         except (ValueError, OverflowError) as exc:
@@ -281,9 +300,9 @@ class _TupleTable:
         out = {}
         for name, convert, d in zip(self.names, self.converters, datas):
             dt = d.dataType
-            if dt == DT.NIL or dt == DT.NA:
+            if dt == _NIL or dt == _NA:
                 out[name] = None
-            elif dt > DT.NA:
+            elif dt > _NA:
                 raise ConversionError(f"unknown DataType {dt}", column=name)
             else:
                 try:

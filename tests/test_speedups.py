@@ -427,3 +427,39 @@ def test_double_texts(texts, float_column):
         dml.rows.add().newColumns.add(dataType=pb.FLOAT32 if float_column else pb.FLOAT64, sv=sv)
     for options in OPTIONS[:2]:
         assert_same(entry.SerializeToString(), options)
+
+
+# ---- DTS -> Tuple: the UTC temporal shortcut against parse_temporal ---------------------------------
+
+_TEMPORAL_TEXTS = (st.datetimes(min_value=__import__("datetime").datetime(1, 1, 1),
+                                max_value=__import__("datetime").datetime(9999, 12, 31, 23, 59, 59, 999999))
+                   .flatmap(lambda m: st.sampled_from([
+                       m.strftime("%Y-%m-%d"), m.strftime("%Y-%m-%d %H:%M:%S"),
+                       m.strftime("%Y-%m-%d %H:%M:%S.%f"), m.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                       m.strftime("%Y-%m-%d %H:%M:%S.%f")[:-5], m.strftime("%Y-%m-%d %H:%M:%S +00:00"),
+                       m.strftime("%Y-%m-%d %H:%M:%S.%f +00:00"), m.strftime("%Y-%m-%d %H:%M:%S +08:00")]))
+                   | st.sampled_from(_TEXTS) | st.from_regex(r"[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2}:[0-9]{2})?",
+                                                             fullmatch=True))
+
+
+@given(text=_TEMPORAL_TEXTS, type_text=st.sampled_from(["date", "datetime", "datetime(6)", "timestamp(3)"]))
+def test_tuple_temporal_shortcut(text, type_text):
+    """UTC text read with datetime.fromisoformat gives the microseconds (or the error) that the
+    general parse gives (the same converter with the shortcut's pattern matching nothing)."""
+    import re
+
+    from bridge import tuple_encode
+    ct = bridge.values.parse_column_type(type_text)
+    data = pb.Data(dataType=pb.STRING, bv=text.encode())
+    convert = tuple_encode.TO_TUPLE[ct.kind](ct, bridge.Options(timezone="UTC"))
+    outcomes = []
+    shortcut = tuple_encode._UTC_TEXT
+    for pattern in (shortcut, re.compile(r"(?!)")):
+        tuple_encode._UTC_TEXT = pattern
+        try:
+            outcomes.append(convert(data))
+        except BridgeError as exc:
+            outcomes.append((type(exc).__name__, str(exc)))
+        finally:
+            tuple_encode._UTC_TEXT = shortcut
+    assert outcomes[0] == outcomes[1]
