@@ -463,3 +463,17 @@ def test_tuple_temporal_shortcut(text, type_text):
         finally:
             tuple_encode._UTC_TEXT = shortcut
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob("samples/*.pb")))
+def test_stream_gives_each_entrys_own_bytes(path):
+    """dts_records_to_entries(raw=True): each Entry with its own bytes (split Envelopes too)."""
+    from bridge.stream import ErrorPolicy, dts_records_to_entries
+    records = [(0, number, value) for number, _, value in bridge.read_pb(path)]
+    items = list(dts_records_to_entries(records, ErrorPolicy("fail"), raw=True))
+    assert items and all(len(item) == 3 for item in items)
+    for _, entry, raw in items:
+        if blob_rows.NATIVE:
+            assert raw == entry.SerializeToString()
+        else:
+            assert raw is None
