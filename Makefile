@@ -14,7 +14,7 @@ endif
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml bridge/_speedups.c
+$(STAMP): pyproject.toml setup.py bridge/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
