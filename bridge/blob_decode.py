@@ -492,7 +492,8 @@ class BlobDecoder:
                                   sequence_id=seq)
         bh, ah = (other_entry.header, entry.header) if half == "after" else (entry.header, other_entry.header)
         if (bh.schemaName, bh.tableName, bh.sourceType) != (ah.schemaName, ah.tableName, ah.sourceType):
-            del self._halves[seq]
+            # this half is rejected; the waiting one keeps waiting (its partner may still come, and
+            # if not, `finish` reports it): neither vanishes
             raise ConversionError("the halves of an update name different tables", sequence_id=seq)
         return pending
 

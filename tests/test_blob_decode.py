@@ -544,3 +544,32 @@ def test_golden_lines_are_what_encode_blob_writes():
             for raw in fh:
                 assert bridge.encode_blob(bridge.decode_blob(raw)) + b"\n" == raw
                 assert orjson.loads(raw)["payload"]["op"]
+
+
+def test_update_halves_of_different_tables_lose_neither():
+    """The second half naming another table is rejected; the first keeps waiting for its partner
+    and is reported at the end if none comes: both messages are accounted for."""
+    import copy
+    e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
+                                  schemaName="s", tableName="a", seqId=3))
+    e.event.dmlEvent.dmlEventType = pb.UPDATE
+    e.event.dmlEvent.columns.add(name="id", originalType="int(11)", isKey=True)
+    row = e.event.dmlEvent.rows.add()
+    row.oldColumns.add(dataType=pb.INT32, sv="1")
+    row.newColumns.add(dataType=pb.INT32, sv="2")
+    before, after = bridge.entry_to_blob(e)
+    stray = copy.deepcopy(after)
+    stray["schema"]["source"]["tableName"] = "b"
+    decoder = bridge.BlobDecoder()
+    assert decoder.feed(before) == []
+    with pytest.raises(ConversionError, match="different tables"):
+        decoder.feed(stray)
+    assert decoder.pending == 1
+    [entry] = decoder.feed(after)  # the real partner still joins it
+    assert entry == e
+    stray_first = bridge.BlobDecoder()
+    stray_first.feed(before)
+    with pytest.raises(ConversionError):
+        stray_first.feed(stray)
+    [err] = stray_first.finish()
+    assert "UPDATE_AFTER missing" in str(err)
