@@ -21,7 +21,6 @@ extension, so a value a field cannot hold exactly is a ConversionError (docs/tup
 from __future__ import annotations
 
 import base64
-import datetime
 import math
 import re
 import struct
@@ -37,7 +36,7 @@ from .blob_encode import check_dml_event, sequence_id
 from .errors import BridgeError, ConversionError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options, per_options
 from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, charset_codec, column_is_boolean,
-                     format_temporal, parse_column_type, parse_temporal)
+                     format_temporal, parse_column_type, parse_temporal, utc_micros)
 
 __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
            "tuple_type", "column_type", "float32", "TUPLE_TYPES", "INT_TUPLE_TYPES", "TO_TUPLE", "BINARY_TEXT",
@@ -221,9 +220,6 @@ def _utf8_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
 
 # UTC text datetime.fromisoformat (C) reads as parse_temporal does; anything else takes parse_temporal
 _UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?: [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)?(?: \+00:00)?\Z")
-_EPOCH = datetime.datetime(1970, 1, 1)
-_ONE_MICRO = datetime.timedelta(microseconds=1)
-_fromisoformat = datetime.datetime.fromisoformat
 
 
 def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
@@ -236,14 +232,9 @@ def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
     def to_tuple(d: pb.Data):
         text = _ascii_text(d, kind)
         if utc and _UTC_TEXT.match(text):
-            try:
-                moment = _fromisoformat(text[:-7] if text.endswith(" +00:00") else text)
-            except ValueError:
-                moment = None  # Feb 30, hour 24...: parse_temporal names the error
-            if moment is not None:
-                us = (moment - _EPOCH) // _ONE_MICRO
-                if lo <= us <= hi:
-                    return us
+            us = utc_micros(text[:-7] if text.endswith(" +00:00") else text)
+            if us is not None and lo <= us <= hi:  # else parse_temporal names the error
+                return us
         try:
             ms, micros = parse_temporal(text, zone)
         except (ValueError, OverflowError) as exc:

@@ -640,6 +640,15 @@ def _canonical_layout(kind: str, fsp: int) -> tuple[int, re.Pattern, bytes]:
     return length + len(suffix), compiled, suffix
 
 
+def utc_micros(text: str) -> int | None:
+    """Microseconds since the epoch of ISO date/time text read as UTC (`datetime.fromisoformat`,
+    in C), or None for text it does not take (the general parse then decides)."""
+    try:
+        return (_fromisoformat(text) - _EPOCH) // _ONE_MICRO
+    except ValueError:
+        return None
+
+
 def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
     zone = _UTC if options.timezone == "UTC" else options.zone
     kind, fsp = ct.kind, ct.fsp
@@ -653,12 +662,9 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
         # layout guarantees that formatting the result gives back the same text.
         if fast and len(bv) == length and layout.match(bv) and d.dataType == STRING \
                 and not d.charset and not d.sv:
-            try:
-                moment = _fromisoformat((bv[:-cut] if cut else bv).decode("ascii"))
-            except ValueError:
-                moment = None
-            if moment is not None:
-                ms, micros = divmod((moment - _EPOCH) // _ONE_MICRO, 1000)
+            us = utc_micros((bv[:-cut] if cut else bv).decode("ascii"))
+            if us is not None:
+                ms, micros = divmod(us, 1000)
                 if micros:
                     raise Inexact(ms, f"{kind} has sub-millisecond digits")
                 return ms
