@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from typing import Callable
 
 # name -> (what, comparison, target, kind); kind: "target", "stretch" or "info" (no target).
 TARGETS: dict[str, tuple[str, str, float | None, str]] = {

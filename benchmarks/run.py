@@ -10,7 +10,6 @@ import platform
 import sys
 import time
 
-import bridge
 
 from . import cases, profiling, report, rss, spark_bench, timing, workload
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 from . import subscribe_pb2 as pb
 from ._wire import Reassembler, pack_entries
 from .blob_decode import BlobDecoder, decode_blob
-from .blob_encode import BlobEncoder, encode_blob, shard_key
+from .blob_encode import BlobEncoder
 from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from .options import Options
 from .stream import ErrorPolicy, Tally, decoder_entries, dts_records_to_entries, entries_to_messages

@@ -31,7 +31,7 @@ import orjson
 from . import subscribe_pb2 as pb
 from ._wire import iter_pb_messages, pack_entries, read_dts_json, write_dts_json, write_pb
 from .blob_decode import decode_blob
-from .blob_encode import BlobEncoder, encode_blob
+from .blob_encode import BlobEncoder
 from .census import Census, CountingReassembler
 from .cli_base import DEBUG_ENV, PROG, UsageError, _numbered_lines, _one_line, _Outputs
 from .cli_tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, TupleFiles, _tuple_input, _tuple_module, tuple_converter
@@ -284,10 +284,10 @@ def _merge(first: Tally, second: Tally) -> Tally:
                  envelopes=first.envelopes)
 
 
-def _write_blob(items: Iterable[tuple[dict, Any]], out) -> str:
-    """Messages as JSON lines; an item may be a message dict or its line (`convert_lines`)."""
-    for _, msg in items:
-        out.write(msg if isinstance(msg, bytes) else encode_blob(msg))
+def _write_blob(items: Iterable[tuple[dict, bytes]], out) -> str:
+    """Messages as JSON lines (what `BlobEncoder.convert_lines` gives)."""
+    for _, line in items:
+        out.write(line)
         out.write(b"\n")
     return ""
 
