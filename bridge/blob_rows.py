@@ -61,21 +61,22 @@ _BODIES = {
 }
 
 
-def _body(codec: Codec) -> tuple[str, int | None]:
-    """(inline body kind, canonical DataType or None when it depends on the value)."""
+def _body(codec: Codec) -> tuple[str, int | None, str]:
+    """(inline body kind, canonical DataType or None when it depends on the value, the charset a
+    canonical value carries) of a column: the one table both fast paths (Python and C) start from."""
     ct = codec.ct
     kind = ct.kind
     if kind in ("integer", "year"):
-        return ("digits" if codec.blob_type == "STRING" else "long"), ct.canonical_datatype()
+        return ("digits" if codec.blob_type == "STRING" else "long"), ct.canonical_datatype(), ""
     if kind == "float":
-        return "double", ct.canonical_datatype()
+        return "double", ct.canonical_datatype(), ""
     if kind == "decimal" and codec.blob_type == "STRING":
-        return "decimal", DECIMAL_DT
+        return "decimal", DECIMAL_DT, ""
     if kind == "text":
-        return "text", STRING
+        return "text", STRING, DEFAULT_CHARSET
     if kind in ("binary", "bytes"):
-        return "base64", STRING if kind == "binary" else BYTES
-    return "call", None
+        return ("base64", STRING, "binary") if kind == "binary" else ("base64", BYTES, "")
+    return "call", None, ""
 
 
 def compile_image(names: list, codecs: list[Codec]):
@@ -86,13 +87,13 @@ def compile_image(names: list, codecs: list[Codec]):
              f"    if len(datas) != {len(names)}: raise Miss",
              "    values = {}"]
     for n, (name, codec) in enumerate(zip(names, codecs)):
-        body, dt = _body(codec)
+        body, dt, charset = _body(codec)
         scope[f"name{n}"] = name
         scope[f"to_blob{n}"] = codec.to_blob
         if body in ("long", "digits"):
             scope[f"lo{n}"], scope[f"hi{n}"] = codec.ct.int_range
         if body == "base64":
-            scope[f"charset{n}"] = "binary" if codec.ct.kind == "binary" else ""
+            scope[f"charset{n}"] = charset
         test = f"dt == {dt}" if dt is not None else "0 < dt < 14"
         lines += [f"    d = datas[{n}]",
                   "    dt = d.dataType",
@@ -109,34 +110,27 @@ def compile_image(names: list, codecs: list[Codec]):
 
 # ---- the C fast path: one Plan per column set over an Entry's wire bytes -----------------------
 
-# kind codes of bridge/_speedups.c
-_K_LONG, _K_DIGITS, _K_DOUBLE, _K_DECIMAL, _K_TEXT, _K_BASE64, _K_UTF8, _K_BOOL = range(8)
+# kind codes of bridge/_speedups.c: the inline bodies of `_body`, then the kinds only C inlines
+_K_BODIES = {"long": 0, "digits": 1, "double": 2, "decimal": 3, "text": 4, "base64": 5}
+_K_UTF8, _K_BOOL = 6, 7
 _K_TEMPORAL = {"date": 8, "datetime": 9, "timestamp": 10}
 
 
 def _native_column(name: str, codec: Codec, utc: bool):
     """The Plan column of one codec, or None when the C path does not cover it (then no Plan)."""
     ct = codec.ct
-    kind, blob = ct.kind, codec.blob_type
+    kind = ct.kind
+    body, dt, charset = _body(codec)
     lo = hi = 0
-    charset, fsp, need_bv = "", 0, False
-    if kind in ("integer", "year"):
-        lo, hi = ct.int_range
-        code = _K_DIGITS if blob == "STRING" else _K_LONG
-        if code == _K_DIGITS and lo != 0:
-            return None
-        dt = ct.canonical_datatype()
+    fsp, need_bv = 0, False
+    code = _K_BODIES.get(body)
+    if code is not None:
+        if body in ("long", "digits"):
+            lo, hi = ct.int_range
+            if body == "digits" and lo != 0:
+                return None
     elif kind == "boolean":
         code, dt = _K_BOOL, DT_INT8
-    elif kind == "float":
-        code, dt = _K_DOUBLE, ct.canonical_datatype()
-    elif kind == "decimal" and blob == "STRING":
-        code, dt = _K_DECIMAL, DECIMAL_DT
-    elif kind == "text":
-        code, dt, charset = _K_TEXT, STRING, DEFAULT_CHARSET
-    elif kind in ("binary", "bytes"):
-        code = _K_BASE64
-        dt, charset = (STRING, "binary") if kind == "binary" else (BYTES, "")
     elif kind == "json":
         code, dt = _K_UTF8, BYTES
     elif kind == "time":
@@ -151,8 +145,9 @@ def _native_column(name: str, codec: Codec, utc: bool):
 def native_plan(names: list, codecs: list[Codec], utc: bool):
     """A `_speedups.Plan` for the column set, or None (no C extension, or a column it does not cover).
 
-    `Plan.rows(entry_bytes)` gives [before0, after0, before1, ...]: the dataColumn dict of each
-    image, None for an image the Python path must convert; or None for the whole Entry.
+    `Plan.rows(entry_bytes, dml_type)` gives the dataColumn dict of each image the DML type's ops
+    use, row by row (None for an image the Python path must convert), or None for the whole
+    Entry; `Plan.lines` the JSON lines; `Plan.encode` a Blob image as Data on the wire.
     """
     if not NATIVE:
         return None
