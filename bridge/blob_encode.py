@@ -189,6 +189,12 @@ class _TableCodec:
     fast_image: Any = None  # compiled converter of canonical images (blob_rows)
     native: Any = None  # C converter of canonical images on an Entry's bytes (blob_rows.native_plan)
 
+    def plain_extension_redundant(self, nrows: int, ext_header: dict) -> bool:
+        """Whether an extension of only header, columns and row says nothing beyond what a
+        message without one decodes to (then it is left out): foreign-default columns, a
+        one-row event, the default header."""
+        return self.foreign_default and nrows == 1 and ext_header == _DEFAULT_HEADER
+
 
 class BlobEncoder:
     """Stream-level DTS -> Blob converter: caches column codecs per column set and counts output.
@@ -357,8 +363,7 @@ class BlobEncoder:
                         ext["values"] = raws
                     if not datas:
                         ext["image"] = "empty"  # no Data at all, unlike an image of NA values
-                    if not (table.foreign_default and len(ext) == 3 and nrows == 1
-                            and ext["header"] == _DEFAULT_HEADER):
+                    if not (len(ext) == 3 and table.plain_extension_redundant(nrows, ext["header"])):
                         msg["dts"] = ext
                 out.append(msg)
             if row_facts and row_facts.get("op") == "UPDATE":
@@ -410,7 +415,7 @@ class BlobEncoder:
         lossless = self.options.lossless
         if lossless:
             ext_header = wire_ext_header(header)
-            quiet = table.foreign_default and nrows == 1 and ext_header == _DEFAULT_HEADER
+            quiet = table.plain_extension_redundant(nrows, ext_header)
             ext_columns = table.ext_columns
         stamp = self._wire_stamp(header)
         seq_base = header.seqId * _ROW_SCALE
@@ -478,7 +483,7 @@ class BlobEncoder:
         stamp = self._wire_stamp(header)
         if self.options.lossless:
             ext_header = wire_ext_header(header)
-            quiet = table.foreign_default and nrows == 1 and ext_header == _DEFAULT_HEADER
+            quiet = table.plain_extension_redundant(nrows, ext_header)
         else:
             quiet = True
         if quiet:
