@@ -120,7 +120,7 @@ class BlobDecoder:
         self.options = options
         self.max_pending = max_pending
         self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, entry template, event key)
-        self._events: OrderedDict = OrderedDict()   # (seqId, dmlEventType, key kind, columns key) -> _Event
+        self._events: OrderedDict = OrderedDict()   # (header, dmlEventType, columns, event properties) -> _Event
         self.messages = 0
         self.entries = 0
         self._line: int | None = None
@@ -163,9 +163,9 @@ class BlobDecoder:
                                   sequence_id=seq, line=row.line)
             err.count = 1
             errors.append(err)
-        for (seq, *_), event in self._events.items():
+        for event in self._events.values():
             err = ConversionError(f"DML event incomplete at end of input: {len(event.rows)} of "
-                                  f"{event.nrows} rows", seq_id=seq)
+                                  f"{event.nrows} rows", seq_id=event.entry.header.seqId)
             err.count = event.messages
             errors.append(err)
         self._halves.clear()
@@ -495,6 +495,8 @@ class BlobDecoder:
             # this half is rejected; the waiting one keeps waiting (its partner may still come, and
             # if not, `finish` reports it): neither vanishes
             raise ConversionError("the halves of an update name different tables", sequence_id=seq)
+        if bh != ah and not _same_but_time(bh, ah):  # a differing timestamp travels as before.eventTime
+            raise ConversionError("the halves of an update carry different headers", sequence_id=seq)
         return pending
 
     def _pair(self, seq, half, row, facts, entry, partner):
@@ -531,11 +533,15 @@ class BlobDecoder:
         if nrows == 1:
             entry.event.dmlEvent.rows.append(row)
             return [entry]
-        # the rows of one event: same seqId, same dmlEvent (its columns, which the column-set key
-        # fixes, and its type); the key is the JSON the columns were cached under, else the bytes
+        # the rows of one event: same header, same event properties, same dmlEvent (its columns,
+        # which the column-set key fixes, and its type; else its bytes). A message differing in
+        # any of them starts an event of its own (reported if it never completes): it never
+        # merges into another, losing what differs.
         dml = entry.event.dmlEvent
-        key = (entry.header.seqId, dml.dmlEventType, "json", columns_key) if columns_key is not None else \
-            (entry.header.seqId, dml.dmlEventType, "pb", dml.SerializeToString())
+        event_props = entry.event.properties
+        key = (entry.header.SerializeToString(), dml.dmlEventType,
+               ("json", columns_key) if columns_key is not None else ("pb", dml.SerializeToString()),
+               tuple((p.key, p.value) for p in event_props) if event_props else None)
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = _Event(entry, nrows)
@@ -551,6 +557,14 @@ class BlobDecoder:
         rows = event.rows
         out.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
         return [out]
+
+
+def _same_but_time(a, b) -> bool:
+    """Whether two headers differ in their timestamp at most."""
+    c = type(a)()
+    c.CopyFrom(a)
+    c.timestamp = b.timestamp
+    return c == b
 
 
 def _add_kv(target, pairs) -> None:

@@ -573,3 +573,68 @@ def test_update_halves_of_different_tables_lose_neither():
         stray_first.feed(stray)
     [err] = stray_first.finish()
     assert "UPDATE_AFTER missing" in str(err)
+
+
+def _two_row_insert(seq_id: int = 9) -> pb.Entry:
+    e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
+                                  schemaName="s", tableName="a", seqId=seq_id, gtid="g:1", position=4))
+    e.event.dmlEvent.dmlEventType = pb.INSERT
+    e.event.dmlEvent.columns.add(name="id", originalType="int(11)", isKey=True)
+    for v in ("1", "2"):
+        e.event.dmlEvent.rows.add().newColumns.add(dataType=pb.INT32, sv=v)
+    return e
+
+
+@pytest.mark.parametrize("change", ["gtid", "table", "position", "event_property"])
+def test_rows_of_one_event_differing_in_header_are_not_merged(change):
+    """Two row messages of one seqId whose headers (or event properties) differ are two events, each
+    incomplete and reported at the end: merging them would keep the first's header and silently
+    drop what the second said."""
+    import copy
+    e = _two_row_insert()
+    first, second = bridge.entry_to_blob(e)
+    second = copy.deepcopy(second)
+    if change == "gtid":
+        second["dts"]["header"]["gtid"] = "g:2"
+    elif change == "position":
+        second["dts"]["header"]["position"] = 5
+    elif change == "table":
+        second["schema"]["source"]["tableName"] = "b"
+    else:
+        second["dts"]["event"] = {"properties": [["k", "v"]]}
+    decoder = bridge.BlobDecoder()
+    assert decoder.feed(first) == [] and decoder.feed(second) == []
+    assert decoder.pending == 2
+    errors = decoder.finish()
+    assert [err.count for err in errors] == [1, 1]
+    assert all("1 of 2 rows" in str(err) for err in errors)
+    # the unchanged pair still joins into the Entry it came from
+    joined = bridge.BlobDecoder()
+    assert joined.feed(first) == []
+    assert joined.feed(bridge.entry_to_blob(e)[1]) == [e]
+
+
+def test_update_halves_differing_in_header_lose_neither():
+    """A second update half whose header says something else than the waiting half's (here the
+    gtid) is rejected, not merged; a timestamp difference alone still joins (as before.eventTime)."""
+    import copy
+    e = _two_row_insert()
+    e.event.dmlEvent.dmlEventType = pb.UPDATE
+    del e.event.dmlEvent.rows[1:]
+    e.event.dmlEvent.rows[0].oldColumns.add(dataType=pb.INT32, sv="0")
+    before, after = bridge.entry_to_blob(e)
+    stray = copy.deepcopy(after)
+    stray["dts"]["header"]["gtid"] = "g:2"
+    decoder = bridge.BlobDecoder()
+    assert decoder.feed(before) == []
+    with pytest.raises(ConversionError, match="different headers"):
+        decoder.feed(stray)
+    assert decoder.feed(after) == [e]
+    later = copy.deepcopy(after)
+    later["payload"]["timestamp"]["eventTime"] += 1000
+    later["payload"]["timestamp"]["checkpointTime"] += 1000
+    decoder = bridge.BlobDecoder()
+    decoder.feed(before)
+    [joined] = decoder.feed(later)
+    assert joined.header.timestamp == e.header.timestamp + 1
+    assert bridge.entry_to_blob(joined)[0]["payload"]["timestamp"] == before["payload"]["timestamp"]
