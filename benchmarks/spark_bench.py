@@ -21,6 +21,7 @@ from . import cases
 
 KAFKA_TOPIC = "dts-bench"
 PARTITIONS = 2
+OUT_ROWS = 4096  # rows per output batch, as bridge._spark_jobs writes them
 # identity and dts_to_blob as a user gets them; dts_to_blob again with AQE's partition coalescing
 # off (one task per Kafka partition); the single-process case (b) on the same Entries.
 PASSES = ("identity", "output_floor", "dts_to_blob", "dts_to_blob_uncoalesced", "single_process")
@@ -64,16 +65,20 @@ def _output_floor(df, counts: dict, line: bytes):
     def fake(batches):
         for batch in batches:
             parts, offsets = batch.column("partition").to_pylist(), batch.column("offset").to_pylist()
-            n = sum(counts.get((p, o), 0) for p, o in zip(parts, offsets))
-            text = ["x"] * n
-            yield pa.RecordBatch.from_pydict({
-                "topic": pa.array([KAFKA_TOPIC] * n), "partition": pa.array([0] * n, pa.int32()),
-                "offset": pa.array([0] * n, pa.int64()), "entry": pa.array([0] * n, pa.int32()),
-                "row": pa.array([0] * n, pa.int32()), "sequence_id": pa.array(["1000000000"] * n),
-                "op": pa.array(["INSERT"] * n), "db": pa.array(text), "table": pa.array(text),
-                "shard_key": pa.array(["[1]"] * n),
-                "event_time": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
-                "blob": pa.array([line] * n, pa.binary()).view(pa.string())})
+            total = sum(counts.get((p, o), 0) for p, o in zip(parts, offsets))
+            for start in range(0, total, OUT_ROWS):  # batches of the size dts_to_blob writes
+                yield _floor_batch(min(OUT_ROWS, total - start))
+
+    def _floor_batch(n: int):
+        text = ["x"] * n
+        return pa.RecordBatch.from_pydict({
+            "topic": pa.array([KAFKA_TOPIC] * n), "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array([0] * n, pa.int64()), "entry": pa.array([0] * n, pa.int32()),
+            "row": pa.array([0] * n, pa.int32()), "sequence_id": pa.array(["1000000000"] * n),
+            "op": pa.array(["INSERT"] * n), "db": pa.array(text), "table": pa.array(text),
+            "shard_key": pa.array(["[1]"] * n),
+            "event_time": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+            "blob": pa.array([line] * n, pa.binary()).view(pa.string())})
     return ordered.mapInArrow(fake, bs.blob_schema())
 
 

@@ -18,7 +18,7 @@ from .blob_decode import BlobDecoder, decode_blob
 from .blob_encode import BlobEncoder
 from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from .options import Options
-from .stream import ErrorPolicy, Tally, decoder_entries, dts_records_to_entries, entries_to_messages
+from .stream import ErrorPolicy, Tally, decoder_entries, dts_records_to_entries, entries_to_outputs
 
 
 # Spark's bad-record modes -> the stream layer's error policy.
@@ -166,6 +166,12 @@ class _Job:
     def rows(self, records: Iterator[tuple]) -> Iterator[tuple]:
         raise NotImplementedError
 
+    def chunks(self, records: Iterator[tuple]) -> Iterator[list]:
+        """The output in columns (a list of values per output column), about _OUT_ROWS rows at a time."""
+        out = self.rows(records)
+        while chunk := list(itertools.islice(out, _OUT_ROWS)):
+            yield list(zip(*chunk))
+
 
 def _batch_function(make_job: Callable[[], _Job], arrow: bool, tally: SparkTally | None):
     """A mapInArrow (arrow=True) or mapInPandas function running one job per Spark partition.
@@ -185,11 +191,10 @@ def _batch_function(make_job: Callable[[], _Job], arrow: bool, tally: SparkTally
                 for batch in itertools.chain([first], batches):
                     yield from zip(*[column(batch, n) if n else itertools.repeat(None) for n in wanted])
 
-            out = job.rows(records())
             utf8 = [f.name in job.utf8_bytes for f in schema]
-            while chunk := list(itertools.islice(out, _OUT_ROWS)):
+            for columns in job.chunks(records()):
                 arrays = [_utf8_array(col) if raw else pa.array(col, type=f.type)
-                          for col, f, raw in zip(zip(*chunk), schema, utf8)]
+                          for col, f, raw in zip(columns, schema, utf8)]
                 batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
                 yield batch if arrow else batch.to_pandas(integer_object_nulls=True)
         if tally is not None:
@@ -224,17 +229,26 @@ def _pandas_column(frame, name: str) -> list:
 
 
 class _FromDts(_Job):
-    """Kafka records (topic, partition, offset, value) in offset order -> rows of `convert(entry)`."""
+    """Kafka records (topic, partition, offset, value) in offset order -> per Entry, rows of
+    `convert(entry)` after the positions, written in columns."""
 
-    raw = False  # True: `convert(entry, entry_bytes)` where the bytes are known (the C fast path)
+    raw = False  # True: `convert_columns(entry, entry_bytes)` where the bytes are known (the C fast path)
 
     def __init__(self, mode: str, value_columns) -> None:
         super().__init__(mode, POSITION_COLUMNS + tuple(value_columns))
         self.nvalues = len(value_columns)
+        self.width = len(self.columns)  # positions, values (and error): what `chunks` gives
         self.reassemblers: dict[Any, Reassembler] = {}
+        self._out: list[list] = []
 
     def convert(self, entry: pb.Entry) -> list[tuple]:
         raise NotImplementedError
+
+    def convert_columns(self, entry: pb.Entry, raw: bytes | None = None) -> tuple[int, Any]:
+        """(number of rows, a sequence of their values per value column) of one Entry: by default
+        `convert`'s rows."""
+        rows = self.convert(entry)
+        return len(rows), (list(zip(*rows)) if rows else [()] * self.nvalues)
 
     def inputs(self, names):
         missing = [n for n in ("partition", "offset", "value") if n not in names]
@@ -242,38 +256,57 @@ class _FromDts(_Job):
             raise OptionsError(f"a DTS DataFrame needs the Kafka columns {', '.join(missing)}")
         return ["topic" if "topic" in names else None, "partition", "offset", "value"]
 
-    def rows(self, records):
+    def chunks(self, records):
+        self._out = [[] for _ in range(self.width)]
         for topic, run in itertools.groupby(records, key=itemgetter(0)):
             reassembler = self.reassemblers.setdefault(topic, Reassembler())
-            yield from self._rows(topic, dts_records_to_entries((r[1:] for r in run), self.policy,
-                                                                reassembler, finish=False, raw=self.raw))
+            yield from self._chunks(topic, dts_records_to_entries((r[1:] for r in run), self.policy,
+                                                                  reassembler, finish=False, raw=self.raw))
         for topic, reassembler in self.reassemblers.items():
-            yield from self._rows(topic, dts_records_to_entries((), self.policy, reassembler, raw=self.raw))
+            yield from self._chunks(topic, dts_records_to_entries((), self.policy, reassembler, raw=self.raw))
+        if self._out[0]:
+            yield self._out
 
-    def _rows(self, topic, entries) -> Iterator[tuple]:
+    def _chunks(self, topic, entries) -> Iterator[list]:
+        """Each Entry's rows go into the output columns a column at a time (the per-Entry lists
+        die at once: held until the chunk is written, they would fill the collector's oldest
+        generation and make every full collection slower)."""
         errors = self.policy.errors
         try:
-            for where, values in entries_to_messages(entries, self.convert, self.policy):
-                current = errors.pop() if values is None else None  # this Entry's own error
-                yield from self._error_rows(topic)
+            for where, found in entries_to_outputs(entries, self.convert_columns, self.policy, size=itemgetter(0)):
+                current = errors.pop() if found is None else None  # this Entry's own error
+                if errors:
+                    self._error_rows(topic)
                 if current is not None:
-                    yield self._error_row(topic, current, where.get("entry"))
-                else:
-                    row = (topic, where["partition"], where["offset"], where["entry"], where["row"]) + values
-                    yield row + (None,) if self.keep else row
-            yield from self._error_rows(topic)
+                    self._error_row(topic, current, where.get("entry"))
+                elif found[0]:
+                    n, values = found
+                    out = self._out
+                    for column, value in zip(out, (topic, where["partition"], where["offset"], where["entry"])):
+                        column.extend([value] * n)
+                    out[4].extend(range(n))
+                    for column, value in zip(out[5:], values):
+                        column.extend(value)
+                    if self.keep:
+                        out[-1].extend([None] * n)
+                if len(self._out[0]) >= _OUT_ROWS:
+                    yield self._out
+                    self._out = [[] for _ in range(self.width)]
+            self._error_rows(topic)
         except BridgeError as err:
             raise err.located(topic=topic)
 
-    def _error_rows(self, topic) -> Iterator[tuple]:
+    def _error_rows(self, topic) -> None:
         while self.policy.errors:
-            yield self._error_row(topic, self.policy.errors.pop(0), None)
+            self._error_row(topic, self.policy.errors.pop(0), None)
 
-    def _error_row(self, topic, err: BridgeError, entry) -> tuple:
+    def _error_row(self, topic, err: BridgeError, entry) -> None:
         err.located(topic=topic)
         where = err.where
-        return ((topic, where.get("partition"), where.get("offset"), entry, None)
-                + (None,) * self.nvalues + (str(err),))
+        row = ((topic, where.get("partition"), where.get("offset"), entry, None)
+               + (None,) * self.nvalues + (str(err),))
+        for column, value in zip(self._out, row):
+            column.append(value)
 
 
 class _DtsToBlob(_FromDts):
@@ -284,9 +317,9 @@ class _DtsToBlob(_FromDts):
         super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
         self.encoder = BlobEncoder(options)
 
-    def convert(self, entry, raw=None):
-        return [(seq, op, db, table, shard, event_time * 1000, line)
-                for seq, op, db, table, shard, event_time, line in self.encoder.convert_records(entry, raw)]
+    def convert_columns(self, entry, raw=None):
+        seqs, ops, dbs, tables, shards, times, lines = self.encoder.convert_columns(entry, raw)
+        return len(lines), (seqs, ops, dbs, tables, shards, [t * 1000 for t in times], lines)
 
 
 def _decimal_shape(column: pb.Column | None) -> tuple[int, int]:
@@ -382,9 +415,9 @@ class _DtsToTuple(_FromDts):
                 raise exc.located(column=name)
         return tuple(out)
 
-    def rows(self, records):
-        rows = super().rows(records)
-        return rows if self.positions else (row[5:] for row in rows)
+    def chunks(self, records):
+        for columns in super().chunks(records):
+            yield columns if self.positions else columns[len(POSITION_COLUMNS):]
 
 
 class _ColumnSets(_FromDts):

@@ -196,6 +196,10 @@ class _TableCodec:
         return self.foreign_default and nrows == 1 and ext_header == _DEFAULT_HEADER
 
 
+def _column_length(columns: tuple[list, ...]) -> int:
+    return len(columns[0])
+
+
 class BlobEncoder:
     """Stream-level DTS -> Blob converter: caches column codecs per column set and counts output.
 
@@ -227,18 +231,20 @@ class BlobEncoder:
                 return out
         return [orjson.dumps(m) for m in self._run(self._convert, entry, raw)]
 
-    def convert_records(self, entry: pb.Entry, raw: bytes | None = None) -> list[tuple]:
-        """Per message of `convert(entry, raw)`: (sequenceId, op, dbName, tableName, shard key,
-        eventTime in ms, JSON line), what the Spark transform writes. Plain DML Entries with `raw`
-        come from C (lines and shard keys), the rest from the dicts; the values are the same."""
+    def convert_columns(self, entry: pb.Entry, raw: bytes | None = None) -> tuple[list, ...]:
+        """The messages of `convert(entry, raw)` as columns, what the Spark transform writes: lists
+        of sequenceId, op, dbName, tableName, shard key, eventTime in ms and JSON line, one item per
+        message. Plain DML Entries with `raw` come from C (lines and shard keys), the rest from the
+        dicts; the values are the same."""
         if raw is not None and NATIVE and entry.header.messageType == _DML:
-            out = self._run(self._dml_records, entry, raw)
+            out = self._run(self._dml_columns, entry, raw, _column_length)
             if out is not None:
                 return out
-        return self._run(self._records, entry, raw)
+        return self._run(self._columns, entry, raw, _column_length)
 
-    def _run(self, method, entry: pb.Entry, raw: bytes | None):
-        """Call a converter of one Entry: errors located at the Entry, output counted."""
+    def _run(self, method, entry: pb.Entry, raw: bytes | None, size=len):
+        """Call a converter of one Entry: errors located at the Entry, output counted (`size`
+        messages)."""
         header = entry.header
         try:
             out = method(entry, header, raw)
@@ -249,7 +255,7 @@ class BlobEncoder:
                                   table=_table_name(header)) from exc
         if out is not None:
             self.entries += 1
-            self.emitted += len(out)
+            self.emitted += size(out)
         return out
 
     # -- entry kinds -------------------------------------------------------------------------
@@ -459,18 +465,21 @@ class BlobEncoder:
         found = self._wire_lines(entry, header, raw, False)
         return None if found is None else found[0]
 
-    def _dml_records(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> list[tuple] | None:
-        """`_records` of a plain DML Entry from the C lines and shard keys; None: the dict path."""
+    def _dml_columns(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> tuple[list, ...] | None:
+        """`_columns` of a plain DML Entry from the C lines and shard keys; None: the dict path."""
         found = self._wire_lines(entry, header, raw, True)
         if found is None:
             return None
         (lines, shards), cached, ops, event_time = found
         source = cached.schema["source"]
-        db, table, fallback = source.get("dbName"), source.get("tableName"), cached.table_shard
-        seq_base = entry.header.seqId * _ROW_SCALE
-        k = len(ops)
-        return [(str(seq_base + i // k), ops[i % k], db, table, shards[i] or fallback, event_time, line)
-                for i, line in enumerate(lines)]
+        n, k = len(lines), len(ops)
+        seq_base = header.seqId * _ROW_SCALE
+        seqs = [str(seq_base + i) for i in range(n // k)]
+        if k > 1:  # an update's two messages share their row's sequenceId
+            seqs = [seq for seq in seqs for _ in range(k)]
+        fallback = cached.table_shard  # no key value: the table's name, as shard_key gives it
+        return (seqs, list(ops) * (n // k), [source.get("dbName")] * n, [source.get("tableName")] * n,
+                [shard or fallback for shard in shards], [event_time] * n, lines)
 
     def _wire_lines(self, entry: pb.Entry, header: pb.Header, raw: bytes, keys: bool):
         """(C lines, or (lines, shard keys) with `keys`; the table's cache entry; the ops; eventTime)."""
@@ -498,14 +507,20 @@ class BlobEncoder:
         out = table.native.lines(*args, cached.key_indexes) if keys else table.native.lines(*args)
         return None if out is None else (out, cached, DML_OPS[dml_type], stamp["eventTime"])
 
-    def _records(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> list[tuple]:
-        """The dict path of `convert_records`."""
-        out = []
+    def _columns(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> tuple[list, ...]:
+        """The dict path of `convert_columns`."""
+        out: tuple[list, ...] = ([], [], [], [], [], [], [])
+        seqs, ops, dbs, tables, shards, times, lines = out
         for msg in self._convert(entry, header, raw):
             payload = msg["payload"]
             source = (msg.get("schema") or {}).get("source") or {}
-            out.append((payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
-                        shard_key(msg), payload["timestamp"]["eventTime"], encode_blob(msg)))
+            seqs.append(payload["sequenceId"])
+            ops.append(payload["op"])
+            dbs.append(source.get("dbName"))
+            tables.append(source.get("tableName"))
+            shards.append(shard_key(msg))
+            times.append(payload["timestamp"]["eventTime"])
+            lines.append(encode_blob(msg))
         return out
 
     # -- parts -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from .errors import BridgeError
 from .options import DEFAULT_OPTIONS, Options
 
 __all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
-           "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries", "decoder_entries",
+           "entries_to_outputs", "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries", "decoder_entries",
            "reject_record"]
 
 
@@ -134,14 +134,14 @@ def dts_json_lines_to_entries(lines: Iterable[tuple[int, bytes]], policy: ErrorP
         yield {"line": number}, entry
 
 
-def entries_to_messages(entries: Iterable[tuple], convert: Callable[..., list],
-                        policy: ErrorPolicy, *, not_emitted: Callable[[], int] | None = None
-                        ) -> Iterator[tuple[dict, Any]]:
-    """Apply a per-Entry converter (e.g. BlobEncoder.convert); yields (where, output item).
+def entries_to_outputs(entries: Iterable[tuple], convert: Callable[..., Any], policy: ErrorPolicy, *,
+                       size: Callable[[Any], int] = len) -> Iterator[tuple[dict, Any]]:
+    """Apply a per-Entry converter; yields (where, its output) per Entry, `size(output)` messages.
 
     `entries` gives (where, Entry) or (where, Entry, raw bytes) (`dts_records_to_entries(raw=True)`);
     bytes that are there are passed on as `convert(entry, raw)`.
-    An Entry giving no output counts as not emitted; one that fails goes to the policy.
+    An Entry giving no output counts as not emitted; one that fails goes to the policy, and under
+    `keep` yields (where with its "error", None).
     """
     tally = policy.tally
     for item in entries:
@@ -154,12 +154,24 @@ def entries_to_messages(entries: Iterable[tuple], convert: Callable[..., list],
             if policy.on_error == "keep":
                 yield {**where, "error": str(err)}, None
             continue
-        if outputs:
+        n = size(outputs)
+        if n:
             tally.converted += 1
         else:
             tally.not_emitted += 1
+        tally.outputs += n
+        yield where, outputs
+
+
+def entries_to_messages(entries: Iterable[tuple], convert: Callable[..., list],
+                        policy: ErrorPolicy) -> Iterator[tuple[dict, Any]]:
+    """`entries_to_outputs` message by message (e.g. of BlobEncoder.convert): (where with the
+    message's "row" index, message), and (where with "error", None) for a failed Entry under `keep`."""
+    for where, outputs in entries_to_outputs(entries, convert, policy):
+        if outputs is None:
+            yield where, None
+            continue
         for index, item in enumerate(outputs):
-            tally.outputs += 1
             yield {**where, "row": index}, item
 
 
