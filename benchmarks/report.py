@@ -25,6 +25,9 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
                                              "converted) / single-process (b): the most Spark could reach",
                                              None, None, "info"),
     "spark_vs_output_floor": ("(f) Spark dts_to_blob / its output floor", None, None, "info"),
+    "spark_cpu_bound_vs_single_process": ("(f) the most Spark dts_to_blob could reach on these cores / "
+                                          "single-process (b): the output floor's JVM CPU plus (b)'s own CPU, "
+                                          "spread over every core without loss", None, None, "info"),
     "dts_to_blob_dicts_vs_naive": ("(b) dict API (convert + encode_blob, images in C) / (a) naive", None, None, "info"),
     "dts_to_blob_python_vs_naive": ("(b) pure-Python path / (a) naive", None, None, "info"),
     "spark_uncoalesced_vs_single_process": ("(f) Spark dts_to_blob, AQE coalescing off / single-process (b)",
@@ -76,6 +79,10 @@ def compute_ratios(results: dict) -> dict:
             values["spark_output_floor_vs_single_process"] = [div(r["output_floor"], r["single_process"])]
             values["spark_vs_output_floor"] = [div(r["dts_to_blob"], r["output_floor"])]
         values["spark_uncoalesced_vs_single_process"] = [div(r.get("dts_to_blob_uncoalesced"), r["single_process"])]
+        cpu, cores = spark.get("cpu_seconds") or {}, spark.get("cores")
+        if "output_floor" in cpu and "single_process" in cpu and cores:
+            least = (cpu["output_floor"]["jvm"] + cpu["single_process"]["driver"]) / cores
+            values["spark_cpu_bound_vs_single_process"] = [div(spark["seconds"]["single_process"], least)]
     cli = results.get("cli") or {}
     if "streams" in cli:
         streams = sorted(cli["streams"].values(), key=lambda s: s["bytes"])
@@ -250,8 +257,14 @@ def markdown(results: dict, chart_name: str | None, old_page: str | None, method
     spark = results.get("spark") or {}
     parts += ["### Spark (f)", ""]
     if "rows_per_s" in spark:
-        parts += [_md_table(["pass", "rows/s (best)", "seconds"],
-                            [(n, _fmt_rate(v), spark["seconds"][n]) for n, v in spark["rows_per_s"].items()]), "",
+        cpu = spark.get("cpu_seconds") or {}
+
+        def cpu_of(name, kind):
+            return cpu[name][kind] if name in cpu else "-"
+        parts += [_md_table(["pass", "rows/s (best)", "seconds", "CPU s: JVM", "CPU s: Python workers",
+                             "CPU s: driver"],
+                            [(n, _fmt_rate(v), spark["seconds"][n], cpu_of(n, "jvm"), cpu_of(n, "python"),
+                              cpu_of(n, "driver")) for n, v in spark["rows_per_s"].items()]), "",
                   f"{spark['rows']:,} rows in {spark['envelopes']} Envelopes on 2 Kafka partitions. Envelopes per "
                   f"Spark task after `kafka_order`: {spark['envelopes_per_spark_task']} as configured "
                   f"(adaptive query execution on), {spark.get('envelopes_per_spark_task_uncoalesced')} with "

@@ -68,7 +68,12 @@ METHOD = """
   that emits, per Envelope, as many rows of `dts_to_blob`'s schema as it gives messages, each
   with a Blob line of the average size, converting nothing: what Spark spends taking the output),
   each forced by a `noop` write, alternate with the single-process (b) on the same Entries; best
-  of N rounds.
+  of N rounds. The output floor writes 4096-row batches, as the transform does. Each pass's CPU
+  seconds are read from `/proc` for the JVM (all its threads) and the Python workers (the daemon,
+  its workers and the workers it reaped), and from `time.process_time` for the driver, where the
+  single-process pass runs. `spark_cpu_bound_vs_single_process` is what no converter can beat on
+  these cores: the time the output floor's JVM CPU plus the single-process pass's own CPU would
+  take spread over every core without loss, as a ratio to the single-process time.
 - **(g) CLI**: `.pb` streams repeating the workload's Envelopes up to 100 MiB and 1 GiB (kept in
   `benchmarks/work/`, git-ignored); `dts-bridge convert X.pb -o - --to blob` with standard output
   to `/dev/null`, in its own process, peak RSS from `/usr/bin/time -v` (or `getrusage` of a fresh

@@ -99,6 +99,39 @@ def _message_counts(envelopes: list) -> tuple[dict, bytes]:
     return counts, b"x" * (size // max(total, 1))
 
 
+def _process_cpu() -> dict | None:
+    """CPU seconds so far of this process's descendants, by kind: the JVM ("jvm", all its threads)
+    and the Python workers ("python", the daemon and its workers, with the children it has
+    reaped). Linux /proc only; None elsewhere."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, stats, kinds = {}, {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                command = fh.read().split(b"\0")[0].decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(name)
+        parents[pid] = int(fields[1])
+        stats[pid] = sum(int(x) for x in fields[11:15]) / tick  # utime, stime, cutime, cstime
+        base = os.path.basename(command)
+        kinds[pid] = "jvm" if base == "java" else ("python" if base.startswith("python") else None)
+    me, out = os.getpid(), {"jvm": 0.0, "python": 0.0}
+    for pid, kind in kinds.items():
+        up, seen = parents.get(pid), 0
+        while up and up != me and seen < 64:  # a descendant of this process?
+            up, seen = parents.get(up), seen + 1
+        if up == me and kind is not None:
+            out[kind] += stats[pid]
+    return out
+
+
 def _noop(df) -> None:
     df.write.format("noop").mode("overwrite").save()
 
@@ -140,8 +173,10 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         chunk = cases.Chunk(rows, [e.SerializeToString() for e in entries], {}, {}, [], entries)
         single = cases.CASES["dts_to_blob"][1]
         times: dict[str, list] = {name: [] for name in PASSES}
+        cpu: dict[str, list] = {name: [] for name in PASSES}
         for rep in range(repeat):
             for name in PASSES:
+                before, cpu_start = _process_cpu(), time.process_time()
                 start = time.perf_counter()
                 if name == "identity":
                     _noop(_identity(df))
@@ -158,12 +193,21 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
                 else:
                     single(chunk)
                 times[name].append(time.perf_counter() - start)
+                after = _process_cpu()
+                if after is not None:
+                    cpu[name].append({"jvm": round(after["jvm"] - before["jvm"], 3),
+                                      "python": round(after["python"] - before["python"], 3),
+                                      "driver": round(time.process_time() - cpu_start, 3)})
             log(f"spark round {rep + 1}: " + ", ".join(f"{n} {rows / t[-1]:,.0f} rows/s" for n, t in times.items()))
         default_parallelism = spark.sparkContext.defaultParallelism
     finally:
         spark.stop()
     best = {name: min(t) for name, t in times.items()}
+    # the CPU of each pass's best round (the driver's own: only the single-process pass works there)
+    cpu_best = {name: cpu[name][t.index(min(t))] for name, t in times.items() if cpu[name]}
     return {
+        "cores": os.cpu_count(),
+        "cpu_seconds": cpu_best,
         "rows": rows,
         "envelopes": len(envelopes),
         "envelopes_per_spark_task": per_task,
