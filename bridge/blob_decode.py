@@ -246,9 +246,10 @@ class BlobDecoder:
         self._shape_facts(msg, payload, facts, dml=True)
         half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
         partner = self._partner(seq, half, entry) if half != "both" else None
-        properties = [pb.KVPair(key=k, value=v) for k, v in ext.get("rowProperties", [])] if ext else []
-        if partner is None:
-            row = pb.RowChange(properties=properties)
+        row_properties = ext.get("rowProperties") if ext else None
+        properties = [pb.KVPair(key=k, value=v) for k, v in row_properties] if row_properties else ()
+        if partner is None:  # (a constructor with keywords costs three times one without)
+            row = pb.RowChange(properties=properties) if properties else pb.RowChange()
         else:
             row = partner[0].row  # the waiting half's row takes this half's image: no copy of either
         images = ("before", "after") if op == "UPDATE" else (("after",) if op in ("INSERT", "UPDATE_AFTER")
