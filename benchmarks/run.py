@@ -50,9 +50,9 @@ METHOD = """
   `dataType`, `sv` and `bv` of every `Data` in a Python loop, converting nothing: no pure-Python
   converter over protobuf's message objects can be faster, so it bounds what the pure-Python
   path can reach.
-- **(d) Blob -> DTS**: per JSON line `bridge.decode_blob`, `BlobDecoder.feed` (with
-  `checked=True`, as `bridge.stream` calls it) and
-  `SerializeToString` of each Entry it completes, over the lines (b) writes (lossless lines with
+- **(d) Blob -> DTS**: per JSON line `BlobDecoder.feed_line` (`decode_blob` and `feed`, as
+  `bridge.stream` and Spark call it: a line repeating the last schema's bytes has only the rest
+  parsed) and `SerializeToString` of each Entry it completes, over the lines (b) writes (lossless lines with
   default options; strict lines with strict options). Naive: per line of protobuf's canonical JSON
   of the same Entries, `json.loads`, `json_format.ParseDict` into `pb.Entry`, `SerializeToString`.
   Floor: `orjson.loads` of the lossless lines plus serialising the equivalent Entries. Python

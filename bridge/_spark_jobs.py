@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from . import subscribe_pb2 as pb
 from ._wire import Reassembler, pack_entries
-from .blob_decode import BlobDecoder, decode_blob
+from .blob_decode import BlobDecoder
 from .blob_encode import BlobEncoder
 from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from .options import Options
@@ -496,15 +496,14 @@ class _BlobToDts(_ToDts):
     def entries(self, records):
         decoder = self.decoder
 
-        def parse(text, where):
+        def feed(text, where):
             if text is None:
                 raise BlobFormatError("null Blob message")
-            return decode_blob(text)
+            return decoder.feed_line(text)
 
         located = ((_where(number, partition, offset), text, key_value)
                    for number, (text, key_value, partition, offset) in enumerate(records))
-        for _, entry, key_value in decoder_entries(located, decoder, self.policy,
-                                                   lambda msg, where: decoder.feed(msg), parse):
+        for _, entry, key_value in decoder_entries(located, decoder, self.policy, feed):
             yield self.key_of(entry, key_value), entry
 
 

@@ -127,8 +127,43 @@ class BlobDecoder:
         self._column_sets: dict = {}  # JSON of (dataColumn, primaryKey, dts.columns) -> built columns
         self._native = True  # the C image encoder where it applies (tests switch it off to compare)
         self._sources: dict = {}  # schema.source JSON -> ((sourceType, schemaName, tableName), facts)
+        self._schema_prefix: bytes | None = None  # b'{"schema":<JSON>,' of the last line parsed whole
+        self._schema_value: dict | None = None  # and its schema, shared by the lines that repeat it
+        self._schema_known: dict = {}  # what is cached for that schema object ("columns", "source")
         # update halves pushed out of the pairing window: errors for the caller to report
         self.evicted: list[ConversionError] = []
+
+    def feed_line(self, data: bytes | str, *, line: int | None = None, source: str | None = None
+                  ) -> list[pb.Entry]:
+        """`feed(decode_blob(data))`: what the stream layer and Spark call for each line.
+
+        Messages of one table repeat their schema byte for byte, so a line that begins with the
+        same `{"schema":...,` bytes as the last one parsed whole has only the rest parsed, shares
+        that schema object (never seen outside the decoder, never changed) and the facts cached
+        for it (a second "schema" key later in the line still wins, as in JSON). A line whose
+        rest does not parse so is parsed whole, as `decode_blob` does (errors name the same line
+        and column)."""
+        prefix = self._schema_prefix
+        if prefix is not None and type(data) is bytes and data.startswith(prefix):
+            try:
+                rest = orjson.loads(b"{" + data[len(prefix):])
+            except orjson.JSONDecodeError:
+                rest = None  # parsed whole below, for the error's position
+            if type(rest) is dict and rest:  # `{"schema":..., }` is no JSON, though `{ }` is
+                msg = {"schema": self._schema_value}
+                msg.update(rest)
+                check_shape(msg, line=line, source=source)
+                return self.feed(msg, line=line, checked=True)
+        msg = decode_blob(data, line=line, source=source)
+        schema = msg.get("schema")
+        if type(data) is bytes and type(schema) is dict and data.startswith(b'{"schema":{'):
+            try:
+                prefix = b'{"schema":' + orjson.dumps(schema) + b","
+            except TypeError:
+                prefix = None
+            if prefix is not None and data.startswith(prefix):
+                self._schema_prefix, self._schema_value, self._schema_known = prefix, schema, {}
+        return self.feed(msg, line=line, checked=True)
 
     def feed(self, msg: dict, *, line: int | None = None, checked: bool = False) -> list[pb.Entry]:
         """Entries completed by this message; `checked`: `decode_blob` already checked its shape."""
@@ -309,9 +344,11 @@ class BlobDecoder:
             source = (msg.get("schema") or {}).get("source")
             if not isinstance(source, dict):
                 raise BlobFormatError("schema.source must be an object", value=source)
+            known = self._schema_known.get("source") if msg.get("schema") is self._schema_value else None
             try:  # the JSON text as the key: True and 1, 1.0 and 1 stay apart
-                key = orjson.dumps(source)
-                known = self._sources.get(key)
+                key = None if known is not None else orjson.dumps(source)
+                if key is not None:
+                    known = self._sources.get(key)
             except TypeError:  # a value JSON cannot hold (a dict built in Python): not cached
                 key, known = None, None
             if known is None:
@@ -320,6 +357,8 @@ class BlobDecoder:
                     if len(self._sources) > 4096:
                         self._sources.clear()
                     self._sources[key] = known
+            if msg.get("schema") is self._schema_value:
+                self._schema_known["source"] = known
             header.sourceType, header.schemaName, header.tableName = known[0]
             facts.update(known[1])
 
@@ -380,8 +419,15 @@ class BlobDecoder:
     def _columns(self, dml, schema, ext, facts):
         """Columns of the DML event, codecs and names; built once per column set and reused."""
         columns_ext = ext.get("columns") if ext else None
-        try:
-            key = orjson.dumps([schema["dataColumn"], schema.get("primaryKey", False), columns_ext])
+        try:  # two JSON texts one after the other: the schema's columns, the extension's
+            if schema is self._schema_value:
+                own = self._schema_known.get("columns")
+                if own is None:
+                    own = self._schema_known["columns"] = orjson.dumps([schema["dataColumn"],
+                                                                        schema.get("primaryKey", False)])
+            else:
+                own = orjson.dumps([schema["dataColumn"], schema.get("primaryKey", False)])
+            key = own + orjson.dumps(columns_ext)
         except (TypeError, orjson.JSONEncodeError):
             key = None
         cached = self._column_sets.get(key) if key is not None else None

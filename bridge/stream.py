@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import subscribe_pb2 as pb
 from ._wire import Assembled, Reassembler, entry_from_json_line
-from .blob_decode import BlobDecoder, decode_blob
+from .blob_decode import BlobDecoder
 from .errors import BridgeError
 from .options import DEFAULT_OPTIONS, Options
 
@@ -233,13 +233,10 @@ def blob_lines_to_entries(lines: Iterable[bytes | tuple[int, bytes]], policy: Er
             if line.strip():
                 yield {"line": number, "source": source} if source else {"line": number}, line, None
 
-    def parse(line, where):
-        return decode_blob(line, line=where["line"], source=source)
+    def feed(line, where):
+        return decoder.feed_line(line, line=where["line"], source=source)
 
-    def feed(msg, where):
-        return decoder.feed(msg, line=where.get("line"), checked=True)
-
-    for where, entry, _ in decoder_entries(records(), decoder, policy, feed, parse):
+    for where, entry, _ in decoder_entries(records(), decoder, policy, feed):
         yield where, entry
 
 

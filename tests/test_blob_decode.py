@@ -638,3 +638,81 @@ def test_update_halves_differing_in_header_lose_neither():
     [joined] = decoder.feed(later)
     assert joined.header.timestamp == e.header.timestamp + 1
     assert bridge.entry_to_blob(joined)[0]["payload"]["timestamp"] == before["payload"]["timestamp"]
+
+
+# ---- feed_line: the schema-prefix shortcut must change nothing ----------------------------------
+
+def _outcomes(lines, per_line) -> list:
+    """Per line: the Entries' bytes it completes, or the error (type, text, where); then finish."""
+    decoder = bridge.BlobDecoder()
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append([e.SerializeToString() for e in per_line(decoder, line, number)])
+        except BridgeError as err:
+            out.append((type(err).__name__, str(err), sorted(err.where.items())))
+    out.append([(str(err), err.count) for err in decoder.finish()])
+    return out
+
+
+def _whole(decoder, line, number):
+    return decoder.feed(bridge.decode_blob(line, line=number), line=number, checked=True)
+
+
+def _by_line(decoder, line, number):
+    return decoder.feed_line(line, line=number)
+
+
+def _sample_lines() -> list[bytes]:
+    lines = []
+    for name in golden_names():
+        with open(GOLDEN / f"{name}.blob.jsonl", "rb") as fh:
+            lines += [raw.rstrip(b"\n") for raw in fh if raw.strip()]
+    return lines
+
+
+def test_feed_line_matches_decode_blob_and_feed_on_the_golden_lines():
+    lines = _sample_lines()
+    assert len(lines) > 50
+    assert _outcomes(lines, _by_line) == _outcomes(lines, _whole)
+
+
+def test_feed_line_parses_only_the_rest_of_a_repeated_schema_and_still_sees_everything():
+    """Lines repeating the last schema's bytes take the shortcut; a second "schema" key (JSON's last
+    one wins), a broken tail, text input, a schema that differs in one byte or in its spacing, and
+    an extra top-level key all come out as decode_blob + feed gives them."""
+    lines = [line for line in _sample_lines() if b'"op":"INSERT"' in line]
+    first = lines[0]
+    schema_end = first.index(b',"payload":')
+    other = orjson.loads(first)
+    other["schema"]["source"]["tableName"] = "other_table"
+    variants = [
+        first,
+        first,  # the shortcut
+        first[:schema_end] + b',"schema":' + orjson.dumps(other["schema"]) + first[schema_end:],
+        first[:-1] + b',"extra":[1,2]}',
+        first[:-10],  # broken after the shared prefix: the error's column is the whole line's
+        first[:schema_end] + b",}",  # `{ }` parses; the whole line does not
+        first[:schema_end] + b", }",
+        first.decode(),
+        first.replace(b'"schema":{', b'"schema": {', 1),
+        first.replace(b'"dbName":"', b'"dbName":"x', 1),
+        first,
+        b"[]",
+        first,
+    ]
+    assert _outcomes(variants, _by_line) == _outcomes(variants, _whole)
+    decoder = bridge.BlobDecoder()
+    decoder.feed_line(first)
+    assert decoder._schema_prefix is not None and first.startswith(decoder._schema_prefix)
+
+
+@given(st.lists(foreign_messages(), min_size=1, max_size=6), st.data())
+def test_feed_line_matches_decode_blob_and_feed_on_foreign_streams(streams, data):
+    """DataWorks-shaped messages, several with one schema, some lines repeated or cut short."""
+    lines = [orjson.dumps(m) for ms in streams for m in ms]
+    if data.draw(st.booleans()):
+        lines += lines[: data.draw(st.integers(0, len(lines)))]
+    cut = data.draw(st.integers(0, len(lines) - 1))
+    lines.insert(cut, lines[cut][: data.draw(st.integers(0, len(lines[cut])))])
+    assert _outcomes(lines, _by_line) == _outcomes(lines, _whole)
