@@ -119,8 +119,8 @@ class BlobDecoder:
     def __init__(self, options: Options = DEFAULT_OPTIONS, max_pending: int = 100_000) -> None:
         self.options = options
         self.max_pending = max_pending
-        self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, entry template, event key)
-        self._events: OrderedDict = OrderedDict()   # (header, dmlEventType, columns, event properties) -> _Event
+        self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, facts, Entry)
+        self._events: OrderedDict = OrderedDict()   # see _regroup -> _Event
         self.messages = 0
         self.entries = 0
         self._line: int | None = None
@@ -581,14 +581,14 @@ class BlobDecoder:
             entry.event.dmlEvent.rows.append(row)
             return [entry]
         # the rows of one event: same header, same event properties, same dmlEvent (its columns,
-        # which the column-set key fixes, and its type; else its bytes). A message differing in
-        # any of them starts an event of its own (reported if it never completes): it never
-        # merges into another, losing what differs.
+        # which the column-set key fixes, and its type; else its bytes), same row count. A
+        # message differing in any of them starts an event of its own (reported if it never
+        # completes): it never merges into another, losing what differs.
         dml = entry.event.dmlEvent
         event_props = entry.event.properties
         key = (entry.header.SerializeToString(), dml.dmlEventType,
                ("json", columns_key) if columns_key is not None else ("pb", dml.SerializeToString()),
-               tuple((p.key, p.value) for p in event_props) if event_props else None)
+               tuple((p.key, p.value) for p in event_props) if event_props else None, nrows)
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = _Event(entry, nrows)
