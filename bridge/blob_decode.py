@@ -450,7 +450,8 @@ class BlobDecoder:
         cols = schema["dataColumn"]
         types = (ext.get("columns") or {}).get("types") if ext else None
         props = (ext.get("columns") or {}).get("properties", {}) if ext else {}
-        pkey = schema.get("primaryKey") or []
+        pkey = schema.get("primaryKey")
+        pkey = [] if pkey is None else pkey  # null: no key columns, and a fact keeps the null
         if not isinstance(pkey, list):
             raise BlobFormatError("schema.primaryKey must be a list", value=pkey)
         if types is not None and len(types) != len(cols):
@@ -483,8 +484,8 @@ class BlobDecoder:
             codecs.append(codec)
         if "primaryKey" not in schema:
             facts["primaryKey"] = "none"
-        elif pkey != [n for n in names if n in pkey]:
-            facts["primaryKey"] = orjson.dumps(pkey).decode()
+        elif schema["primaryKey"] is None or pkey != [n for n in names if n in pkey]:
+            facts["primaryKey"] = orjson.dumps(schema["primaryKey"]).decode()
         return codecs, names
 
     def _image(self, row, image, payload, codecs, names, ext, plan) -> None:

@@ -316,6 +316,8 @@ def test_update_halves_with_different_event_times(first, second):
     ({"schema": {**SCHEMA, "dataColumn": [{"name": "id", "type": "INT"}]}}, "Blob column type"),
     ({"schema": {**SCHEMA, "dataColumn": [{"type": "LONG"}]}}, "name"),
     ({"schema": {**SCHEMA, "primaryKey": "id"}}, "primaryKey"),
+    ({"schema": {**SCHEMA, "primaryKey": False}}, "primaryKey"),  # falsy, still not a list
+    ({"schema": {**SCHEMA, "primaryKey": 0}}, "primaryKey"),
     ({"schema": {**SCHEMA, "source": "shop"}}, "source"),
     ({"payload": {"after": [1]}}, "dataColumn"),
     ({"payload": {"after": {"dataColumn": {"nope": 1}}}}, "not in schema"),
@@ -718,3 +720,12 @@ def test_feed_line_matches_decode_blob_and_feed_on_foreign_streams(streams, data
     cut = data.draw(st.integers(0, len(lines) - 1))
     lines.insert(cut, lines[cut][: data.draw(st.integers(0, len(lines[cut])))])
     assert _outcomes(lines, _by_line) == _outcomes(lines, _whole)
+
+
+def test_a_null_primary_key_comes_back_null():
+    """`primaryKey: null` (outside the JSON Schema, but taken as no key columns) comes back as null,
+    not as [] (which it used to become)."""
+    messages = [message("INSERT", {"after": AFTER}, schema={**SCHEMA, "primaryKey": None})]
+    entries = list(bridge.blob_to_entries(through_json(messages)))
+    assert to_blob(entries) == through_json(messages)
+    assert all(not c.isKey for c in entries[0].event.dmlEvent.columns)
