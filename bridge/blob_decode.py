@@ -53,6 +53,9 @@ _NA_DATA = pb.Data(dataType=pb.NA)
 _KNOWN_TOP = ("schema", "payload", "version", "dts")
 _KNOWN_PAYLOAD = ("before", "after", "op", "sequenceId", "timestamp", "ddl")
 _KNOWN_TOP_SET, _KNOWN_PAYLOAD_SET = frozenset(_KNOWN_TOP), frozenset(_KNOWN_PAYLOAD)
+# the row images each DML op reads; other ops read none
+_IMAGES_OF_OP = {"INSERT": ("after",), "UPDATE_AFTER": ("after",), "DELETE": ("before",),
+                 "UPDATE_BEFOR": ("before",), "UPDATE": ("before", "after")}
 
 
 def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:
@@ -246,18 +249,13 @@ class BlobDecoder:
             expected_schema = {"source": None}
         else:
             expected_schema = {}
-            if "ddl" in payload:
-                if payload["ddl"] is None:
-                    facts["ddlNull"] = "1"
-                else:
-                    facts["payloadExtra"] = orjson.dumps({"ddl": payload["ddl"]}).decode()
         schema = msg.get("schema", None)
         if mtype != pb.DDL and schema != expected_schema:
             facts["schema"] = orjson.dumps(schema).decode()
         elif mtype == pb.DDL and set((schema or {}).keys()) != {"source"}:
             facts["schema"] = orjson.dumps(schema).decode()
         self._sequence(header, seq, 0, ext, facts)
-        self._shape_facts(msg, payload, facts)
+        self._shape_facts(msg, payload, facts, ddl_extra=mtype != pb.DDL)
         if self.options.lossless:
             _add_facts(header.properties, facts)
         return [entry]
@@ -278,7 +276,7 @@ class BlobDecoder:
             _add_kv(entry.event.properties, ext["event"].get("properties", []))
         row_index, nrows = (ext.get("row") or [0, 1]) if ext else (0, 1)
         self._sequence(header, seq, row_index, ext, facts)
-        self._shape_facts(msg, payload, facts, dml=True)
+        self._shape_facts(msg, payload, facts, ddl_extra=True)
         half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
         partner = self._partner(seq, half, entry) if half != "both" else None
         row_properties = ext.get("rowProperties") if ext else None
@@ -393,7 +391,10 @@ class BlobDecoder:
         if sequence_id(seq_id, row_index) != seq:
             facts["sequenceId"] = seq
 
-    def _shape_facts(self, msg, payload, facts, dml=False) -> None:
+    def _shape_facts(self, msg, payload, facts, ddl_extra: bool) -> None:
+        """Facts for what the message holds beyond what its Entry says: a version other than
+        ours, unknown keys, a `ddl` where the op has none (`ddl_extra`), images the op does not
+        read, null images. Every extra payload key goes into one `payloadExtra`."""
         version = msg.get("version", None)
         if version is None and "version" not in msg:
             facts["version"] = "none"
@@ -406,11 +407,15 @@ class BlobDecoder:
             facts["extra"] = orjson.dumps(extra).decode()
         pextra = {} if payload.keys() <= _KNOWN_PAYLOAD_SET else {
             k: v for k, v in payload.items() if k not in _KNOWN_PAYLOAD}
-        if dml and "ddl" in payload:
+        if ddl_extra and "ddl" in payload:
             if payload["ddl"] is None:
                 facts["ddlNull"] = "1"
             else:
                 pextra["ddl"] = payload["ddl"]
+        used = _IMAGES_OF_OP.get(payload.get("op"), ())
+        for key in ("before", "after"):  # an image the op has no use for travels as it came
+            if key not in used and payload.get(key) is not None:
+                pextra[key] = payload[key]
         if pextra:
             facts["payloadExtra"] = orjson.dumps(pextra).decode()
         if payload.get("before", 0) is None or payload.get("after", 0) is None:

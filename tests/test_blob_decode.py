@@ -729,3 +729,28 @@ def test_a_null_primary_key_comes_back_null():
     entries = list(bridge.blob_to_entries(through_json(messages)))
     assert to_blob(entries) == through_json(messages)
     assert all(not c.isKey for c in entries[0].event.dmlEvent.columns)
+
+
+_DDL_OPS = {"CREATE", "ALTER", "QUERY", "ERASE", "DROP", "TRUNCATE", "RENAME", "CINDEX", "DINDEX"}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("extra", ["unused images", "ddl and an unknown key", "all"])
+def test_what_the_op_does_not_read_comes_back(name, extra):
+    """Images an op does not read (a `before` on an insert, an `after` on a delete or on either half
+    of an update pair), a `ddl` on a message that is no DDL, and unknown payload keys all come back
+    from Blob -> DTS -> Blob (lossless): the unused images used to vanish, and an unknown key
+    used to push out the `ddl` of a begin, commit or heartbeat."""
+    for index in range(len(SHAPES[name])):
+        messages = through_json(SHAPES[name])
+        payload = messages[index]["payload"]
+        if extra in ("unused images", "all"):
+            for key, value in (("before", {"dataColumn": {"zz": 1}}), ("after", [0, "x"])):
+                payload.setdefault(key, value)
+        if extra in ("ddl and an unknown key", "all"):
+            if payload["op"] not in _DDL_OPS:
+                payload.setdefault("ddl", {"text": "not a DDL"})
+            payload["unknown"] = {"a": [1, None]}
+        entries = [pb.Entry.FromString(e.SerializeToString())
+                   for e in bridge.blob_to_entries(through_json(messages))]
+        assert to_blob(entries) == through_json(messages)
