@@ -87,6 +87,9 @@ def check_shape(msg, *, line: int | None = None, source: str | None = None) -> N
     stamp = payload.get("timestamp")
     if not isinstance(stamp, dict) or not _is_int(stamp.get("eventTime")):
         raise BlobFormatError("timestamp.eventTime must be an integer", value=stamp, line=line, source=source)
+    for key in ("systemTime", "checkpointTime"):
+        if key in stamp and not _is_int(stamp[key]):
+            raise BlobFormatError(f"timestamp.{key} must be an integer", value=stamp, line=line, source=source)
     if not isinstance(msg.get("schema", _NO_SCHEMA), dict):
         raise BlobFormatError("schema must be an object", value=msg.get("schema"), line=line, source=source)
 
@@ -122,7 +125,7 @@ class BlobDecoder:
     def __init__(self, options: Options = DEFAULT_OPTIONS, max_pending: int = 100_000) -> None:
         self.options = options
         self.max_pending = max_pending
-        self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, facts, Entry)
+        self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, facts, Entry, column-set key)
         self._events: OrderedDict = OrderedDict()   # see _regroup -> _Event
         self.messages = 0
         self.entries = 0
@@ -195,7 +198,7 @@ class BlobDecoder:
         """Errors for every update half or partial event still waiting at end of input."""
         errors = self.evicted
         self.evicted = []
-        for seq, (row, _, _) in self._halves.items():
+        for seq, (row, *_) in self._halves.items():
             missing = "UPDATE_AFTER" if "before" in row.halves else "UPDATE_BEFOR"
             err = ConversionError(f"update half without its partner at end of input ({missing} missing)",
                                   sequence_id=seq, line=row.line)
@@ -278,7 +281,7 @@ class BlobDecoder:
         self._sequence(header, seq, row_index, ext, facts)
         self._shape_facts(msg, payload, facts, ddl_extra=True)
         half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
-        partner = self._partner(seq, half, entry) if half != "both" else None
+        partner = self._partner(seq, half, entry, columns_key) if half != "both" else None
         row_properties = ext.get("rowProperties") if ext else None
         properties = [pb.KVPair(key=k, value=v) for k, v in row_properties] if row_properties else ()
         if partner is None:  # (a constructor with keywords costs three times one without)
@@ -296,7 +299,7 @@ class BlobDecoder:
             if partner is not None and half == "after":  # the joined row keeps the after half's properties
                 del row.properties[:]
                 row.properties.extend(properties)
-            row, facts, done = self._pair(seq, half, row, facts, entry, partner)
+            row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key)
             if not done:
                 return []
         if self.options.lossless:
@@ -369,6 +372,8 @@ class BlobDecoder:
         schema_name = str(source.get("dbName") or "")
         table_name = str(source.get("tableName") or "")
         version = source.get("dbVersion", "")
+        if not isinstance(version, str):
+            raise BlobFormatError("schema.source.dbVersion must be a string", value=version)
         if version != self.options.db_version:
             facts["dbVersion"] = version
         expected = {"dbType": SOURCE_TYPES[source_type]}
@@ -532,13 +537,13 @@ class BlobDecoder:
                     raise exc.located(column=name)
         target.extend(out)
 
-    def _partner(self, seq, half, entry):
+    def _partner(self, seq, half, entry, columns_key):
         """The waiting other half of an update (None if this half is the first); raises for a
         second half of the same kind and for halves naming different tables."""
         pending = self._halves.get(seq)
         if pending is None:
             return None
-        holder, _, other_entry = pending
+        holder, _, other_entry, other_columns = pending
         if half in holder.halves:
             raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a "
                                   f"sequenceId (the first, line {holder.line}, still waits for its partner)",
@@ -550,22 +555,26 @@ class BlobDecoder:
             raise ConversionError("the halves of an update name different tables", sequence_id=seq)
         if bh != ah and not _same_but_time(bh, ah):  # a differing timestamp travels as before.eventTime
             raise ConversionError("the halves of an update carry different headers", sequence_id=seq)
+        # one row has one column set: halves with different ones (primaryKey, types) cannot join
+        if (columns_key != other_columns if columns_key is not None and other_columns is not None
+                else entry.event.dmlEvent.columns != other_entry.event.dmlEvent.columns):
+            raise ConversionError("the halves of an update carry different column sets", sequence_id=seq)
         return pending
 
-    def _pair(self, seq, half, row, facts, entry, partner):
+    def _pair(self, seq, half, row, facts, entry, partner, columns_key):
         """Join the two halves of an update (`row` already holds both images); returns (row,
         facts, complete). Without a partner the half waits."""
         if partner is None:
             if len(self._halves) >= self.max_pending:
                 # the oldest waiting half is reported (see `evicted`), the current one waits
-                old_seq, (old, _, _) = self._halves.popitem(last=False)
+                old_seq, (old, *_) = self._halves.popitem(last=False)
                 err = ConversionError(f"update half without its partner within {self.max_pending} messages",
                                       sequence_id=old_seq, line=old.line)
                 err.count = 1
                 self.evicted.append(err)
-            self._halves[seq] = (_Row(seq, row, {half}, self._line), facts, entry)
+            self._halves[seq] = (_Row(seq, row, {half}, self._line), facts, entry, columns_key)
             return row, facts, False
-        _, other_facts, other_entry = partner
+        _, other_facts, other_entry, _ = partner
         del self._halves[seq]
         before_entry = other_entry if half == "after" else entry
         after_entry = entry if half == "after" else other_entry

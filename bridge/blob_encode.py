@@ -345,14 +345,15 @@ class BlobEncoder:
             for op in ops:
                 image_name, field_name = _OP_IMAGES[op]
                 datas = getattr(row, field_name)
-                half_facts, msg_stamp = row_facts, stamp
+                half_facts, msg_stamp, msg_schema = row_facts, stamp, row_schema
                 if row_facts and op == "UPDATE_BEFOR" and any(k.startswith("before.") for k in row_facts):
                     half_facts = _before_facts(row_facts)
                     msg_stamp = self._timestamp(header, half_facts)
+                    msg_schema = {**schema, "source": self._source(header, half_facts)}
                 values, raws, charsets = self._image(table, datas, lossless)
                 payload = {image_name: {"dataColumn": values}, "op": op, "sequenceId": seq,
                            "timestamp": msg_stamp}
-                msg = {"schema": row_schema, "payload": payload}
+                msg = {"schema": msg_schema, "payload": payload}
                 if half_facts:
                     self._version(msg, half_facts)
                     _apply_shape_facts(msg, half_facts)
