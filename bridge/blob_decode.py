@@ -239,7 +239,7 @@ class BlobDecoder:
             if key == "properties":
                 _add_kv(entry.event.properties, value)
             else:
-                setattr(sub, key, value)
+                _set_field(sub, key, value)
         if mtype == pb.DDL:
             ddl = payload.get("ddl")
             if not isinstance(ddl, dict) or not isinstance(ddl.get("text"), str):
@@ -319,10 +319,10 @@ class BlobDecoder:
                     if key == "properties":
                         _add_kv(header.properties, value)
                     else:
-                        setattr(header, key, value)
+                        _set_field(header, key, value)
             else:
                 for key, value in fields.items():
-                    setattr(header, key, value)
+                    _set_field(header, key, value)
         elif not ext:
             header.version = 1
             if not with_source:
@@ -619,6 +619,19 @@ class BlobDecoder:
         rows = event.rows
         out.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
         return [out]
+
+
+# protobuf takes any int for a bool field (-1 becomes true): the extension's must be JSON booleans
+_BOOL_FIELDS = frozenset(
+    f.name for d in (pb.Header.DESCRIPTOR, *(e.message_type for e in pb.Event.DESCRIPTOR.fields if e.message_type))
+    for f in d.fields if f.type == f.TYPE_BOOL)
+
+
+def _set_field(message, key: str, value) -> None:
+    """A field of the `dts` extension onto its protobuf message, its JSON type kept."""
+    if key in _BOOL_FIELDS and type(value) is not bool:
+        raise BlobFormatError(f"extension field {key} must be true or false", value=value)
+    setattr(message, key, value)
 
 
 def _same_but_time(a, b) -> bool:

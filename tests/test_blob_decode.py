@@ -788,3 +788,20 @@ def test_an_accepted_message_comes_back_exactly_whatever_a_field_holds(name):
                 assert to_blob(entries) == through_json(messages), (path, value, index)
                 checked += 1
     assert checked > 0
+
+
+@pytest.mark.parametrize("value, ok", [(True, True), (False, True), (-1, False), (1, False), (0, False)])
+def test_a_boolean_of_the_extension_must_be_a_json_boolean(value, ok):
+    """protobuf would take any int for a bool field (-1 as true) and the message would come back
+    saying `true`: the extension's booleans must be JSON booleans."""
+    e = _two_row_insert()
+    del e.event.dmlEvent.rows[1:]
+    e.header.isLast = True
+    [msg] = bridge.entry_to_blob(e)
+    msg["dts"]["header"]["isLast"] = value
+    if ok:
+        [back] = bridge.BlobDecoder().feed(msg)
+        assert back.header.isLast is value
+    else:
+        with pytest.raises(BlobFormatError, match="isLast"):
+            bridge.BlobDecoder().feed(msg)
