@@ -548,35 +548,6 @@ def test_golden_lines_are_what_encode_blob_writes():
                 assert orjson.loads(raw)["payload"]["op"]
 
 
-def test_update_halves_of_different_tables_lose_neither():
-    """The second half naming another table is rejected; the first keeps waiting for its partner
-    and is reported at the end if none comes: both messages are accounted for."""
-    import copy
-    e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
-                                  schemaName="s", tableName="a", seqId=3))
-    e.event.dmlEvent.dmlEventType = pb.UPDATE
-    e.event.dmlEvent.columns.add(name="id", originalType="int(11)", isKey=True)
-    row = e.event.dmlEvent.rows.add()
-    row.oldColumns.add(dataType=pb.INT32, sv="1")
-    row.newColumns.add(dataType=pb.INT32, sv="2")
-    before, after = bridge.entry_to_blob(e)
-    stray = copy.deepcopy(after)
-    stray["schema"]["source"]["tableName"] = "b"
-    decoder = bridge.BlobDecoder()
-    assert decoder.feed(before) == []
-    with pytest.raises(ConversionError, match="different tables"):
-        decoder.feed(stray)
-    assert decoder.pending == 1
-    [entry] = decoder.feed(after)  # the real partner still joins it
-    assert entry == e
-    stray_first = bridge.BlobDecoder()
-    stray_first.feed(before)
-    with pytest.raises(ConversionError):
-        stray_first.feed(stray)
-    [err] = stray_first.finish()
-    assert "UPDATE_AFTER missing" in str(err)
-
-
 def _two_row_insert(seq_id: int = 9) -> pb.Entry:
     e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
                                   schemaName="s", tableName="a", seqId=seq_id, gtid="g:1", position=4))
@@ -618,22 +589,47 @@ def test_rows_of_one_event_differing_in_header_are_not_merged(change):
     assert joined.feed(bridge.entry_to_blob(e)[1]) == [e]
 
 
-def test_update_halves_differing_in_header_lose_neither():
-    """A second update half whose header says something else than the waiting half's (here the
-    gtid) is rejected, not merged; a timestamp difference alone still joins (as before.eventTime)."""
-    import copy
+def _update_of_one_row() -> pb.Entry:
     e = _two_row_insert()
     e.event.dmlEvent.dmlEventType = pb.UPDATE
     del e.event.dmlEvent.rows[1:]
     e.event.dmlEvent.rows[0].oldColumns.add(dataType=pb.INT32, sv="0")
+    return e
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda m: m["schema"]["source"].update(tableName="b"), "different tables"),
+    (lambda m: m["dts"]["header"].update(gtid="g:2"), "different headers"),
+    (lambda m: m["schema"].update(primaryKey=[]), "different column sets"),
+])
+def test_an_update_half_that_differs_from_its_partner_loses_neither(change, words):
+    """A second half naming another table, carrying another header field or another column set is
+    rejected; the first keeps waiting for its real partner and is reported at the end if none
+    comes: both messages are accounted for."""
+    import copy
+    e = _update_of_one_row()
     before, after = bridge.entry_to_blob(e)
     stray = copy.deepcopy(after)
-    stray["dts"]["header"]["gtid"] = "g:2"
+    change(stray)
     decoder = bridge.BlobDecoder()
     assert decoder.feed(before) == []
-    with pytest.raises(ConversionError, match="different headers"):
+    with pytest.raises(ConversionError, match=words):
         decoder.feed(stray)
-    assert decoder.feed(after) == [e]
+    assert decoder.pending == 1
+    assert decoder.feed(after) == [e]  # the real partner still joins it
+    stray_first = bridge.BlobDecoder()
+    stray_first.feed(before)
+    with pytest.raises(ConversionError, match=words):
+        stray_first.feed(stray)
+    [err] = stray_first.finish()
+    assert "UPDATE_AFTER missing" in str(err)
+
+
+def test_update_halves_differing_only_in_time_join():
+    """A timestamp difference alone still joins (it travels as before.eventTime)."""
+    import copy
+    e = _update_of_one_row()
+    before, after = bridge.entry_to_blob(e)
     later = copy.deepcopy(after)
     later["payload"]["timestamp"]["eventTime"] += 1000
     later["payload"]["timestamp"]["checkpointTime"] += 1000
