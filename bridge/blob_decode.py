@@ -345,7 +345,8 @@ class BlobDecoder:
             source = (msg.get("schema") or {}).get("source")
             if not isinstance(source, dict):
                 raise BlobFormatError("schema.source must be an object", value=source)
-            known = self._schema_known.get("source") if msg.get("schema") is self._schema_value else None
+            shared = msg.get("schema") is self._schema_value  # a schema feed_line shares
+            known = self._schema_known.get("source") if shared else None
             try:  # the JSON text as the key: True and 1, 1.0 and 1 stay apart
                 key = None if known is not None else orjson.dumps(source)
                 if key is not None:
@@ -358,7 +359,7 @@ class BlobDecoder:
                     if len(self._sources) > 4096:
                         self._sources.clear()
                     self._sources[key] = known
-            if msg.get("schema") is self._schema_value:
+            if shared:
                 self._schema_known["source"] = known
             header.sourceType, header.schemaName, header.tableName = known[0]
             facts.update(known[1])
