@@ -48,6 +48,7 @@ DML_TYPE_BY_OP = {"INSERT": pb.INSERT, "UPDATE_BEFOR": pb.UPDATE, "UPDATE_AFTER"
 
 _ABSENT = object()
 _UPDATE = int(pb.UPDATE)
+_DML = int(pb.DML)
 _NIL_DATA = pb.Data(dataType=pb.NIL)  # copied by extend, so one instance serves every row
 _NA_DATA = pb.Data(dataType=pb.NA)
 _KNOWN_TOP = ("schema", "payload", "version", "dts")
@@ -223,6 +224,8 @@ class BlobDecoder:
         if ext is not None and not isinstance(ext, dict):
             raise BlobFormatError("the 'dts' extension must be an object", value=ext)
         mtype = MESSAGE_TYPE_BY_OP[op]
+        if ext and not (mtype == _DML and ext.keys() <= _PLAIN_DML_EXTENSION):
+            _check_extension(ext, mtype == _DML)  # (header, columns and row are checked where read)
         if mtype == pb.DML:
             return self._dml(msg, payload, op, ext)
         entry = pb.Entry()
@@ -277,7 +280,11 @@ class BlobDecoder:
         dml.dmlEventType = DML_TYPE_BY_OP[op]
         if ext and ext.get("event"):
             _add_kv(entry.event.properties, ext["event"].get("properties", []))
-        row_index, nrows = (ext.get("row") or [0, 1]) if ext else (0, 1)
+        row = ext.get("row", _ONE_ROW) if ext else _ONE_ROW
+        if (type(row) is not list and row is not _ONE_ROW or len(row) != 2 or type(row[0]) is not int
+                or type(row[1]) is not int or not 0 <= row[0] < row[1]):
+            raise BlobFormatError("the 'dts' extension's row must be [index, count]", value=row)
+        row_index, nrows = row
         self._sequence(header, seq, row_index, ext, facts)
         self._shape_facts(msg, payload, facts, ddl_extra=True)
         half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
@@ -313,6 +320,8 @@ class BlobDecoder:
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
         header.messageType = mtype
         fields = ext.get("header") if ext else None
+        if type(fields) is not dict and (fields is not None or ext and "header" in ext):
+            raise BlobFormatError("the 'dts' extension's 'header' is not what the bridge writes", value=fields)
         if fields:
             if "properties" in fields:
                 for key, value in fields.items():
@@ -430,6 +439,8 @@ class BlobDecoder:
     def _columns(self, dml, schema, ext, facts):
         """Columns of the DML event, codecs and names; built once per column set and reused."""
         columns_ext = ext.get("columns") if ext else None
+        if columns_ext is None and ext and "columns" in ext:  # (the rest: _build_columns, once per key)
+            raise BlobFormatError("the 'dts' extension's columns hold types (a list) and properties", value=None)
         try:  # two JSON texts one after the other: the schema's columns, the extension's
             if schema is self._schema_value:
                 own = self._schema_known.get("columns")
@@ -459,6 +470,11 @@ class BlobDecoder:
 
     def _build_columns(self, dml, schema, ext, facts):
         cols = schema["dataColumn"]
+        columns_ext = ext.get("columns") if ext else None
+        if columns_ext is not None and (type(columns_ext) is not dict or type(columns_ext.get("types")) is not list
+                                        or not columns_ext.keys() <= _COLUMNS_KEYS):
+            raise BlobFormatError("the 'dts' extension's columns hold types (a list) and properties",
+                                  value=columns_ext)
         types = (ext.get("columns") or {}).get("types") if ext else None
         props = (ext.get("columns") or {}).get("properties", {}) if ext else {}
         pkey = schema.get("primaryKey")
@@ -519,6 +535,10 @@ class BlobDecoder:
             raise BlobFormatError("image names columns not in schema.dataColumn", value=sorted(unknown))
         raws = ext.get("values") if ext else None
         charsets = ext.get("charsets") if ext else None
+        for by_index in (raws, charsets):  # keyed by column index: one that no column has is no value
+            if by_index and not by_index.keys() <= _index_keys(len(names)):
+                raise BlobFormatError("the 'dts' extension names a column index the message does not have",
+                                      value=sorted(by_index))
         out = []
         get = values.get
         for i, name in enumerate(names):
@@ -620,6 +640,45 @@ class BlobDecoder:
         rows = event.rows
         out.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
         return [out]
+
+
+# the top level of the `dts` extension as the encoder writes it (schemas/blob.schema.json, dtsExtension)
+_EXTENSION_TYPES = {"header": dict, "event": dict, "columns": dict, "row": list, "rowProperties": list,
+                    "charsets": dict, "values": dict, "image": str}
+
+
+_DML_ONLY = frozenset(("columns", "row", "rowProperties", "charsets", "values", "image"))
+_PLAIN_DML_EXTENSION = frozenset(("header", "columns", "row"))  # what most DML messages carry
+
+
+def _check_extension(ext: dict, dml: bool) -> None:
+    """An unknown key, a part of another JSON type or of another kind of message, an event of a
+    DML message with more than properties, or an `image` other than "empty" is an error: read
+    leniently, it would be dropped or misread. (`header`, `columns` and `row` are checked where
+    they are read, `_header`, `_build_columns` and `_dml`, so that a plain message skips this.)"""
+    for key, value in ext.items():
+        if type(value) is not _EXTENSION_TYPES.get(key) or not dml and key in _DML_ONLY:
+            raise BlobFormatError(f"the 'dts' extension's {key!r} is not what the bridge writes", value=value)
+    if dml and not ext.get("event", _NO_SCHEMA).keys() <= _DML_EVENT_KEYS:
+        raise BlobFormatError("the 'dts' extension's event of a DML message holds only properties",
+                              value=ext["event"])
+    if ext.get("image", "empty") != "empty":
+        raise BlobFormatError("the 'dts' extension's image can only be \"empty\"", value=ext["image"])
+
+
+_DML_EVENT_KEYS = frozenset(("properties",))
+_ONE_ROW = (0, 1)
+_COLUMNS_KEYS = frozenset(("types", "properties"))
+
+
+_INDEX_KEYS: dict[int, frozenset] = {}
+
+
+def _index_keys(n: int) -> frozenset:
+    keys = _INDEX_KEYS.get(n)
+    if keys is None:
+        keys = _INDEX_KEYS[n] = frozenset(str(i) for i in range(n))
+    return keys
 
 
 # protobuf takes any int for a bool field (-1 becomes true): the extension's must be JSON booleans

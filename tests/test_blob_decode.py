@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -801,3 +802,40 @@ def test_a_boolean_of_the_extension_must_be_a_json_boolean(value, ok):
     else:
         with pytest.raises(BlobFormatError, match="isLast"):
             bridge.BlobDecoder().feed(msg)
+
+
+@pytest.mark.parametrize("change", [
+    lambda ext: ext.update(unknown=1),
+    lambda ext: ext.update(values="x"),
+    lambda ext: ext.update(values={"7": {"dataType": "STRING", "sv": "a"}}),  # no column 7
+    lambda ext: ext.update(charsets={"x": "utf8"}),
+    lambda ext: ext.update(rowProperties={"k": "v"}),
+    lambda ext: ext.update(image="full"),
+    lambda ext: ext.update(row=[1, 1]),
+    lambda ext: ext.update(row=[0, True]),
+    lambda ext: ext.update(row=[0]),
+    lambda ext: ext.update(event={"transactionId": "t"}),  # a DML event holds only properties
+    lambda ext: ext.update(columns={**ext["columns"], "extra": 1}),
+    lambda ext: ext.update(columns={"properties": {}}),
+    lambda ext: ext.update(header=None),
+])
+def test_a_dts_extension_the_bridge_would_not_write_is_an_error(change):
+    """Read leniently, each of these was dropped or misread and the message came back different."""
+    e = _two_row_insert()
+    del e.event.dmlEvent.rows[1:]
+    [msg] = bridge.entry_to_blob(e)
+    assert bridge.BlobDecoder().feed(copy.deepcopy(msg)) == [e]
+    change(msg["dts"])
+    with pytest.raises(BlobFormatError, match="extension"):
+        bridge.BlobDecoder().feed(msg)
+
+
+def test_a_dml_part_of_the_dts_extension_on_another_message_is_an_error():
+    begin = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.BEGIN, timestamp=1_700_000_000,
+                                      seqId=4, gtid="g:1"))
+    begin.event.beginEvent.transactionId = "t1"
+    [msg] = bridge.entry_to_blob(begin)
+    assert bridge.BlobDecoder().feed(copy.deepcopy(msg)) == [begin]
+    msg["dts"]["row"] = [0, 1]
+    with pytest.raises(BlobFormatError, match="extension"):
+        bridge.BlobDecoder().feed(msg)
