@@ -224,8 +224,8 @@ class BlobDecoder:
         if ext is not None and not isinstance(ext, dict):
             raise BlobFormatError("the 'dts' extension must be an object", value=ext)
         mtype = MESSAGE_TYPE_BY_OP[op]
-        if ext and not (mtype == _DML and ext.keys() <= _PLAIN_DML_EXTENSION):
-            _check_extension(ext, mtype == _DML)  # (header, columns and row are checked where read)
+        if ext and (mtype != _DML or not ext.keys() <= _DML_EXTENSION_KEYS or None in ext.values()):
+            _check_extension(ext, mtype == _DML)  # (a DML message's parts are checked where read)
         if mtype == pb.DML:
             return self._dml(msg, payload, op, ext)
         entry = pb.Entry()
@@ -278,8 +278,12 @@ class BlobDecoder:
         dml = entry.event.dmlEvent
         codecs, names, plan, columns_key = self._columns(dml, schema, ext, facts)  # copies the columns in first
         dml.dmlEventType = DML_TYPE_BY_OP[op]
-        if ext and ext.get("event"):
-            _add_kv(entry.event.properties, ext["event"].get("properties", []))
+        event_ext = ext.get("event") if ext else None
+        if event_ext is not None:
+            if type(event_ext) is not dict or not event_ext.keys() <= _DML_EVENT_KEYS:
+                raise BlobFormatError("the 'dts' extension's event of a DML message holds only properties",
+                                      value=event_ext)
+            _add_kv(entry.event.properties, event_ext.get("properties", []))
         row = ext.get("row", _ONE_ROW) if ext else _ONE_ROW
         if (type(row) is not list and row is not _ONE_ROW or len(row) != 2 or type(row[0]) is not int
                 or type(row[1]) is not int or not 0 <= row[0] < row[1]):
@@ -290,14 +294,18 @@ class BlobDecoder:
         half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
         partner = self._partner(seq, half, entry, columns_key) if half != "both" else None
         row_properties = ext.get("rowProperties") if ext else None
-        properties = [pb.KVPair(key=k, value=v) for k, v in row_properties] if row_properties else ()
+        properties = [pb.KVPair(key=k, value=v) for k, v in _pairs(row_properties)] if row_properties is not None \
+            else ()
         if partner is None:  # (a constructor with keywords costs three times one without)
             row = pb.RowChange(properties=properties) if properties else pb.RowChange()
         else:
             row = partner[0].row  # the waiting half's row takes this half's image: no copy of either
         images = ("before", "after") if op == "UPDATE" else (("after",) if op in ("INSERT", "UPDATE_AFTER")
                                                                   else ("before",))
-        plain = not (ext and (ext.get("values") or ext.get("charsets")))
+        raws, charsets = (ext.get("values"), ext.get("charsets")) if ext else (None, None)
+        if raws is not None and type(raws) is not dict or charsets is not None and type(charsets) is not dict:
+            raise BlobFormatError("the 'dts' extension's values and charsets are objects", value=[raws, charsets])
+        plain = not (raws or charsets)
         for image in images:
             self._image(row, image, payload, codecs, names, ext, plan if plain else None)
         if op == "UPDATE":
@@ -522,7 +530,10 @@ class BlobDecoder:
         if not isinstance(body, dict) or not isinstance(body.get("dataColumn"), dict):
             raise BlobFormatError(f"payload.{image}.dataColumn must be an object", value=body)
         values = body["dataColumn"]
-        if ext and ext.get("image") == "empty":
+        image_ext = ext.get("image") if ext else None
+        if image_ext is not None:
+            if image_ext != "empty":
+                raise BlobFormatError("the 'dts' extension's image can only be \"empty\"", value=image_ext)
             return
         if plan is not None:
             wire = plan.encode(values, 1 if image == "before" else 2)
@@ -648,14 +659,15 @@ _EXTENSION_TYPES = {"header": dict, "event": dict, "columns": dict, "row": list,
 
 
 _DML_ONLY = frozenset(("columns", "row", "rowProperties", "charsets", "values", "image"))
-_PLAIN_DML_EXTENSION = frozenset(("header", "columns", "row"))  # what most DML messages carry
+_DML_EXTENSION_KEYS = frozenset(_EXTENSION_TYPES)
 
 
 def _check_extension(ext: dict, dml: bool) -> None:
     """An unknown key, a part of another JSON type or of another kind of message, an event of a
     DML message with more than properties, or an `image` other than "empty" is an error: read
-    leniently, it would be dropped or misread. (`header`, `columns` and `row` are checked where
-    they are read, `_header`, `_build_columns` and `_dml`, so that a plain message skips this.)"""
+    leniently, it would be dropped or misread. A DML message whose keys are all known skips this:
+    its parts are checked where they are read (`_header`, `_columns`/`_build_columns`, `_dml`,
+    `_image`), off the path of a plain message."""
     for key, value in ext.items():
         if type(value) is not _EXTENSION_TYPES.get(key) or not dml and key in _DML_ONLY:
             raise BlobFormatError(f"the 'dts' extension's {key!r} is not what the bridge writes", value=value)
@@ -702,8 +714,16 @@ def _same_but_time(a, b) -> bool:
     return c == b
 
 
+def _pairs(pairs) -> list:
+    """The [key, value] pairs of an extension's properties, checked: a dict or a two-letter string
+    would unpack as well, and mean something else."""
+    if type(pairs) is not list or any(type(p) is not list or len(p) != 2 for p in pairs):
+        raise BlobFormatError("the 'dts' extension's properties are a list of [key, value] pairs", value=pairs)
+    return pairs
+
+
 def _add_kv(target, pairs) -> None:
-    for key, value in pairs:
+    for key, value in _pairs(pairs):
         target.add(key=key, value=value)
 
 
