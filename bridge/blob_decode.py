@@ -307,7 +307,7 @@ class BlobDecoder:
             raise BlobFormatError("the 'dts' extension's values and charsets are objects", value=[raws, charsets])
         plain = not (raws or charsets)
         for image in images:
-            self._image(row, image, payload, codecs, names, ext, plan if plain else None)
+            self._image(row, image, payload, codecs, names, ext, plan if plain else None, raws, charsets)
         if op == "UPDATE":
             facts["op"] = "UPDATE"
         if half != "both":
@@ -328,7 +328,7 @@ class BlobDecoder:
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
         header.messageType = mtype
         fields = ext.get("header") if ext else None
-        if type(fields) is not dict and (fields is not None or ext and "header" in ext):
+        if fields is not None and type(fields) is not dict:  # (null: the `_check_extension` gate)
             raise BlobFormatError("the 'dts' extension's 'header' is not what the bridge writes", value=fields)
         if fields:
             if "properties" in fields:
@@ -447,8 +447,6 @@ class BlobDecoder:
     def _columns(self, dml, schema, ext, facts):
         """Columns of the DML event, codecs and names; built once per column set and reused."""
         columns_ext = ext.get("columns") if ext else None
-        if columns_ext is None and ext and "columns" in ext:  # (the rest: _build_columns, once per key)
-            raise BlobFormatError("the 'dts' extension's columns hold types (a list) and properties", value=None)
         try:  # two JSON texts one after the other: the schema's columns, the extension's
             if schema is self._schema_value:
                 own = self._schema_known.get("columns")
@@ -483,8 +481,8 @@ class BlobDecoder:
                                         or not columns_ext.keys() <= _COLUMNS_KEYS):
             raise BlobFormatError("the 'dts' extension's columns hold types (a list) and properties",
                                   value=columns_ext)
-        types = (ext.get("columns") or {}).get("types") if ext else None
-        props = (ext.get("columns") or {}).get("properties", {}) if ext else {}
+        types = columns_ext["types"] if columns_ext is not None else None
+        props = columns_ext.get("properties", {}) if columns_ext is not None else {}
         pkey = schema.get("primaryKey")
         pkey = [] if pkey is None else pkey  # null: no key columns, and a fact keeps the null
         if not isinstance(pkey, list):
@@ -523,9 +521,10 @@ class BlobDecoder:
             facts["primaryKey"] = orjson.dumps(schema["primaryKey"]).decode()
         return codecs, names
 
-    def _image(self, row, image, payload, codecs, names, ext, plan) -> None:
+    def _image(self, row, image, payload, codecs, names, ext, plan, raws, charsets) -> None:
         """Add one image's Data to `row`. `plan`: the C encoder of the column set, for an image
-        whose values need no raw Data or charsets from the extension (None: Python only)."""
+        whose values need no raw Data or charsets from the extension (None: Python only); `raws`
+        and `charsets`: the extension's `values` and `charsets` (dicts or None, checked by _dml)."""
         body = payload.get(image)
         if not isinstance(body, dict) or not isinstance(body.get("dataColumn"), dict):
             raise BlobFormatError(f"payload.{image}.dataColumn must be an object", value=body)
@@ -544,8 +543,6 @@ class BlobDecoder:
         unknown = set(values) - set(names)
         if unknown:
             raise BlobFormatError("image names columns not in schema.dataColumn", value=sorted(unknown))
-        raws = ext.get("values") if ext else None
-        charsets = ext.get("charsets") if ext else None
         for by_index in (raws, charsets):  # keyed by column index: one that no column has is no value
             if by_index and not by_index.keys() <= _index_keys(len(names)):
                 raise BlobFormatError("the 'dts' extension names a column index the message does not have",
@@ -571,7 +568,8 @@ class BlobDecoder:
 
     def _partner(self, seq, half, entry, columns_key):
         """The waiting other half of an update (None if this half is the first); raises for a
-        second half of the same kind and for halves naming different tables."""
+        second half of the same kind and for halves naming different tables, carrying different
+        headers (the timestamp aside) or different column sets."""
         pending = self._halves.get(seq)
         if pending is None:
             return None
@@ -639,9 +637,8 @@ class BlobDecoder:
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = _Event(entry, nrows)
-        if row_index in event.rows or not 0 <= row_index < nrows:
-            raise ConversionError(f"row {row_index} of {nrows} repeated or out of range",
-                                  seq_id=entry.header.seqId)
+        if row_index in event.rows:  # (0 <= row_index < nrows: checked in _dml)
+            raise ConversionError(f"row {row_index} of {nrows} repeated", seq_id=entry.header.seqId)
         event.rows[row_index] = row
         event.messages += 2 if key[1] == _UPDATE else 1
         if len(event.rows) < nrows:
@@ -663,19 +660,13 @@ _DML_EXTENSION_KEYS = frozenset(_EXTENSION_TYPES)
 
 
 def _check_extension(ext: dict, dml: bool) -> None:
-    """An unknown key, a part of another JSON type or of another kind of message, an event of a
-    DML message with more than properties, or an `image` other than "empty" is an error: read
-    leniently, it would be dropped or misread. A DML message whose keys are all known skips this:
-    its parts are checked where they are read (`_header`, `_columns`/`_build_columns`, `_dml`,
-    `_image`), off the path of a plain message."""
+    """An unknown key, or a part of another JSON type or of another kind of message, is an error: read
+    leniently, it would be dropped or misread. `_feed` calls this for every message but a DML one
+    whose keys are all known and none null; that one's parts are checked where they are read
+    (`_header`, `_build_columns`, `_dml`, `_image`), off the path of a plain message."""
     for key, value in ext.items():
         if type(value) is not _EXTENSION_TYPES.get(key) or not dml and key in _DML_ONLY:
             raise BlobFormatError(f"the 'dts' extension's {key!r} is not what the bridge writes", value=value)
-    if dml and not ext.get("event", _NO_SCHEMA).keys() <= _DML_EVENT_KEYS:
-        raise BlobFormatError("the 'dts' extension's event of a DML message holds only properties",
-                              value=ext["event"])
-    if ext.get("image", "empty") != "empty":
-        raise BlobFormatError("the 'dts' extension's image can only be \"empty\"", value=ext["image"])
 
 
 _DML_EVENT_KEYS = frozenset(("properties",))

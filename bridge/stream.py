@@ -26,8 +26,8 @@ from .errors import BridgeError
 from .options import DEFAULT_OPTIONS, Options
 
 __all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
-           "entries_to_outputs", "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries", "decoder_entries",
-           "reject_record"]
+           "entries_to_outputs", "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries",
+           "decoder_entries", "reject_record"]
 
 
 @dataclass
