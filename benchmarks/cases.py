@@ -5,7 +5,6 @@ JSON line (the Blob side), and ends with bytes (JSON or protobuf), so that all d
 """
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -119,17 +118,12 @@ def python_read_floor(chunk: Chunk) -> int:
 def _bridge_blob_to_dts(name: str) -> Callable[[Chunk], int]:
     options = OPTIONS[name]
 
-    # decode_blob checks each message's shape; feed need not check it again where it can be told
-    checked = {"checked": True} if "checked" in inspect.signature(bridge.BlobDecoder.feed).parameters else {}
-
     def run(chunk: Chunk) -> int:
         decoder = bridge.BlobDecoder(options)
-        # what the stream layer (CLI, consume) and Spark call per line, where the bridge has it
-        feed_line = getattr(decoder, "feed_line", None)
-        decode = bridge.decode_blob
+        feed_line = decoder.feed_line  # what the stream layer (CLI, consume) and Spark call per line
         n = 0
         for line in chunk.blob_lines[name]:
-            for entry in (feed_line(line) if feed_line else decoder.feed(decode(line), **checked)):
+            for entry in feed_line(line):
                 entry.SerializeToString()
                 n += 1
         if decoder.finish():
