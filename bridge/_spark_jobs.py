@@ -15,10 +15,12 @@ from typing import Any, Callable, Iterator
 from . import subscribe_pb2 as pb
 from ._wire import Reassembler, pack_entries
 from .blob_decode import BlobDecoder
-from .blob_encode import BlobEncoder
+from .blob_encode import FORMAT_VERSION, BlobEncoder
 from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from .options import Options
-from .stream import ErrorPolicy, Tally, decoder_entries, dts_records_to_entries, entries_to_outputs
+from ._native import speedups
+from .stream import (ErrorPolicy, Tally, decoder_entries, dts_records_to_assembled, dts_records_to_entries,
+                     entries_to_outputs)
 
 
 # Spark's bad-record modes -> the stream layer's error policy.
@@ -166,8 +168,16 @@ class _Job:
     def rows(self, records: Iterator[tuple]) -> Iterator[tuple]:
         raise NotImplementedError
 
+    def batch(self, columns: list, schema):
+        """An Arrow batch of `schema` from a list of values per output column."""
+        import pyarrow as pa
+        arrays = [_utf8_array(col) if f.name in self.utf8_bytes else pa.array(col, type=f.type)
+                  for col, f in zip(columns, schema)]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
     def chunks(self, records: Iterator[tuple]) -> Iterator[list]:
-        """The output in columns (a list of values per output column), about _OUT_ROWS rows at a time."""
+        """The output in columns (a list of values per output column), about _OUT_ROWS rows at a
+        time, or as Arrow batches of the output schema."""
         out = self.rows(records)
         while chunk := list(itertools.islice(out, _OUT_ROWS)):
             yield list(zip(*chunk))
@@ -191,11 +201,8 @@ def _batch_function(make_job: Callable[[], _Job], arrow: bool, tally: SparkTally
                 for batch in itertools.chain([first], batches):
                     yield from zip(*[column(batch, n) if n else itertools.repeat(None) for n in wanted])
 
-            utf8 = [f.name in job.utf8_bytes for f in schema]
             for columns in job.chunks(records()):
-                arrays = [_utf8_array(col) if raw else pa.array(col, type=f.type)
-                          for col, f, raw in zip(columns, schema, utf8)]
-                batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+                batch = columns if isinstance(columns, pa.RecordBatch) else job.batch(columns, schema)
                 yield batch if arrow else batch.to_pandas(integer_object_nulls=True)
         if tally is not None:
             tally.add(job.policy.tally)
@@ -268,33 +275,36 @@ class _FromDts(_Job):
             yield self._out
 
     def _chunks(self, topic, entries) -> Iterator[list]:
-        """Each Entry's rows go into the output columns a column at a time (the per-Entry lists
-        die at once: held until the chunk is written, they would fill the collector's oldest
-        generation and make every full collection slower)."""
-        errors = self.policy.errors
         try:
             for where, found in entries_to_outputs(entries, self.convert_columns, self.policy, size=itemgetter(0)):
-                current = errors.pop() if found is None else None  # this Entry's own error
-                if errors:
-                    self._error_rows(topic)
-                if current is not None:
-                    self._error_row(topic, current, where.get("entry"))
-                elif found[0]:
-                    n, values = found
-                    out = self._out
-                    for column, value in zip(out, (topic, where["partition"], where["offset"], where["entry"])):
-                        column.extend([value] * n)
-                    out[4].extend(range(n))
-                    for column, value in zip(out[5:], values):
-                        column.extend(value)
-                    if self.keep:
-                        out[-1].extend([None] * n)
+                self._add(topic, where, found)
                 if len(self._out[0]) >= _OUT_ROWS:
                     yield self._out
                     self._out = [[] for _ in range(self.width)]
             self._error_rows(topic)
         except BridgeError as err:
             raise err.located(topic=topic)
+
+    def _add(self, topic, where: dict, found) -> None:
+        """One Entry's rows (or its error row) into the output columns, a column at a time (the
+        per-Entry lists die at once: held until the chunk is written, they would fill the
+        collector's oldest generation and make every full collection slower)."""
+        errors = self.policy.errors
+        current = errors.pop() if found is None else None  # this Entry's own error
+        if errors:
+            self._error_rows(topic)
+        if current is not None:
+            self._error_row(topic, current, where.get("entry"))
+        elif found[0]:
+            n, values = found
+            out = self._out
+            for column, value in zip(out, (topic, where["partition"], where["offset"], where["entry"])):
+                column.extend([value] * n)
+            out[4].extend(range(n))
+            for column, value in zip(out[5:], values):
+                column.extend(value)
+            if self.keep:
+                out[-1].extend([None] * n)
 
     def _error_rows(self, topic) -> None:
         while self.policy.errors:
@@ -310,16 +320,152 @@ class _FromDts(_Job):
 
 
 class _DtsToBlob(_FromDts):
+    """Plain DML Entries (`BlobEncoder.sink_table`) go through `_speedups.Sink`, which writes their
+    output columns as Arrow buffers in C, a whole Entries at a time; every other Entry, and the first
+    of each table, through `convert_columns`. Both give the same rows (tests/test_spark_sink.py)."""
+
     raw = True
     utf8_bytes = frozenset({"blob"})
+    use_sink = True  # the C sink when the extension is there (tests turn it off to compare)
 
     def __init__(self, options: Options, mode: str) -> None:
         super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
         self.encoder = BlobEncoder(options)
+        self.options = options
+        self.sink = speedups.Sink() if speedups is not None and self.use_sink and not options.system_time else None
+        self.tables: dict[bytes, tuple] = {}  # Sink table key -> BlobEncoder.sink_table record
+        self._pieces: list = []  # output batches not yet given, in order
+        self._held = 0  # their rows
 
     def convert_columns(self, entry, raw=None):
         seqs, ops, dbs, tables, shards, times, lines = self.encoder.convert_columns(entry, raw)
         return len(lines), (seqs, ops, dbs, tables, shards, [t * 1000 for t in times], lines)
+
+    def chunks(self, records):
+        if self.sink is None:
+            yield from super().chunks(records)
+            return
+        import pyarrow as pa
+        self._schema = pa.schema([(name, _arrow_type(kind)) for name, kind in self.columns])
+        self._out = [[] for _ in range(self.width)]
+        for topic, run in itertools.groupby(records, key=itemgetter(0)):
+            reassembler = self.reassemblers.setdefault(topic, Reassembler())
+            yield from self._assembled(topic, dts_records_to_assembled((r[1:] for r in run), self.policy,
+                                                                       reassembler, finish=False))
+        for topic, reassembler in self.reassemblers.items():
+            yield from self._assembled(topic, dts_records_to_assembled((), self.policy, reassembler))
+        self._hold_rows(None)
+        yield from self._give(final=True)
+
+    def _assembled(self, topic, items) -> Iterator:
+        tally, encoder, sink, tables = self.policy.tally, self.encoder, self.sink, self.tables
+        lossless = self.options.lossless
+        try:
+            for item in items:
+                if self.policy.errors:  # framing errors before this Entries
+                    self._hold_sink(topic)
+                    self._error_rows(topic)
+                entries, raws = item.entries.items, item.raws
+                partition, offset = item.partition, item.first_offset
+                n = len(entries)
+                plain = raws is not None and type(partition) is int and type(offset) is int
+                index = 0
+                while index < n:
+                    if plain:
+                        if self._out[0]:
+                            self._hold_rows(topic)
+                        index, done, messages = sink.entries(raws, index, tables, partition, offset, lossless,
+                                                             _VERSION)
+                        tally.input += done
+                        tally.converted += done
+                        tally.outputs += messages
+                        encoder.entries += done
+                        encoder.emitted += messages
+                        if index >= n:
+                            break
+                    raw = raws[index] if raws is not None else None
+                    self._hold_sink(topic)
+                    tally.input += 1
+                    where = {"partition": partition, "offset": offset, "entry": index}
+                    for at, found in entries_to_outputs([(where, entries[index], raw)], self.convert_columns,
+                                                        self.policy, size=itemgetter(0)):
+                        self._add(topic, at, found)
+                    if plain:
+                        self._register(entries[index], raw)
+                    index += 1
+                if self._held + sink.rows() + len(self._out[0]) >= _OUT_ROWS:
+                    self._hold_sink(topic)
+                    self._hold_rows(topic)
+                    yield from self._give()
+            self._hold_sink(topic)
+            self._error_rows(topic)
+        except BridgeError as err:
+            raise err.located(topic=topic)
+
+    def _register(self, entry: pb.Entry, raw: bytes) -> None:
+        """After `convert_columns` took an Entry, its table's record for the sink, if C can take it."""
+        key = speedups.table_key(raw)
+        if key is None or key in self.tables:
+            return
+        record = self.encoder.sink_table(entry, raw)
+        if record is not None:
+            if len(self.tables) >= 4096:
+                self.tables.clear()
+            self.tables[key] = record
+
+    def _hold_sink(self, topic) -> None:
+        """The sink's rows become the next output batch (the rows before them are held already)."""
+        if self.sink.rows():
+            self._hold(_sink_batch(self.sink.take(), topic, self._schema, self.keep))
+
+    def _hold_rows(self, topic) -> None:
+        """The rows in `_out` become the next output batch (the sink's rows are held already)."""
+        if self._out[0]:
+            self._hold(self.batch(self._out, self._schema))
+            self._out = [[] for _ in range(self.width)]
+
+    def _hold(self, batch) -> None:
+        self._pieces.append(batch)
+        self._held += batch.num_rows
+
+    def _give(self, final: bool = False) -> Iterator:
+        """The held rows in batches of at most _OUT_ROWS."""
+        import pyarrow as pa
+        pieces, self._pieces, self._held = self._pieces, [], 0
+        if len(pieces) > 1:
+            pieces = pa.Table.from_batches(pieces, schema=self._schema).combine_chunks().to_batches()
+        for batch in pieces:
+            for start in range(0, batch.num_rows, _OUT_ROWS):
+                yield batch.slice(start, _OUT_ROWS)
+
+
+_VERSION = FORMAT_VERSION.encode()
+
+
+def _sink_batch(taken: tuple, topic, schema, keep: bool):
+    """An output batch of `_speedups.Sink.take()`'s buffers. Its lines are UTF-8 by construction (the
+    C writer checks every string it copies, and the templates are orjson's), so no check here."""
+    import pyarrow as pa
+    rows, *buffers = taken
+    strings = {}
+    for name, offsets, data in zip(("blob", "shard_key", "sequence_id", "db", "table"),
+                                   buffers[0:10:2], buffers[1:10:2]):
+        strings[name] = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    ops, entry, row, partition, offset, event_time = buffers[10:]
+    fixed = {"entry": (pa.int32(), entry), "row": (pa.int32(), row), "partition": (pa.int32(), partition),
+             "offset": (pa.int64(), offset), "event_time": (schema.field("event_time").type, event_time)}
+    arrays = {name: pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)]) for name, (kind, data) in fixed.items()}
+    arrays["op"] = _op_names().take(pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(ops)]))
+    arrays["topic"] = pa.nulls(rows, pa.string()) if topic is None else pa.repeat(pa.scalar(topic, pa.string()), rows)
+    arrays.update(strings)
+    if keep:
+        arrays["error"] = pa.nulls(rows, pa.string())
+    return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def _op_names():
+    import pyarrow as pa
+    return pa.array(["INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE"], pa.string())
 
 
 def _decimal_shape(column: pb.Column | None) -> tuple[int, int]:

@@ -725,23 +725,19 @@ static int dml_span(const uint8_t *start, const uint8_t *end, Span *event, Span 
            && only_submessage(event->p, event->p + event->n, 2, dml) == 1;
 }
 
-/* scan(entry_bytes) -> (columns key, dmlEventType, rows) for an Entry whose Event holds only a
- * dmlEvent (no event properties, no other event), or None. The key is the exact bytes of the
- * DMLEvent's columns fields, so equal keys mean equal column sets. */
-static PyObject *scan(PyObject *module, PyObject *arg) {
-    Py_buffer buf;
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
-    PyObject *result = NULL;
+/* The DML event of an Entry whose Event holds only a dmlEvent (no event properties, no other
+ * event): the span of its column fields (one contiguous run), its dmlEventType (0..2) and its row
+ * count. 1 found, 0 not. */
+static int scan_dml(const uint8_t *start, const uint8_t *end, Span *columns, int *dml_type_out, Py_ssize_t *rows_out) {
     Span event, dml;
-    if (!dml_span(start, end, &event, &dml)) goto none;
+    if (!dml_span(start, end, &event, &dml)) return 0;
     /* the Event holds the dmlEvent field and nothing else */
     {
         const uint8_t *p = event.p, *eend = event.p + event.n;
         while (p < eend) {
             uint64_t tag;
             if (!read_varint(&p, eend, &tag) || (tag >> 3) != 2 || !skip_field(&p, eend, (int)(tag & 7)))
-                goto none;
+                return 0;
         }
     }
     const uint8_t *p = dml.p, *dend = dml.p + dml.n;
@@ -752,18 +748,18 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     while (p < dend) {
         const uint8_t *field_start = p;
         uint64_t tag;
-        if (!read_varint(&p, dend, &tag)) goto none;
+        if (!read_varint(&p, dend, &tag)) return 0;
         uint32_t field = (uint32_t)(tag >> 3);
         int wt = (int)(tag & 7);
         if (field == 1) {
-            if (wt != 0 || type_seen || !read_varint(&p, dend, &dml_type)) goto none;
+            if (wt != 0 || type_seen || !read_varint(&p, dend, &dml_type)) return 0;
             type_seen = 1;
             continue;
         }
-        if (!skip_field(&p, dend, wt)) goto none;
+        if (!skip_field(&p, dend, wt)) return 0;
         if (field == 2) {
             /* one contiguous run of column fields, so the key is a slice */
-            if (cols_done) goto none;
+            if (cols_done) return 0;
             if (cols_start == NULL) cols_start = field_start;
             cols_end = p;
         } else {
@@ -771,15 +767,32 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
             if (field == 3) rows++;
         }
     }
-    if (dml_type > 2) goto none;
-    PyObject *key = PyBytes_FromStringAndSize((const char *)cols_start, cols_start ? cols_end - cols_start : 0);
-    if (key == NULL) goto done;
-    result = Py_BuildValue("(Nin)", key, (int)dml_type, rows);
-    goto done;
-none:
-    result = Py_None;
-    Py_INCREF(result);
-done:
+    if (dml_type > 2) return 0;
+    columns->p = cols_start ? cols_start : (const uint8_t *)"";
+    columns->n = cols_start ? cols_end - cols_start : 0;
+    *dml_type_out = (int)dml_type;
+    *rows_out = rows;
+    return 1;
+}
+
+/* scan(entry_bytes) -> (columns key, dmlEventType, rows) for an Entry whose Event holds only a
+ * dmlEvent (no event properties, no other event), or None. The key is the exact bytes of the
+ * DMLEvent's columns fields, so equal keys mean equal column sets. */
+static PyObject *scan(PyObject *module, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
+    Span columns;
+    int dml_type;
+    Py_ssize_t rows;
+    PyObject *result;
+    if (scan_dml(start, end, &columns, &dml_type, &rows)) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)columns.p, columns.n);
+        result = key == NULL ? NULL : Py_BuildValue("(Nin)", key, dml_type, rows);
+    } else {
+        result = Py_None;
+        Py_INCREF(result);
+    }
     PyBuffer_Release(&buf);
     return result;
 }
@@ -895,6 +908,104 @@ done:
 }
 
 
+/* How one Entry's message lines are laid out (see Plan.lines): the bytes around each image's
+ * dataColumn, the sequenceId's parts, the bytes after it and the row part of the extension. */
+typedef struct {
+    PyObject *pre, *post;          /* tuples of bytes, one per image of the DML type */
+    const char *seq_prefix;        /* the seqId's digits, or "" */
+    Py_ssize_t seq_prefix_n;
+    int seq_pad;                   /* the row index in 6 digits (a seqId precedes it) */
+    const char *post_seq;
+    Py_ssize_t post_seq_n;
+    const char *nrows_text;        /* NULL: no "row" part */
+    Py_ssize_t nrows_n;
+    const Py_ssize_t *keys;        /* the shard key's column indexes */
+    Py_ssize_t nkeys;
+} Layout;
+
+/* The sequenceId text of row `index` of an Entry: seqId x 10**6 + index, as the layout writes it. */
+static int put_seq(Buf *b, const Layout *L, long long index) {
+    char digits[32];
+    int nd = L->seq_pad ? snprintf(digits, sizeof(digits), "%06lld", index)
+                        : snprintf(digits, sizeof(digits), "%lld", index);
+    return buf_put(b, L->seq_prefix, L->seq_prefix_n) && buf_put(b, digits, nd);
+}
+
+/* Append the line of the image the walk just read (image k of the DML type) to b. With `shard`,
+ * the shard key JSON of the key columns' values (null where left out, as shard_key's orjson.dumps
+ * writes it) is appended there and *has_key says whether there was one (no keys, or an image of no
+ * values, give none). 1 written, 0 a miss (b and shard hold partial output), -1 error. */
+static int write_line(PlanObject *plan, const Layout *L, const Walk *w, Py_ssize_t count, Py_ssize_t k,
+                      Buf *b, Py_ssize_t *spans, Buf *shard, int *has_key) {
+    PyObject *a = PyTuple_GET_ITEM(L->pre, k), *z = PyTuple_GET_ITEM(L->post, k);
+    if (!buf_put(b, PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a))) return -1;
+    Py_ssize_t written = 0;
+    int rc = count ? image_json(plan, b, w->datas, count, spans, &written) : 0;
+    if (rc <= 0) return rc;
+    if (shard != NULL) {
+        *has_key = L->nkeys > 0 && written > 0;
+        if (*has_key) {
+            if (!buf_put(shard, "[", 1)) return -1;
+            for (Py_ssize_t q = 0; q < L->nkeys; q++) {
+                Py_ssize_t at = L->keys[q];
+                if (q && !buf_put(shard, ",", 1)) return -1;
+                if (spans[2 * at] < 0 ? !buf_put(shard, "null", 4)
+                                      : !buf_put(shard, b->p + spans[2 * at], spans[2 * at + 1] - spans[2 * at]))
+                    return -1;
+            }
+            if (!buf_put(shard, "]", 1)) return -1;
+        }
+    }
+    if (!buf_put(b, PyBytes_AS_STRING(z), PyBytes_GET_SIZE(z)) || !put_seq(b, L, w->index)
+        || !buf_put(b, L->post_seq, L->post_seq_n))
+        return -1;
+    if (L->nrows_text != NULL) {
+        char digits[32];
+        int nd = snprintf(digits, sizeof(digits), "%lld,", w->index);
+        if (!buf_put(b, digits, nd) || !buf_put(b, L->nrows_text, L->nrows_n) || !buf_put(b, "]}}", 3)) return -1;
+    }
+    return 1;
+}
+
+/* The key column indexes of a tuple, each checked against the plan's columns; NULL on error. */
+static Py_ssize_t *key_indexes(PlanObject *plan, PyObject *keys, Py_ssize_t *nkeys) {
+    if (!PyTuple_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "keys is a tuple of column indexes");
+        return NULL;
+    }
+    *nkeys = PyTuple_GET_SIZE(keys);
+    Py_ssize_t *out = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(*nkeys ? *nkeys : 1));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < *nkeys; k++) {
+        out[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, k));
+        if (out[k] == -1 && PyErr_Occurred()) goto fail;
+        if (out[k] < 0 || out[k] >= plan->ncols) {
+            PyErr_SetString(PyExc_ValueError, "a key index outside the columns");
+            goto fail;
+        }
+    }
+    return out;
+fail:
+    PyMem_Free(out);
+    return NULL;
+}
+
+/* pre and post: tuples of bytes, one per image of the DML type */
+static int check_templates(PyObject *pre, PyObject *post, Py_ssize_t nimg) {
+    if (!PyTuple_Check(pre) || !PyTuple_Check(post) || PyTuple_GET_SIZE(pre) != nimg
+        || PyTuple_GET_SIZE(post) != nimg)
+        goto bad;
+    for (Py_ssize_t k = 0; k < nimg; k++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(pre, k)) || !PyBytes_Check(PyTuple_GET_ITEM(post, k))) goto bad;
+    return 1;
+bad:
+    PyErr_SetString(PyExc_TypeError, "pre and post are tuples of bytes, one per image");
+    return 0;
+}
+
 /* Plan.lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text): one
  * Blob JSON line per message, for a message layout the caller fixed per Entry:
  *   pre[k] + dataColumn JSON + post[k] + seq_prefix + row index (6 digits when seq_pad) + post_seq
@@ -907,105 +1018,69 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
                         "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text[, keys])");
         return NULL;
     }
-    PyObject *keys = nargs == 9 ? args[8] : NULL;
-    if (keys != NULL && !PyTuple_Check(keys)) {
-        PyErr_SetString(PyExc_TypeError, "lines(): keys is a tuple of column indexes");
-        return NULL;
-    }
-    Py_ssize_t nkeys = keys ? PyTuple_GET_SIZE(keys) : 0;
-    for (Py_ssize_t k = 0; k < nkeys; k++) {
-        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, k));
-        if (at == -1 && PyErr_Occurred()) return NULL;
-        if (at < 0 || at >= self->ncols) {
-            PyErr_SetString(PyExc_ValueError, "lines(): a key index outside the columns");
-            return NULL;
-        }
-    }
+    Layout L = {0};
+    Py_ssize_t *keys = NULL;
+    int want_keys = nargs == 9;
+    if (want_keys && (keys = key_indexes(self, args[8], &L.nkeys)) == NULL) return NULL;
+    L.keys = keys;
     int dml_type = PyLong_AsLong(args[1]);
-    if (dml_type == -1 && PyErr_Occurred()) return NULL;
-    if (dml_type < 0 || dml_type > 2) Py_RETURN_NONE;
-    Py_ssize_t nimg = dml_type == 1 ? 2 : 1;
-    Walk w = {0};
-    PyObject *pre = args[2], *post = args[3], *seq_prefix = args[4], *post_seq = args[6], *nrows_text = args[7];
-    int seq_pad = PyObject_IsTrue(args[5]);
-    if (seq_pad < 0) return NULL;
-    if (!PyTuple_Check(pre) || !PyTuple_Check(post) || PyTuple_GET_SIZE(pre) != nimg
-        || PyTuple_GET_SIZE(post) != nimg || !PyBytes_Check(seq_prefix) || !PyBytes_Check(post_seq)
-        || (nrows_text != Py_None && !PyBytes_Check(nrows_text))) {
-        PyErr_SetString(PyExc_TypeError, "lines(): pre and post are tuples of bytes, one per image");
-        return NULL;
+    if (dml_type == -1 && PyErr_Occurred()) goto fail_args;
+    if (dml_type < 0 || dml_type > 2) {
+        PyMem_Free(keys);
+        Py_RETURN_NONE;
     }
-    for (Py_ssize_t k = 0; k < nimg; k++)
-        if (!PyBytes_Check(PyTuple_GET_ITEM(pre, k)) || !PyBytes_Check(PyTuple_GET_ITEM(post, k))) {
-            PyErr_SetString(PyExc_TypeError, "lines(): pre and post are tuples of bytes");
-            return NULL;
-        }
+    Py_ssize_t nimg = dml_type == 1 ? 2 : 1;
+    L.pre = args[2];
+    L.post = args[3];
+    PyObject *seq_prefix = args[4], *post_seq = args[6], *nrows_text = args[7];
+    L.seq_pad = PyObject_IsTrue(args[5]);
+    if (L.seq_pad < 0) goto fail_args;
+    if (!check_templates(L.pre, L.post, nimg)) goto fail_args;
+    if (!PyBytes_Check(seq_prefix) || !PyBytes_Check(post_seq) || (nrows_text != Py_None && !PyBytes_Check(nrows_text))) {
+        PyErr_SetString(PyExc_TypeError, "lines(): seq_prefix, post_seq and nrows_text are bytes");
+        goto fail_args;
+    }
+    L.seq_prefix = PyBytes_AS_STRING(seq_prefix);
+    L.seq_prefix_n = PyBytes_GET_SIZE(seq_prefix);
+    L.post_seq = PyBytes_AS_STRING(post_seq);
+    L.post_seq_n = PyBytes_GET_SIZE(post_seq);
+    if (nrows_text != Py_None) {
+        L.nrows_text = PyBytes_AS_STRING(nrows_text);
+        L.nrows_n = PyBytes_GET_SIZE(nrows_text);
+    }
+    Walk w = {0};
     Py_buffer buf;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) goto fail_args;
     PyObject *result = NULL, *shards = NULL;
     Py_ssize_t *spans = NULL;
     Buf out = {NULL, 0, 0}, shard = {NULL, 0, 0};
     int started = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
     if (started < 0) goto done;
     if (started == 0) goto none;
-    if (keys && (spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)w.cap)) == NULL) {
+    if (want_keys && (spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)w.cap)) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     result = PyList_New(0);
     if (result == NULL) goto done;
-    if (keys && (shards = PyList_New(0)) == NULL) goto error;
+    if (want_keys && (shards = PyList_New(0)) == NULL) goto error;
     Py_ssize_t count;
     int more;
     while ((more = walk_next(&w, &count)) == 1) {
         Py_ssize_t k = dml_type == 1 ? (Py_ssize_t)w.which - 2 : 0; /* the image just read: 0 before, 1 after */
-        long long index = w.index;
-        PyObject *a = PyTuple_GET_ITEM(pre, k), *z = PyTuple_GET_ITEM(post, k);
+        int has_key = 0;
         out.n = 0;
-        if (!buf_put(&out, PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a))) goto error;
-        Py_ssize_t written;
-        int rc = count ? image_json(self, &out, w.datas, count, spans, &written) : 0;
+        shard.n = 0;
+        int rc = write_line(self, &L, &w, count, k, &out, spans, want_keys ? &shard : NULL, &has_key);
         if (rc < 0) goto error;
         if (rc == 0) goto none;
-        if (keys) {
-            /* the shard key: JSON of the key columns' values (null where left out), as
-             * shard_key's orjson.dumps writes it; None without keys or values */
-            PyObject *key_text;
-            if (nkeys == 0 || written == 0) {
-                key_text = Py_None;
-                Py_INCREF(key_text);
-            } else {
-                shard.n = 0;
-                if (!buf_put(&shard, "[", 1)) goto error;
-                for (Py_ssize_t q = 0; q < nkeys; q++) {
-                    Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(keys, q));
-                    if (q && !buf_put(&shard, ",", 1)) goto error;
-                    if (spans[2 * at] < 0 ? !buf_put(&shard, "null", 4)
-                                          : !buf_put(&shard, out.p + spans[2 * at], spans[2 * at + 1] - spans[2 * at]))
-                        goto error;
-                }
-                if (!buf_put(&shard, "]", 1)) goto error;
-                key_text = PyUnicode_DecodeUTF8((const char *)shard.p, shard.n, NULL);
-                if (key_text == NULL) goto error;
-            }
+        if (want_keys) {
+            PyObject *key_text = has_key ? PyUnicode_DecodeUTF8((const char *)shard.p, shard.n, NULL)
+                                         : (Py_INCREF(Py_None), Py_None);
+            if (key_text == NULL) goto error;
             rc = PyList_Append(shards, key_text);
             Py_DECREF(key_text);
             if (rc < 0) goto error;
-        }
-        char digits[32];
-        int nd = seq_pad ? snprintf(digits, sizeof(digits), "%06lld", index)
-                         : snprintf(digits, sizeof(digits), "%lld", index);
-        if (!buf_put(&out, PyBytes_AS_STRING(z), PyBytes_GET_SIZE(z))
-            || !buf_put(&out, PyBytes_AS_STRING(seq_prefix), PyBytes_GET_SIZE(seq_prefix))
-            || !buf_put(&out, digits, nd)
-            || !buf_put(&out, PyBytes_AS_STRING(post_seq), PyBytes_GET_SIZE(post_seq)))
-            goto error;
-        if (nrows_text != Py_None) {
-            nd = snprintf(digits, sizeof(digits), "%lld,", index);
-            if (!buf_put(&out, digits, nd)
-                || !buf_put(&out, PyBytes_AS_STRING(nrows_text), PyBytes_GET_SIZE(nrows_text))
-                || !buf_put(&out, "]}}", 3))
-                goto error;
         }
         PyObject *line = PyBytes_FromStringAndSize((const char *)out.p, out.n);
         if (line == NULL) goto error;
@@ -1014,7 +1089,7 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
         if (rc < 0) goto error;
     }
     if (more < 0) goto none;
-    if (keys) {
+    if (want_keys) {
         PyObject *pair = PyTuple_Pack(2, result, shards);
         Py_DECREF(result);
         result = pair;
@@ -1033,8 +1108,12 @@ done:
     PyMem_Free(shard.p);
     PyMem_Free(spans);
     PyMem_Free(w.datas);
+    PyMem_Free(keys);
     PyBuffer_Release(&buf);
     return result;
+fail_args:
+    PyMem_Free(keys);
+    return NULL;
 }
 
 
@@ -1317,6 +1396,433 @@ done:
 
 /* ---- the Plan type ---------------------------------------------------------------------------- */
 
+/* ---- DTS -> Blob for Spark: the output columns of whole Entries, written into buffers ---------- */
+
+/* The Header fields of a plain Entry, each at most once with its own wire type; strings as spans. */
+typedef struct {
+    uint64_t v[14]; /* varint fields by number */
+    Span s[14];     /* string fields by number (6 fileName, 8 gtid, 9 schemaName, 10 tableName) */
+} HeaderView;
+
+static int is_int32(uint64_t v) { return v <= 0x7fffffffull || v >= 0xffffffff80000000ull; }
+
+/* 1: the Header holds only fields 1..13, none repeated, each with its wire type, the int32 and
+ * enum fields in range, timestamp a uint32 and isLast 0 or 1 (what protobuf reads the same way
+ * the bridge's Python path does); 0: leave the Entry to Python. */
+static int read_header(Span h, HeaderView *hv) {
+    const uint8_t *p = h.p, *end = h.p + h.n;
+    unsigned seen = 0;
+    memset(hv, 0, sizeof(*hv));
+    for (int f = 0; f < 14; f++) hv->s[f].p = (const uint8_t *)"";
+    while (p < end) {
+        uint64_t tag;
+        if (!read_varint(&p, end, &tag)) return 0;
+        uint64_t field = tag >> 3;
+        int wt = (int)(tag & 7);
+        if (field < 1 || field > 13 || (seen & (1u << field))) return 0;
+        seen |= 1u << field;
+        if (field == 6 || field == 8 || field == 9 || field == 10) {
+            if (wt != 2 || !read_span(&p, end, &hv->s[field])) return 0;
+        } else if (wt != 0 || !read_varint(&p, end, &hv->v[field])) {
+            return 0;
+        }
+    }
+    return is_int32(hv->v[1]) && is_int32(hv->v[2]) && is_int32(hv->v[3]) && hv->v[4] <= 0xffffffffull
+           && hv->v[13] <= 1;
+}
+
+/* dts.header of a plain DML Entry as orjson writes `wire_ext_header(header)`: the non-default
+ * fields outside the envelope and source, in field-number order. 1, 0 (a string that is not
+ * UTF-8: protobuf would not have parsed it) or -1. *plain: the header is the default {"version": 1}. */
+static int ext_header_json(Buf *b, const HeaderView *hv, int *plain) {
+    int first = 1, n = 0;
+    static const struct { int field; const char *key; int kind; } F[] = {
+        {1, "\"version\":", 0}, {5, "\"serverId\":", 1}, {6, "\"fileName\":", 2}, {7, "\"position\":", 3},
+        {8, "\"gtid\":", 2}, {12, "\"eventIndex\":", 3}, {13, "\"isLast\":", 4}};
+    if (!buf_put(b, "{", 1)) return -1;
+    for (size_t i = 0; i < sizeof(F) / sizeof(F[0]); i++) {
+        int f = F[i].field;
+        if (F[i].kind == 2 ? hv->s[f].n == 0 : hv->v[f] == 0) continue;
+        if ((!first && !buf_put(b, ",", 1)) || !buf_put(b, F[i].key, (Py_ssize_t)strlen(F[i].key))) return -1;
+        first = 0;
+        n++;
+        char digits[32];
+        int nd;
+        switch (F[i].kind) {
+        case 0: nd = snprintf(digits, sizeof(digits), "%d", (int)(int32_t)(uint32_t)hv->v[f]); break;
+        case 1: nd = snprintf(digits, sizeof(digits), "%lld", (long long)hv->v[f]); break;
+        case 3: nd = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)hv->v[f]); break;
+        case 4: nd = snprintf(digits, sizeof(digits), "true"); break;
+        default: {
+            int rc = json_string(b, hv->s[f].p, hv->s[f].n);
+            if (rc <= 0) return rc;
+            continue;
+        }
+        }
+        if (!buf_put(b, digits, nd)) return -1;
+    }
+    *plain = n == 1 && hv->v[1] == 1;
+    return buf_put(b, "}", 1) ? 1 : -1;
+}
+
+/* The cache key of a plain DML Entry's table: sourceType, schemaName, tableName, columns bytes. */
+static int table_key_into(Buf *b, const HeaderView *hv, Span columns) {
+    return put_varint(b, hv->v[2]) && put_varint(b, (uint64_t)hv->s[9].n) && buf_put(b, hv->s[9].p, hv->s[9].n)
+           && put_varint(b, (uint64_t)hv->s[10].n) && buf_put(b, hv->s[10].p, hv->s[10].n)
+           && buf_put(b, columns.p, columns.n);
+}
+
+/* A plain DML Entry's parts: 1, or 0 (not plain: Python converts it). */
+typedef struct {
+    HeaderView h;
+    Span columns;
+    int dml_type;
+    Py_ssize_t rows;
+} PlainEntry;
+
+static int plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e) {
+    Span header = {(const uint8_t *)"", 0};
+    if (only_submessage(start, end, 1, &header) < 0) return 0;
+    /* Entry: the header and the event, nothing else */
+    const uint8_t *p = start;
+    while (p < end) {
+        uint64_t tag;
+        if (!read_varint(&p, end, &tag) || ((tag >> 3) != 1 && (tag >> 3) != 2) || !skip_field(&p, end, (int)(tag & 7)))
+            return 0;
+    }
+    return read_header(header, &e->h) && e->h.v[3] == 2 /* DML */
+           && scan_dml(start, end, &e->columns, &e->dml_type, &e->rows) && e->rows > 0 && e->rows <= 1000000;
+}
+
+/* table_key(entry_bytes) -> the bytes the Sink looks a plain DML Entry's table up by, or None. */
+static PyObject *table_key(PyObject *module, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PlainEntry e;
+    PyObject *result = NULL;
+    if (plain_entry(buf.buf, (const uint8_t *)buf.buf + buf.len, &e)) {
+        Buf key = {NULL, 0, 0};
+        if (table_key_into(&key, &e.h, e.columns))
+            result = PyBytes_FromStringAndSize((const char *)key.p, key.n);
+        PyMem_Free(key.p);
+    } else {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* The table record's parts: (plan, ((pre, post) per dmlEventType), ext columns JSON, key indexes,
+ * foreign default, db, table, table shard). */
+typedef struct {
+    PlanObject *plan;
+    PyObject *templates, *ext_columns, *keys, *db, *table, *table_shard;
+    int foreign_default;
+} Table;
+
+static PyTypeObject PlanType;
+
+static int unpack_table(PyObject *rec, Table *t) {
+    PyObject *plan, *fd;
+    if (!PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 8
+        || !PyArg_ParseTuple(rec, "O!O!SO!OSSS", &PlanType, &plan, &PyTuple_Type, &t->templates, &t->ext_columns,
+                             &PyTuple_Type, &t->keys, &fd, &t->db, &t->table, &t->table_shard)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a Sink table record is an 8-tuple");
+        return 0;
+    }
+    t->plan = (PlanObject *)plan;
+    t->foreign_default = PyObject_IsTrue(fd);
+    if (t->foreign_default < 0) return 0;
+    if (PyTuple_GET_SIZE(t->templates) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a Sink table record has (pre, post) for each dmlEventType");
+        return 0;
+    }
+    return 1;
+}
+
+enum { S_BLOB, S_SHARD, S_SEQ, S_DB, S_TABLE, S_STRINGS }; /* string columns: data and int32 offsets */
+enum { S_OP, S_ENTRY, S_ROW, S_PART, S_OFFSET, S_TIME, S_FIXED }; /* fixed-width columns */
+
+typedef struct {
+    PyObject_HEAD
+    Buf data[S_STRINGS], offs[S_STRINGS];
+    Buf fixed[S_FIXED];
+    Py_ssize_t rows;
+    Buf key, scratch, tail;    /* the last table key looked up; scratch space */
+    PyObject *last;            /* the table record of `key` */
+    Table table;               /* its parts (references held by `last`) */
+    Py_ssize_t *keys;          /* its shard key's column indexes */
+    Py_ssize_t nkeys;
+} SinkObject;
+
+static int put_i32(Buf *b, int32_t v) { return buf_put(b, &v, 4); }
+static int put_i64(Buf *b, int64_t v) { return buf_put(b, &v, 8); }
+
+static int sink_reset(SinkObject *s) {
+    for (int i = 0; i < S_STRINGS; i++) {
+        s->data[i].n = 0;
+        s->offs[i].n = 0;
+        if (!put_i32(&s->offs[i], 0)) return 0;
+    }
+    for (int i = 0; i < S_FIXED; i++) s->fixed[i].n = 0;
+    s->rows = 0;
+    return 1;
+}
+
+/* close one string value: its end offset (the data stays under 2 GiB: callers take often) */
+static int sink_end_string(SinkObject *s, int col) {
+    if (s->data[col].n > 0x7fffffff) {
+        PyErr_SetString(PyExc_OverflowError, "Sink column over 2 GiB: take() more often");
+        return 0;
+    }
+    return put_i32(&s->offs[col], (int32_t)s->data[col].n);
+}
+
+static int sink_string(SinkObject *s, int col, const void *p, Py_ssize_t n) {
+    return buf_put(&s->data[col], p, n) && sink_end_string(s, col);
+}
+
+typedef struct {
+    Py_ssize_t data[S_STRINGS], offs[S_STRINGS], fixed[S_FIXED], rows;
+} SinkMark;
+
+static void sink_mark(SinkObject *s, SinkMark *m) {
+    for (int i = 0; i < S_STRINGS; i++) {
+        m->data[i] = s->data[i].n;
+        m->offs[i] = s->offs[i].n;
+    }
+    for (int i = 0; i < S_FIXED; i++) m->fixed[i] = s->fixed[i].n;
+    m->rows = s->rows;
+}
+
+static void sink_rollback(SinkObject *s, const SinkMark *m) {
+    for (int i = 0; i < S_STRINGS; i++) {
+        s->data[i].n = m->data[i];
+        s->offs[i].n = m->offs[i];
+    }
+    for (int i = 0; i < S_FIXED; i++) s->fixed[i].n = m->fixed[i];
+    s->rows = m->rows;
+}
+
+static void Sink_dealloc(SinkObject *self) {
+    for (int i = 0; i < S_STRINGS; i++) {
+        PyMem_Free(self->data[i].p);
+        PyMem_Free(self->offs[i].p);
+    }
+    for (int i = 0; i < S_FIXED; i++) PyMem_Free(self->fixed[i].p);
+    PyMem_Free(self->key.p);
+    PyMem_Free(self->scratch.p);
+    PyMem_Free(self->tail.p);
+    PyMem_Free(self->keys);
+    Py_XDECREF(self->last);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Sink_init(SinkObject *self, PyObject *args, PyObject *kwds) {
+    if (!PyArg_ParseTuple(args, ":Sink")) return -1;
+    return sink_reset(self) ? 0 : -1;
+}
+
+/* The messages of one plain DML Entry into the sink: 1, 0 (a miss: the sink is as before) or -1. */
+static int sink_entry(SinkObject *s, const uint8_t *start, const uint8_t *end, const PlainEntry *e,
+                      const Table *t, int lossless, PyObject *version, int32_t entry_index, int32_t partition,
+                      int64_t offset) {
+    const HeaderView *h = &e->h;
+    long long event_time = (long long)h->v[4] * 1000;
+    if (event_time < 1000000000000LL || event_time > 9999999999999LL) return 0;
+    PyObject *pair = PyTuple_GET_ITEM(t->templates, e->dml_type);
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a Sink template is a (pre, post) pair");
+        return -1;
+    }
+    Layout L = {0};
+    L.pre = PyTuple_GET_ITEM(pair, 0);
+    L.post = PyTuple_GET_ITEM(pair, 1);
+    if (!check_templates(L.pre, L.post, e->dml_type == 1 ? 2 : 1)) return -1;
+    /* the sequenceId's prefix, then the bytes after it: timestamp, version, extension head */
+    Buf *tail = &s->tail;
+    char seq_digits[32], nrows_digits[32];
+    uint64_t seq_id = h->v[11];
+    L.seq_pad = seq_id != 0;
+    L.seq_prefix = seq_digits;
+    L.seq_prefix_n = seq_id ? snprintf(seq_digits, sizeof(seq_digits), "%llu", (unsigned long long)seq_id) : 0;
+    tail->n = 0;
+    char stamp[96];
+    int ns = snprintf(stamp, sizeof(stamp), "\",\"timestamp\":{\"eventTime\":%lld,\"checkpointTime\":%lld}},\"version\":\"",
+                      event_time, event_time);
+    if (!buf_put(tail, stamp, ns) || !buf_put(tail, PyBytes_AS_STRING(version), PyBytes_GET_SIZE(version))) return -1;
+    int quiet = 1;
+    if (lossless) {
+        Buf hdr = {NULL, 0, 0};
+        int plain = 0;
+        int rc = ext_header_json(&hdr, h, &plain);
+        quiet = t->foreign_default && e->rows == 1 && plain;
+        if (rc > 0 && !quiet)
+            rc = buf_put(tail, "\",\"dts\":{\"header\":", 18) && buf_put(tail, hdr.p, hdr.n)
+                 && buf_put(tail, PyBytes_AS_STRING(t->ext_columns), PyBytes_GET_SIZE(t->ext_columns))
+                 && buf_put(tail, ",\"row\":[", 8) ? 1 : -1;
+        PyMem_Free(hdr.p);
+        if (rc <= 0) return rc;
+    }
+    if (quiet && !buf_put(tail, "\"}", 2)) return -1;
+    if (!quiet) {
+        L.nrows_text = nrows_digits;
+        L.nrows_n = snprintf(nrows_digits, sizeof(nrows_digits), "%zd", e->rows);
+    }
+    L.post_seq = (const char *)tail->p;
+    L.post_seq_n = tail->n;
+    L.keys = s->keys;
+    L.nkeys = s->nkeys;
+    static const char *OPS[3][2] = {{"\0", NULL}, {"\1", "\2"}, {"\3", NULL}};
+    SinkMark mark;
+    sink_mark(s, &mark);
+    Walk w = {0};
+    Py_ssize_t *spans = NULL;
+    int rc = walk_start(&w, start, end, e->dml_type, t->plan->ncols);
+    if (rc <= 0) goto finish;
+    if ((spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)w.cap)) == NULL) {
+        PyErr_NoMemory();
+        rc = -1;
+        goto finish;
+    }
+    Py_ssize_t count;
+    int32_t message = 0;
+    while ((rc = walk_next(&w, &count)) == 1) {
+        Py_ssize_t k = e->dml_type == 1 ? (Py_ssize_t)w.which - 2 : 0;
+        int has_key = 0;
+        Buf *shard = &s->data[S_SHARD];
+        rc = write_line(t->plan, &L, &w, count, k, &s->data[S_BLOB], spans, shard, &has_key);
+        if (rc <= 0) goto finish;
+        if (!sink_end_string(s, S_BLOB)
+            || (!has_key && !buf_put(shard, PyBytes_AS_STRING(t->table_shard), PyBytes_GET_SIZE(t->table_shard)))
+            || !sink_end_string(s, S_SHARD)
+            || !put_seq(&s->data[S_SEQ], &L, w.index) || !sink_end_string(s, S_SEQ)
+            || !sink_string(s, S_DB, PyBytes_AS_STRING(t->db), PyBytes_GET_SIZE(t->db))
+            || !sink_string(s, S_TABLE, PyBytes_AS_STRING(t->table), PyBytes_GET_SIZE(t->table))
+            || !buf_put(&s->fixed[S_OP], OPS[e->dml_type][k], 1) || !put_i32(&s->fixed[S_ENTRY], entry_index)
+            || !put_i32(&s->fixed[S_ROW], message++) || !put_i32(&s->fixed[S_PART], partition)
+            || !put_i64(&s->fixed[S_OFFSET], offset) || !put_i64(&s->fixed[S_TIME], (int64_t)event_time * 1000)) {
+            rc = -1;
+            goto finish;
+        }
+        s->rows++;
+    }
+    rc = rc < 0 ? 0 : 1; /* walk_next's -1: an Entry for Python */
+finish:
+    if (rc <= 0) sink_rollback(s, &mark);
+    PyMem_Free(spans);
+    PyMem_Free(w.datas);
+    return rc;
+}
+
+/* Sink.entries(raws, start, tables, partition, offset, lossless, version) -> (next, entries, messages):
+ * the plain DML Entries raws[start:] into the sink, in order, up to the first one it leaves to
+ * Python (`next`; len(raws) when none), with the number of Entries and messages written. */
+static PyObject *Sink_entries(SinkObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_Check(args[2]) || !PyBytes_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "entries(raws: list, start, tables: dict, partition, offset, lossless, version: bytes)");
+        return NULL;
+    }
+    PyObject *raws = args[0], *tables = args[2], *version = args[6];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    long partition = PyLong_AsLong(args[3]);
+    long long offset = PyLong_AsLongLong(args[4]);
+    int lossless = PyObject_IsTrue(args[5]);
+    if (PyErr_Occurred() || lossless < 0) return NULL;
+    if (partition < INT32_MIN || partition > INT32_MAX) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(raws), i = start < 0 ? 0 : start, entries = 0, before = self->rows;
+    for (; i < n; i++) {
+        PyObject *raw = PyList_GET_ITEM(raws, i);
+        if (!PyBytes_Check(raw) || i > INT32_MAX) break;
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(raw), *end = p + PyBytes_GET_SIZE(raw);
+        PlainEntry e;
+        if (!plain_entry(p, end, &e)) break;
+        Buf *key = &self->scratch;
+        key->n = 0;
+        if (!table_key_into(key, &e.h, e.columns)) return NULL;
+        if (self->last == NULL || key->n != self->key.n || memcmp(key->p, self->key.p, (size_t)key->n) != 0) {
+            PyObject *k = PyBytes_FromStringAndSize((const char *)key->p, key->n);
+            if (k == NULL) return NULL;
+            PyObject *rec = PyDict_GetItemWithError(tables, k);
+            Py_DECREF(k);
+            if (rec == NULL) {
+                if (PyErr_Occurred()) return NULL;
+                break;
+            }
+            Table t;
+            Py_ssize_t nkeys, *keys;
+            if (!unpack_table(rec, &t) || (keys = key_indexes(t.plan, t.keys, &nkeys)) == NULL) return NULL;
+            self->key.n = 0;
+            if (!buf_put(&self->key, key->p, key->n)) {
+                PyMem_Free(keys);
+                return NULL;
+            }
+            Py_INCREF(rec);
+            Py_XSETREF(self->last, rec);
+            self->table = t;
+            PyMem_Free(self->keys);
+            self->keys = keys;
+            self->nkeys = nkeys;
+        }
+        int rc = sink_entry(self, p, end, &e, &self->table, lossless, version, (int32_t)i, (int32_t)partition, offset);
+        if (rc < 0) return NULL;
+        if (rc == 0) break;
+        entries++;
+    }
+    return Py_BuildValue("(nnn)", i, entries, self->rows - before);
+}
+
+/* Sink.take() -> (rows, string columns as (offsets, data) for blob, shard_key, sequence_id, db, table,
+ * then op codes (uint8: INSERT, UPDATE_BEFOR, UPDATE_AFTER, DELETE), entry, row, partition (int32),
+ * offset, event_time in us (int64)), all bytes in native byte order; the sink starts empty again. */
+static PyObject *Sink_take(SinkObject *self, PyObject *unused) {
+    PyObject *out = PyTuple_New(1 + 2 * S_STRINGS + S_FIXED);
+    if (out == NULL) return NULL;
+    PyTuple_SET_ITEM(out, 0, PyLong_FromSsize_t(self->rows));
+    for (int i = 0; i < S_STRINGS; i++) {
+        PyTuple_SET_ITEM(out, 1 + 2 * i, PyBytes_FromStringAndSize((const char *)self->offs[i].p, self->offs[i].n));
+        PyTuple_SET_ITEM(out, 2 + 2 * i, PyBytes_FromStringAndSize((const char *)self->data[i].p, self->data[i].n));
+    }
+    for (int i = 0; i < S_FIXED; i++)
+        PyTuple_SET_ITEM(out, 1 + 2 * S_STRINGS + i,
+                         PyBytes_FromStringAndSize((const char *)self->fixed[i].p, self->fixed[i].n));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(out); i++)
+        if (PyTuple_GET_ITEM(out, i) == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    if (!sink_reset(self)) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *Sink_len(SinkObject *self, PyObject *unused) {
+    return PyLong_FromSsize_t(self->rows);
+}
+
+static PyMethodDef Sink_methods[] = {
+    {"entries", (PyCFunction)(void (*)(void))Sink_entries, METH_FASTCALL,
+     "entries(raws, start, tables, partition, offset, lossless, version) -> (next, entries, messages)"},
+    {"take", (PyCFunction)Sink_take, METH_NOARGS, "take() -> (rows, column buffers...), and start empty"},
+    {"rows", (PyCFunction)Sink_len, METH_NOARGS, "rows held"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bridge._speedups.Sink",
+    .tp_basicsize = sizeof(SinkObject),
+    .tp_dealloc = (destructor)Sink_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Spark's dts_to_blob output columns of plain DML Entries, written as Arrow buffers.",
+    .tp_methods = Sink_methods,
+    .tp_init = (initproc)Sink_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static void free_cols(Col *cols, Py_ssize_t n) {
     if (cols == NULL) return;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1460,6 +1966,8 @@ static PyMethodDef module_methods[] = {
      "scan(entry_bytes) -> (columns key, dmlEventType, rows) of a plain DML Entry, or None"},
     {"split_items", (PyCFunction)split_items, METH_O,
      "split_items(entries_bytes) -> [Entry bytes, ...] in order, or None for malformed bytes"},
+    {"table_key", (PyCFunction)table_key, METH_O,
+     "table_key(entry_bytes) -> the Sink's table key of a plain DML Entry, or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1470,12 +1978,18 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    if (PyType_Ready(&PlanType) < 0) return NULL;
+    if (PyType_Ready(&PlanType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&PlanType);
     if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0) {
         Py_DECREF(&PlanType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SinkType);
+    if (PyModule_AddObject(m, "Sink", (PyObject *)&SinkType) < 0) {
+        Py_DECREF(&SinkType);
         Py_DECREF(m);
         return NULL;
     }

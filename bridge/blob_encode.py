@@ -242,6 +242,23 @@ class BlobEncoder:
                 return out
         return self._run(self._columns, entry, raw, _column_length)
 
+    def sink_table(self, entry: pb.Entry, raw: bytes) -> tuple | None:
+        """What `_speedups.Sink.entries` needs to write a plain DML Entry's table on its own: (Plan,
+        (pre, post) per dmlEventType, the extension's columns JSON, the shard key's column indexes,
+        whether the columns are the foreign default, db, table, and the table's shard key, as
+        UTF-8), the same parts `convert_columns` takes from this encoder's caches; None for an
+        Entry the C path does not take, or under `system_time` (which stamps each message)."""
+        if not NATIVE or self.options.system_time or entry.header.messageType != _DML:
+            return None
+        found = self._wire_table(entry, entry.header, raw)
+        if found is None:
+            return None
+        cached = found[0]
+        source = cached.schema["source"]
+        return (cached.table.native, tuple(cached.templates(t) for t in range(3)), cached.ext_columns_json,
+                cached.key_indexes, cached.table.foreign_default, source["dbName"].encode(),
+                source["tableName"].encode(), cached.table_shard.encode())
+
     def _run(self, method, entry: pb.Entry, raw: bytes | None, size=len):
         """Call a converter of one Entry: errors located at the Entry, output counted (`size`
         messages)."""

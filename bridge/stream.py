@@ -89,6 +89,27 @@ class ErrorPolicy:
         return record
 
 
+def dts_records_to_assembled(records: Iterable[tuple[Any, int, bytes]], policy: ErrorPolicy,
+                             reassembler: Reassembler | None = None, finish: bool = True) -> Iterator[Assembled]:
+    """(partition, offset, Envelope bytes) in offset order per partition -> each complete Entries
+    (`Assembled`), its Entries not yet counted as input. Framing errors go to the policy, counted in
+    the Envelopes they dispose of."""
+    reassembler = reassembler or Reassembler()
+    tally = policy.tally
+    for partition, offset, value in records:
+        tally.envelopes += 1
+        for item in reassembler.feed(partition, offset, value):
+            if isinstance(item, Assembled):
+                yield item
+            else:
+                tally.input += item.count
+                policy.reject(item, value if item.count == 1 else None, item.count)
+    if finish:
+        for err in reassembler.finish():
+            tally.input += err.count
+            policy.reject(err, None, err.count)
+
+
 def dts_records_to_entries(records: Iterable[tuple[Any, int, bytes]], policy: ErrorPolicy,
                            reassembler: Reassembler | None = None, finish: bool = True, raw: bool = False
                            ) -> Iterator[tuple]:
@@ -98,27 +119,16 @@ def dts_records_to_entries(records: Iterable[tuple[Any, int, bytes]], policy: Er
     the row images off those bytes (`BlobEncoder.convert(entry, raw)`).
     Framing errors go to the policy, counted in the Envelopes they dispose of.
     """
-    reassembler = reassembler or Reassembler()
     tally = policy.tally
-    for partition, offset, value in records:
-        tally.envelopes += 1
-        for item in reassembler.feed(partition, offset, value):
-            if isinstance(item, Assembled):
-                where = {"partition": item.partition, "offset": item.first_offset}
-                raws = item.raws
-                for index, entry in enumerate(item.entries.items):
-                    tally.input += 1
-                    if raw:
-                        yield {**where, "entry": index}, entry, raws[index] if raws is not None else None
-                    else:
-                        yield {**where, "entry": index}, entry
+    for item in dts_records_to_assembled(records, policy, reassembler, finish):
+        where = {"partition": item.partition, "offset": item.first_offset}
+        raws = item.raws
+        for index, entry in enumerate(item.entries.items):
+            tally.input += 1
+            if raw:
+                yield {**where, "entry": index}, entry, raws[index] if raws is not None else None
             else:
-                tally.input += item.count
-                policy.reject(item, value if item.count == 1 else None, item.count)
-    if finish:
-        for err in reassembler.finish():
-            tally.input += err.count
-            policy.reject(err, None, err.count)
+                yield {**where, "entry": index}, entry
 
 
 def dts_json_lines_to_entries(lines: Iterable[tuple[int, bytes]], policy: ErrorPolicy,
