@@ -336,6 +336,7 @@ class _DtsToBlob(_FromDts):
         self.tables: dict[bytes, tuple] = {}  # Sink table key -> BlobEncoder.sink_table record
         self._pieces: list = []  # output batches not yet given, in order
         self._held = 0  # their rows
+        self.sunk = 0  # Entries the sink wrote
 
     def convert_columns(self, entry, raw=None):
         seqs, ops, dbs, tables, shards, times, lines = self.encoder.convert_columns(entry, raw)
@@ -381,6 +382,7 @@ class _DtsToBlob(_FromDts):
                         tally.outputs += messages
                         encoder.entries += done
                         encoder.emitted += messages
+                        self.sunk += done
                         if index >= n:
                             break
                     raw = raws[index] if raws is not None else None
