@@ -524,6 +524,19 @@ static inline int buf_put(Buf *b, const void *p, Py_ssize_t n) {
 
 static Py_ssize_t int_text(long long x, char *out);
 
+/* decimal digits of x (no sign), as %llu writes them */
+static Py_ssize_t u64_text(unsigned long long x, char *out) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + x % 10);
+        x /= 10;
+    } while (x);
+    Py_ssize_t len = 0;
+    while (n) out[len++] = tmp[--n];
+    return len;
+}
+
 static int buf_int(Buf *b, long long x) {
     char tmp[24];
     return buf_put(b, tmp, int_text(x, tmp));
@@ -926,8 +939,13 @@ typedef struct {
 /* The sequenceId text of row `index` of an Entry: seqId x 10**6 + index, as the layout writes it. */
 static int put_seq(Buf *b, const Layout *L, long long index) {
     char digits[32];
-    int nd = L->seq_pad ? snprintf(digits, sizeof(digits), "%06lld", index)
-                        : snprintf(digits, sizeof(digits), "%lld", index);
+    Py_ssize_t nd;
+    if (L->seq_pad && index >= 0 && index < 1000000) { /* "%06lld" */
+        for (int i = 5; i >= 0; i--, index /= 10) digits[i] = (char)('0' + index % 10);
+        nd = 6;
+    } else {
+        nd = int_text(index, digits);
+    }
     return buf_put(b, L->seq_prefix, L->seq_prefix_n) && buf_put(b, digits, nd);
 }
 
@@ -961,7 +979,8 @@ static int write_line(PlanObject *plan, const Layout *L, const Walk *w, Py_ssize
         return -1;
     if (L->nrows_text != NULL) {
         char digits[32];
-        int nd = snprintf(digits, sizeof(digits), "%lld,", w->index);
+        Py_ssize_t nd = int_text(w->index, digits);
+        digits[nd++] = ',';
         if (!buf_put(b, digits, nd) || !buf_put(b, L->nrows_text, L->nrows_n) || !buf_put(b, "]}}", 3)) return -1;
     }
     return 1;
@@ -1447,12 +1466,12 @@ static int ext_header_json(Buf *b, const HeaderView *hv, int *plain) {
         first = 0;
         n++;
         char digits[32];
-        int nd;
+        Py_ssize_t nd;
         switch (F[i].kind) {
-        case 0: nd = snprintf(digits, sizeof(digits), "%d", (int)(int32_t)(uint32_t)hv->v[f]); break;
-        case 1: nd = snprintf(digits, sizeof(digits), "%lld", (long long)hv->v[f]); break;
-        case 3: nd = snprintf(digits, sizeof(digits), "%llu", (unsigned long long)hv->v[f]); break;
-        case 4: nd = snprintf(digits, sizeof(digits), "true"); break;
+        case 0: nd = int_text((int32_t)(uint32_t)hv->v[f], digits); break;
+        case 1: nd = int_text((long long)hv->v[f], digits); break;
+        case 3: nd = u64_text(hv->v[f], digits); break;
+        case 4: memcpy(digits, "true", 4); nd = 4; break;
         default: {
             int rc = json_string(b, hv->s[f].p, hv->s[f].n);
             if (rc <= 0) return rc;
@@ -1549,7 +1568,7 @@ typedef struct {
     Buf data[S_STRINGS], offs[S_STRINGS];
     Buf fixed[S_FIXED];
     Py_ssize_t rows;
-    Buf key, scratch, tail;    /* the last table key looked up; scratch space */
+    Buf key, scratch, tail, hdr, spans; /* the last table key looked up; scratch space */
     PyObject *last;            /* the table record of `key` */
     Table table;               /* its parts (references held by `last`) */
     Py_ssize_t *keys;          /* its shard key's column indexes */
@@ -1614,6 +1633,8 @@ static void Sink_dealloc(SinkObject *self) {
     PyMem_Free(self->key.p);
     PyMem_Free(self->scratch.p);
     PyMem_Free(self->tail.p);
+    PyMem_Free(self->hdr.p);
+    PyMem_Free(self->spans.p);
     PyMem_Free(self->keys);
     Py_XDECREF(self->last);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1646,29 +1667,32 @@ static int sink_entry(SinkObject *s, const uint8_t *start, const uint8_t *end, c
     uint64_t seq_id = h->v[11];
     L.seq_pad = seq_id != 0;
     L.seq_prefix = seq_digits;
-    L.seq_prefix_n = seq_id ? snprintf(seq_digits, sizeof(seq_digits), "%llu", (unsigned long long)seq_id) : 0;
+    L.seq_prefix_n = seq_id ? u64_text(seq_id, seq_digits) : 0;
     tail->n = 0;
-    char stamp[96];
-    int ns = snprintf(stamp, sizeof(stamp), "\",\"timestamp\":{\"eventTime\":%lld,\"checkpointTime\":%lld}},\"version\":\"",
-                      event_time, event_time);
-    if (!buf_put(tail, stamp, ns) || !buf_put(tail, PyBytes_AS_STRING(version), PyBytes_GET_SIZE(version))) return -1;
+    char stamp[24];
+    Py_ssize_t ns = int_text(event_time, stamp);
+    if (!buf_put(tail, "\",\"timestamp\":{\"eventTime\":", 27) || !buf_put(tail, stamp, ns)
+        || !buf_put(tail, ",\"checkpointTime\":", 18) || !buf_put(tail, stamp, ns)
+        || !buf_put(tail, "}},\"version\":\"", 14)
+        || !buf_put(tail, PyBytes_AS_STRING(version), PyBytes_GET_SIZE(version)))
+        return -1;
     int quiet = 1;
     if (lossless) {
-        Buf hdr = {NULL, 0, 0};
+        Buf *hdr = &s->hdr;
         int plain = 0;
-        int rc = ext_header_json(&hdr, h, &plain);
+        hdr->n = 0;
+        int rc = ext_header_json(hdr, h, &plain);
         quiet = t->foreign_default && e->rows == 1 && plain;
         if (rc > 0 && !quiet)
-            rc = buf_put(tail, "\",\"dts\":{\"header\":", 18) && buf_put(tail, hdr.p, hdr.n)
+            rc = buf_put(tail, "\",\"dts\":{\"header\":", 18) && buf_put(tail, hdr->p, hdr->n)
                  && buf_put(tail, PyBytes_AS_STRING(t->ext_columns), PyBytes_GET_SIZE(t->ext_columns))
                  && buf_put(tail, ",\"row\":[", 8) ? 1 : -1;
-        PyMem_Free(hdr.p);
         if (rc <= 0) return rc;
     }
     if (quiet && !buf_put(tail, "\"}", 2)) return -1;
     if (!quiet) {
         L.nrows_text = nrows_digits;
-        L.nrows_n = snprintf(nrows_digits, sizeof(nrows_digits), "%zd", e->rows);
+        L.nrows_n = int_text(e->rows, nrows_digits);
     }
     L.post_seq = (const char *)tail->p;
     L.post_seq_n = tail->n;
@@ -1681,11 +1705,12 @@ static int sink_entry(SinkObject *s, const uint8_t *start, const uint8_t *end, c
     Py_ssize_t *spans = NULL;
     int rc = walk_start(&w, start, end, e->dml_type, t->plan->ncols);
     if (rc <= 0) goto finish;
-    if ((spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)w.cap)) == NULL) {
-        PyErr_NoMemory();
+    s->spans.n = 0;
+    if (!buf_grow(&s->spans, (Py_ssize_t)sizeof(Py_ssize_t) * 2 * w.cap)) {
         rc = -1;
         goto finish;
     }
+    spans = (Py_ssize_t *)s->spans.p;
     Py_ssize_t count;
     int32_t message = 0;
     while ((rc = walk_next(&w, &count)) == 1) {
@@ -1711,7 +1736,6 @@ static int sink_entry(SinkObject *s, const uint8_t *start, const uint8_t *end, c
     rc = rc < 0 ? 0 : 1; /* walk_next's -1: an Entry for Python */
 finish:
     if (rc <= 0) sink_rollback(s, &mark);
-    PyMem_Free(spans);
     PyMem_Free(w.datas);
     return rc;
 }
