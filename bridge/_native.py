@@ -12,7 +12,7 @@ try:
 except ImportError:  # pragma: no cover - a build without a C compiler
     _speedups = None
 
-__all__ = ["NATIVE", "speedups", "split_items", "wire_scan"]
+__all__ = ["NATIVE", "speedups", "split_items", "valid_entries", "wire_scan"]
 
 NATIVE: bool = _speedups is not None and os.environ.get("BRIDGE_PURE_PYTHON", "") in ("", "0")
 speedups = _speedups if NATIVE else None
@@ -26,3 +26,8 @@ def split_items(data: bytes) -> list | None:
 def wire_scan(raw: bytes):
     """(columns key, dmlEventType, rows) of an Entry whose Event holds only a dmlEvent, or None."""
     return _speedups.scan(raw) if NATIVE else None
+
+
+def valid_entries(data: bytes) -> bool:
+    """True when protobuf is known to parse the bytes as an Entries (False: not sure, or no extension)."""
+    return NATIVE and _speedups.valid_entries(data)

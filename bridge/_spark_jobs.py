@@ -350,7 +350,7 @@ class _DtsToBlob(_FromDts):
         self._schema = pa.schema([(name, _arrow_type(kind)) for name, kind in self.columns])
         self._out = [[] for _ in range(self.width)]
         for topic, run in itertools.groupby(records, key=itemgetter(0)):
-            reassembler = self.reassemblers.setdefault(topic, Reassembler())
+            reassembler = self.reassemblers.setdefault(topic, Reassembler(lazy=True))
             yield from self._assembled(topic, dts_records_to_assembled((r[1:] for r in run), self.policy,
                                                                        reassembler, finish=False))
         for topic, reassembler in self.reassemblers.items():

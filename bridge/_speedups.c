@@ -1415,6 +1415,135 @@ done:
 
 /* ---- the Plan type ---------------------------------------------------------------------------- */
 
+/* ---- Entries that protobuf parses, known without parsing them ---------------------------------- */
+
+enum { T_VARINT, T_STRING, T_BYTES, T_MSG };
+typedef struct {
+    uint8_t field, type, msg;
+} FieldSpec;
+typedef struct {
+    const FieldSpec *fields;
+    int n;
+} MsgSpec;
+
+enum { M_KV, M_ENTRIES, M_ENTRY, M_HEADER, M_EVENT, M_BEGIN, M_COMMIT, M_DDL, M_ROLLBACK, M_HEARTBEAT,
+       M_CHECKPOINT, M_DML, M_COLUMN, M_ROW, M_DATA };
+
+/* proto/subscribe.proto, field by field */
+static const FieldSpec F_KV[] = {{1, T_STRING, 0}, {2, T_STRING, 0}};
+static const FieldSpec F_ENTRIES[] = {{1, T_MSG, M_ENTRY}};
+static const FieldSpec F_ENTRY[] = {{1, T_MSG, M_HEADER}, {2, T_MSG, M_EVENT}};
+static const FieldSpec F_HEADER[] = {{1, T_VARINT, 0},  {2, T_VARINT, 0},  {3, T_VARINT, 0}, {4, T_VARINT, 0},
+                                     {5, T_VARINT, 0},  {6, T_STRING, 0},  {7, T_VARINT, 0}, {8, T_STRING, 0},
+                                     {9, T_STRING, 0},  {10, T_STRING, 0}, {11, T_VARINT, 0}, {12, T_VARINT, 0},
+                                     {13, T_VARINT, 0}, {15, T_MSG, M_KV}};
+static const FieldSpec F_EVENT[] = {{1, T_MSG, M_BEGIN},     {2, T_MSG, M_DML},       {3, T_MSG, M_COMMIT},
+                                    {4, T_MSG, M_DDL},       {5, T_MSG, M_ROLLBACK},  {6, T_MSG, M_HEARTBEAT},
+                                    {7, T_MSG, M_CHECKPOINT}, {15, T_MSG, M_KV}};
+static const FieldSpec F_BEGIN[] = {{1, T_STRING, 0}, {2, T_VARINT, 0}};
+static const FieldSpec F_COMMIT[] = {{1, T_STRING, 0}};
+static const FieldSpec F_DDL[] = {{1, T_STRING, 0}, {2, T_STRING, 0}, {3, T_VARINT, 0}};
+static const FieldSpec F_HEARTBEAT[] = {{1, T_VARINT, 0}};
+static const FieldSpec F_CHECKPOINT[] = {{1, T_STRING, 0}, {2, T_VARINT, 0}, {3, T_STRING, 0}, {4, T_VARINT, 0}};
+static const FieldSpec F_DML[] = {{1, T_VARINT, 0}, {2, T_MSG, M_COLUMN}, {3, T_MSG, M_ROW}};
+static const FieldSpec F_COLUMN[] = {{1, T_STRING, 0}, {2, T_STRING, 0}, {3, T_VARINT, 0}, {15, T_MSG, M_KV}};
+static const FieldSpec F_ROW[] = {{1, T_MSG, M_DATA}, {2, T_MSG, M_DATA}, {15, T_MSG, M_KV}};
+static const FieldSpec F_DATA[] = {{1, T_VARINT, 0}, {2, T_STRING, 0}, {3, T_STRING, 0}, {4, T_BYTES, 0}};
+
+#define SPEC(a) {a, (int)(sizeof(a) / sizeof(a[0]))}
+static const MsgSpec MSGS[] = {SPEC(F_KV),        SPEC(F_ENTRIES),   SPEC(F_ENTRY),      SPEC(F_HEADER),
+                               SPEC(F_EVENT),     SPEC(F_BEGIN),     SPEC(F_COMMIT),     SPEC(F_DDL),
+                               {NULL, 0},         SPEC(F_HEARTBEAT), SPEC(F_CHECKPOINT), SPEC(F_DML),
+                               SPEC(F_COLUMN),    SPEC(F_ROW),       SPEC(F_DATA)};
+
+/* FIELD_AT[msg][field]: the index of the field's spec in MSGS[msg], or -1 (set up once) */
+static int8_t FIELD_AT[sizeof(MSGS) / sizeof(MSGS[0])][16];
+
+static void field_index(void) {
+    for (size_t m = 0; m < sizeof(MSGS) / sizeof(MSGS[0]); m++) {
+        memset(FIELD_AT[m], -1, sizeof(FIELD_AT[m]));
+        for (int i = 0; i < MSGS[m].n; i++) FIELD_AT[m][MSGS[m].fields[i].field] = (int8_t)i;
+    }
+}
+
+/* A varint of at most 10 bytes whose value fits 64 bits (nothing protobuf might read otherwise). */
+static inline int strict_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    const uint8_t *p = *pp;
+    for (int i = 0; i < 10 && p + i < end; i++)
+        if (!(p[i] & 0x80)) {
+            if (i == 9 && p[i] > 1) return 0;
+            return read_varint(pp, end, out);
+        }
+    return 0;
+}
+
+static int valid_utf8(const uint8_t *p, const uint8_t *end) {
+    while (p < end) {
+        if (end - p >= 8) { /* eight ASCII bytes at a time */
+            uint64_t word;
+            memcpy(&word, p, 8);
+            if (!(word & 0x8080808080808080ull)) {
+                p += 8;
+                continue;
+            }
+        }
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+        int len = utf8_seq(p, end);
+        if (!len) return 0;
+        p += len;
+    }
+    return 1;
+}
+
+/* 1: the bytes are message `msg` as protobuf parses it (well-formed fields, UTF-8 strings, known
+ * sub-messages the same way down); 0: not sure (protobuf's own parse decides, and reports). */
+static int valid_message(const uint8_t *p, const uint8_t *end, int msg) {
+    const MsgSpec *spec = &MSGS[msg];
+    while (p < end) {
+        uint64_t tag, v;
+        if (!strict_varint(&p, end, &tag) || tag > 0xffffffffull || (tag >> 3) == 0) return 0;
+        uint32_t field = (uint32_t)(tag >> 3);
+        int wt = (int)(tag & 7);
+        const FieldSpec *f = NULL;
+        if (field < 16) {
+            int at = FIELD_AT[msg][field];
+            f = at < 0 ? NULL : &spec->fields[at];
+        }
+        if (f != NULL && f->type == T_VARINT && wt == 0) {
+            if (!strict_varint(&p, end, &v)) return 0;
+        } else if (f != NULL && f->type != T_VARINT && wt == 2) {
+            Span sp;
+            if (!strict_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+            sp.p = p;
+            sp.n = (Py_ssize_t)v;
+            p += v;
+            if (f->type == T_STRING && !valid_utf8(sp.p, sp.p + sp.n)) return 0;
+            if (f->type == T_MSG && !valid_message(sp.p, sp.p + sp.n, f->msg)) return 0;
+        } else { /* unknown, or a known field of another wire type: kept as an unknown field */
+            if (wt == 0 ? !strict_varint(&p, end, &v) : (wt == 2 ? !strict_varint(&p, end, &v) || v > (uint64_t)(end - p) : 0))
+                return 0;
+            if (wt == 2) {
+                p += v;
+            } else if (wt != 0 && !skip_field(&p, end, wt)) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* valid_entries(data) -> True when protobuf parses the bytes as an Entries (False: not sure). */
+static PyObject *valid_entries(PyObject *module, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    int ok = valid_message(buf.buf, (const uint8_t *)buf.buf + buf.len, M_ENTRIES);
+    PyBuffer_Release(&buf);
+    return PyBool_FromLong(ok);
+}
+
 /* ---- DTS -> Blob for Spark: the output columns of whole Entries, written into buffers ---------- */
 
 /* The Header fields of a plain Entry, each at most once with its own wire type; strings as spans. */
@@ -1990,6 +2119,8 @@ static PyMethodDef module_methods[] = {
      "scan(entry_bytes) -> (columns key, dmlEventType, rows) of a plain DML Entry, or None"},
     {"split_items", (PyCFunction)split_items, METH_O,
      "split_items(entries_bytes) -> [Entry bytes, ...] in order, or None for malformed bytes"},
+    {"valid_entries", (PyCFunction)valid_entries, METH_O,
+     "valid_entries(data) -> True when protobuf parses the bytes as an Entries (False: not sure)"},
     {"table_key", (PyCFunction)table_key, METH_O,
      "table_key(entry_bytes) -> the Sink's table key of a plain DML Entry, or None"},
     {NULL, NULL, 0, NULL},
@@ -2003,6 +2134,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     if (PyType_Ready(&PlanType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;
+    field_index();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&PlanType);

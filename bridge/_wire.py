@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import BinaryIO, Iterable, Iterator
 
 import orjson
@@ -24,7 +25,7 @@ from google.protobuf.message import DecodeError as _PbDecodeError
 
 from . import subscribe_pb2 as pb
 from .errors import DecodeError, FramingError
-from ._native import split_items
+from ._native import split_items, valid_entries
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -96,12 +97,37 @@ def pack_entries(entries: Iterable[pb.Entry], max_message_bytes: int = 1 << 20) 
 @dataclass(frozen=True)
 class Assembled:
     """A complete Entries and where its segments came from."""
-    entries: pb.Entries
+    entries: pb.Entries | LazyEntries  # LazyEntries from Reassembler(lazy=True)
     partition: object
     first_offset: int
     last_offset: int
     segments: int
     raws: list | None = None  # the bytes of each Entry (for the C fast path), when the extension split them
+
+
+class LazyEntries:
+    """An Entries whose bytes protobuf is known to parse (`valid_entries`), each Entry parsed only
+    when asked for: `items` is a sequence over the Entries' item bytes."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, raws: list[bytes]) -> None:
+        self.items = _LazyItems(raws)
+
+
+class _LazyItems(Sequence):
+    __slots__ = ("_raws",)
+
+    def __init__(self, raws: list[bytes]) -> None:
+        self._raws = raws
+
+    def __len__(self) -> int:
+        return len(self._raws)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [pb.Entry.FromString(raw) for raw in self._raws[index]]
+        return pb.Entry.FromString(self._raws[index])
 
 
 @dataclass
@@ -121,9 +147,12 @@ class Reassembler:
     converted + rejected always accounts for the input.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lazy: bool = False) -> None:
+        """`lazy`: an Entries the C extension knows protobuf parses comes as `LazyEntries`, each
+        Entry parsed when asked for (for callers that read most Entries off their bytes)."""
         self._open: dict[object, _Buffer] = {}
         self._last_offset: dict[object, int] = {}
+        self.lazy = lazy
 
     @property
     def open_partitions(self) -> list:
@@ -173,6 +202,11 @@ class Reassembler:
             return results
         self._open.pop(partition, None)
         data = env.data if buf.total == 1 else b"".join(buf.chunks)
+        if self.lazy and valid_entries(data):
+            raws = split_items(data)
+            if raws is not None:
+                results.append(Assembled(LazyEntries(raws), partition, buf.first_offset, offset, buf.total, raws))
+                return results
         entries = pb.Entries()
         try:
             entries.ParseFromString(data)
