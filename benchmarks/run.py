@@ -61,19 +61,20 @@ METHOD = """
 - **(e) DTS -> Tuple**: per Entry `Entry.FromString` and `TupleEncoder.convert` (row dicts of typed
   values; no file writing).
 - **(f) Spark**: `bridge.spark.local_session()` (local[2]); the Envelopes as a Kafka-shaped
-  DataFrame (key, value, topic, partition 0..1 alternating, offset, timestamp) read from Parquet
-  and cached; after a warm-up pass on four Envelopes (session start-up excluded),
-  `dts_to_blob(df)`, the same with AQE's partition coalescing switched off, a `mapInArrow`
-  identity pass over the same `kafka_order`ed columns, and an output floor (a `mapInArrow` pass
-  that emits, per Envelope, as many rows of `dts_to_blob`'s schema as it gives messages, each
-  with a Blob line of the average size, converting nothing: what Spark spends taking the output),
-  each forced by a `noop` write, alternate with the single-process (b) on the same Entries; best
-  of N rounds. The output floor writes 4096-row batches, as the transform does. Each pass's CPU
-  seconds are read from `/proc` for the JVM (all its threads) and the Python workers (the daemon,
-  its workers and the workers it reaped), and from `time.process_time` for the driver, where the
-  single-process pass runs. `spark_cpu_bound_vs_single_process` is what no converter can beat on
-  these cores: the time the output floor's JVM CPU plus the single-process pass's own CPU would
-  take spread over every core without loss, as a ratio to the single-process time.
+  DataFrame (key, value, topic, partition 0..1 interleaved, offset, timestamp) read from Parquet
+  and cached, and the same rows in the layout Spark's Kafka source reads them (each Kafka
+  partition in one task, offsets in order: `kafka_order` of the six columns), cached too. After a
+  full warm-up pass of each (session start-up and JIT excluded), on the Kafka-ordered frame:
+  `dts_to_blob(df, ordered=True)` (the (f) figure), a `mapInArrow` identity pass, and an output
+  floor (a `mapInArrow` pass that emits, per Envelope, as many rows of `dts_to_blob`'s schema as
+  it gives messages, each with a Blob line of the average size, converting nothing: slices of one
+  4096-row batch built once per task, so it is what Spark spends taking the output and the most
+  any converter can reach); on the interleaved frame, `dts_to_blob(df)`, which shuffles it into
+  Kafka order itself (`dts_to_blob_shuffled`). Each is forced by a `noop` write and alternates
+  with the single-process (b) on the same Entries; best of N rounds. Each pass's CPU seconds are
+  read from `/proc` for the JVM (all its threads) and the Python workers (the daemon, its workers
+  and the workers it reaped), and from `time.process_time` for the driver, where the
+  single-process pass runs.
 - **(g) CLI**: `.pb` streams repeating the workload's Envelopes up to 100 MiB and 1 GiB (kept in
   `benchmarks/work/`, git-ignored); `dts-bridge convert X.pb -o - --to blob` with standard output
   to `/dev/null`, in its own process, peak RSS from `/usr/bin/time -v` (or `getrusage` of a fresh

@@ -65,8 +65,13 @@ def kafka_order(df, *extra: str):
     return df.repartition(parallelism, *keys).sortWithinPartitions(*keys, "offset", *extra)
 
 
-def _dts_input(df):
-    return kafka_order(df.select(*[c for c in ("topic", "partition", "offset", "value") if c in df.columns]))
+def _dts_input(df, ordered: bool = False):
+    """The Kafka columns the DTS converters read, in Kafka order: put there (`kafka_order`, a
+    shuffle) unless `ordered` says the input already is."""
+    if not isinstance(ordered, bool):
+        raise OptionsError("ordered must be True or False", value=ordered)
+    columns = df.select(*[c for c in ("topic", "partition", "offset", "value") if c in df.columns])
+    return columns if ordered else kafka_order(columns)
 
 
 def dts_to_blob_batches(options: Options | None = None, mode: str = "FAILFAST", *,
@@ -79,15 +84,18 @@ def dts_to_blob_batches(options: Options | None = None, mode: str = "FAILFAST", 
 
 
 def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
-                tally: SparkTally | None = None):
+                tally: SparkTally | None = None, ordered: bool = False):
     """Kafka-shaped DTS DataFrame -> one row per Blob message (`blob_schema(mode)`).
 
     `offset` is the first segment of the Entries, `entry` the Entry's index in it and `row` the
     message's index among the Entry's messages: (topic, partition, offset, entry, row) is stream
-    order, and each Spark partition's rows come in that order.
+    order, and each Spark partition's rows come in that order. `ordered=True`: the input already
+    has each Kafka partition's records in one Spark partition, in offset order (a batch read of
+    Spark's Kafka source without `minPartitions`), so the shuffle of `kafka_order` is skipped; input
+    that is not reports framing errors with partition and offset (docs/spark.md, "Ordering").
     """
     fn = dts_to_blob_batches(options, mode, tally=tally, arrow=True)
-    return _dts_input(df).mapInArrow(fn, blob_schema(mode))
+    return _dts_input(df, ordered).mapInArrow(fn, blob_schema(mode))
 
 
 def tuple_schema(schema, columns=None, mode: str = "FAILFAST", positions: bool = False) -> str:
@@ -107,12 +115,12 @@ def dts_to_tuple_batches(table: str, schema, options: Options | None = None, mod
     return _batch_function(lambda: _DtsToTuple(options, mode, table, fields, positions), arrow, tally)
 
 
-def table_columns(df, table: str) -> list[pb.Column]:
+def table_columns(df, table: str, *, ordered: bool = False) -> list[pb.Column]:
     """The DTS columns of `table` ("db.table") in a Kafka-shaped DTS DataFrame: every column of
     every column set its DML entries carry, in order of first appearance (a column the table
     redefined takes its last definition). One Spark job; bad records are left to the conversion."""
     fn = _batch_function(lambda: _ColumnSets(table), True, None)
-    found = _dts_input(df).mapInArrow(fn, _ddl(POSITION_COLUMNS + (("columns", "binary"),))).collect()
+    found = _dts_input(df, ordered).mapInArrow(fn, _ddl(POSITION_COLUMNS + (("columns", "binary"),))).collect()
     merged: dict[str, pb.Column] = {}
     for row in sorted(found, key=lambda r: (r.topic or "", r.partition, r.offset, r.entry)):
         for column in pb.DMLEvent.FromString(row.columns).columns:
@@ -123,22 +131,23 @@ def table_columns(df, table: str) -> list[pb.Column]:
 
 
 def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mode: str = "FAILFAST", *,
-                 columns=None, positions: bool = False, tally: SparkTally | None = None):
+                 columns=None, positions: bool = False, tally: SparkTally | None = None, ordered: bool = False):
     """Kafka-shaped DTS DataFrame -> typed Tuple rows of one table ("db.table").
 
     `schema` is the DataHub RecordSchema (dict, JSON text or pydatahub RecordSchema); without it,
     it is `bridge.tuple.record_schema` of `columns`, and without those, of `table_columns(df,
     table)` (one more Spark job). Entries of other tables and non-DML entries give no rows and
     count as not emitted. `positions=True` adds topic, partition, offset, entry, row in front.
+    `ordered=True` skips the shuffle into Kafka order, as in `dts_to_blob`.
     """
     options = options or DEFAULT_OPTIONS
     if schema is None:
         from .tuple import record_schema
-        columns = columns if columns is not None else table_columns(df, table)
+        columns = columns if columns is not None else table_columns(df, table, ordered=ordered)
         schema = record_schema(columns, options)
     fn = dts_to_tuple_batches(table, schema, options, mode, columns=columns, positions=positions,
                               tally=tally, arrow=True)
-    return _dts_input(df).mapInArrow(fn, tuple_schema(schema, columns, mode, positions))
+    return _dts_input(df, ordered).mapInArrow(fn, tuple_schema(schema, columns, mode, positions))
 
 
 def _dts_output(options: Options | None, mode: str, max_message_bytes: int | None, key: str):

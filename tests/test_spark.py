@@ -274,6 +274,52 @@ def test_dropmalformed_drops_and_counts(spark):
     assert tally.value.rejected > 0 and tally.value.balanced()
 
 
+def _plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+@pytest.mark.spark
+def test_ordered_input_skips_the_shuffle(spark):
+    """`ordered=True` on input already in Kafka order (as Spark's Kafka source reads it): no
+    Exchange in the plan, and the rows of the shuffling default."""
+    path = SAMPLES_DIR / "large.pb"
+    df = kafka_df(spark, envelopes(path)).coalesce(1)  # one Spark partition, offsets in order
+    tally = bs.SparkTally(spark)
+    fast = bs.dts_to_blob(df, ordered=True, tally=tally)
+    assert "Exchange" not in _plan(fast) and "Exchange" in _plan(bs.dts_to_blob(df))
+    expected, policy = pure_blob_rows(path)
+    assert [tuple(r) for r in fast.collect()] == expected  # already in stream order
+    assert tally.value == policy.tally
+    table = "shop.orders" if "shop.orders" in _tables_of(path) else _tables_of(path)[0]
+    assert bs.table_columns(df, table, ordered=True) == bs.table_columns(df, table)
+    with pytest.raises(bridge.OptionsError):
+        bs.dts_to_blob(df, ordered="yes")
+
+
+def _tables_of(path) -> list:
+    return sorted({f"{e.header.schemaName}.{e.header.tableName}" for _, e in pure_entries(path)[0]
+                   if e.header.messageType == pb.DML})
+
+
+@pytest.mark.spark
+def test_ordered_true_on_input_out_of_order_reports_never_drops(spark):
+    """The promise broken (offsets backwards in one Spark partition): framing errors with partition
+    and offset, and every Envelope accounted for."""
+    raws = envelopes(SAMPLES_DIR / "large.pb")
+    stamp = datetime.datetime(2021, 5, 17, tzinfo=datetime.timezone.utc)
+    rows = [(None, raw, TOPIC, 0, n, stamp) for n, raw in enumerate(raws)][::-1]
+    df = spark.createDataFrame(rows, bs.KAFKA_SCHEMA).coalesce(1)
+    tally = bs.SparkTally(spark)
+    got = bs.dts_to_blob(df, mode="PERMISSIVE", ordered=True, tally=tally).collect()
+    errors = [r for r in got if r.error is not None]
+    assert errors and all(r.partition == 0 and r.offset is not None for r in errors)
+    assert any("offset not after the previous one" in r.error for r in errors)
+    assert tally.value.balanced() and tally.value.rejected > 0
+    with pytest.raises(Exception) as caught:
+        bs.dts_to_blob(df, ordered=True).collect()
+    assert "FramingError" in str(caught.value) and "partition 0" in str(caught.value)
+
+
 # ---- Blob -> DTS --------------------------------------------------------------------------------
 
 def blob_df(spark, lines, partition=0):
