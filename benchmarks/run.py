@@ -64,7 +64,7 @@ METHOD = """
   DataFrame (key, value, topic, partition 0..1 interleaved, offset, timestamp) read from Parquet
   and cached, and the same rows in the layout Spark's Kafka source reads them (each Kafka
   partition in one task, offsets in order: `kafka_order` of the six columns), cached too. After a
-  full warm-up pass of each (session start-up and JIT excluded), on the Kafka-ordered frame:
+  pair of full warm-up passes of each (session start-up and JIT excluded), on the Kafka-ordered frame:
   `dts_to_blob(df, ordered=True)` (the (f) figure), a `mapInArrow` identity pass, and an output
   floor (a `mapInArrow` pass that emits, per Envelope, as many rows of `dts_to_blob`'s schema as
   it gives messages, each with a Blob line of the average size, converting nothing: slices of one
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-rows", type=int, default=20_000, help="rows under cProfile (0: no profile)")
     p.add_argument("--skip-spark", action="store_true", help="leave out (f), the Spark transform")
     p.add_argument("--spark-rows", type=int, default=None, help="rows for Spark (default: --rows)")
-    p.add_argument("--spark-repeat", type=int, default=5, help="Spark rounds; the best counts (default 5)")
+    p.add_argument("--spark-repeat", type=int, default=8, help="Spark rounds; the best counts (default 8)")
     p.add_argument("--skip-rss", action="store_true", help="leave out (g), the CLI's memory on large streams")
     p.add_argument("--rss-sizes", default="100,1000", help="stream sizes in MiB for (g) (default 100,1000)")
     p.add_argument("--publish", action="store_true",

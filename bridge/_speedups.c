@@ -1689,6 +1689,8 @@ static int unpack_table(PyObject *rec, Table *t) {
     return 1;
 }
 
+#define SINK_LIMIT ((Py_ssize_t)1 << 30) /* blob bytes held; Arrow's int32 offsets stop at 2 GiB */
+
 enum { S_BLOB, S_SHARD, S_SEQ, S_DB, S_TABLE, S_STRINGS }; /* string columns: data and int32 offsets */
 enum { S_OP, S_ENTRY, S_ROW, S_PART, S_OFFSET, S_TIME, S_FIXED }; /* fixed-width columns */
 
@@ -1848,6 +1850,10 @@ static int sink_entry(SinkObject *s, const uint8_t *start, const uint8_t *end, c
         Buf *shard = &s->data[S_SHARD];
         rc = write_line(t->plan, &L, &w, count, k, &s->data[S_BLOB], spans, shard, &has_key);
         if (rc <= 0) goto finish;
+        if (s->data[S_BLOB].n > SINK_LIMIT) { /* an Entry of over a GiB of lines: Python's */
+            rc = 0;
+            goto finish;
+        }
         if (!sink_end_string(s, S_BLOB)
             || (!has_key && !buf_put(shard, PyBytes_AS_STRING(t->table_shard), PyBytes_GET_SIZE(t->table_shard)))
             || !sink_end_string(s, S_SHARD)
@@ -1887,7 +1893,8 @@ static PyObject *Sink_entries(SinkObject *self, PyObject *const *args, Py_ssize_
     Py_ssize_t n = PyList_GET_SIZE(raws), i = start < 0 ? 0 : start, entries = 0, before = self->rows;
     for (; i < n; i++) {
         PyObject *raw = PyList_GET_ITEM(raws, i);
-        if (!PyBytes_Check(raw) || i > INT32_MAX) break;
+        /* a GiB held: the caller takes the sink before the next Entry (which it converts itself) */
+        if (!PyBytes_Check(raw) || i > INT32_MAX || self->data[S_BLOB].n > SINK_LIMIT) break;
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(raw), *end = p + PyBytes_GET_SIZE(raw);
         PlainEntry e;
         if (!plain_entry(p, end, &e)) break;
