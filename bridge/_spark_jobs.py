@@ -355,8 +355,8 @@ class _DtsToBlob(_FromDts):
                                                                        reassembler, finish=False))
         for topic, reassembler in self.reassemblers.items():
             yield from self._assembled(topic, dts_records_to_assembled((), self.policy, reassembler))
-        self._hold_rows(None)
-        yield from self._give(final=True)
+        self._hold_rows()
+        yield from self._give()
 
     def _assembled(self, topic, items) -> Iterator:
         tally, encoder, sink, tables = self.policy.tally, self.encoder, self.sink, self.tables
@@ -374,7 +374,7 @@ class _DtsToBlob(_FromDts):
                 while index < n:
                     if plain:
                         if self._out[0]:
-                            self._hold_rows(topic)
+                            self._hold_rows()
                         index, done, messages = sink.entries(raws, index, tables, partition, offset, lossless,
                                                              _VERSION)
                         tally.input += done
@@ -397,7 +397,7 @@ class _DtsToBlob(_FromDts):
                     index += 1
                 if self._held + sink.rows() + len(self._out[0]) >= _OUT_ROWS:
                     self._hold_sink(topic)
-                    self._hold_rows(topic)
+                    self._hold_rows()
                     yield from self._give()
             self._hold_sink(topic)
             self._error_rows(topic)
@@ -420,7 +420,7 @@ class _DtsToBlob(_FromDts):
         if self.sink.rows():
             self._hold(_sink_batch(self.sink.take(), topic, self._schema, self.keep))
 
-    def _hold_rows(self, topic) -> None:
+    def _hold_rows(self) -> None:
         """The rows in `_out` become the next output batch (the sink's rows are held already)."""
         if self._out[0]:
             self._hold(self.batch(self._out, self._schema))
@@ -430,7 +430,7 @@ class _DtsToBlob(_FromDts):
         self._pieces.append(batch)
         self._held += batch.num_rows
 
-    def _give(self, final: bool = False) -> Iterator:
+    def _give(self) -> Iterator:
         """The held rows in batches of at most _OUT_ROWS."""
         import pyarrow as pa
         pieces, self._pieces, self._held = self._pieces, [], 0
