@@ -19,7 +19,7 @@ from .blob_encode import FORMAT_VERSION, BlobEncoder
 from .errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from .options import Options
 from ._native import speedups
-from .stream import (ErrorPolicy, Tally, decoder_entries, dts_records_to_assembled, dts_records_to_entries,
+from .stream import (ErrorPolicy, Tally, assembled_entries, decoder_entries, dts_records_to_assembled,
                      entries_to_outputs)
 
 
@@ -265,14 +265,19 @@ class _FromDts(_Job):
 
     def chunks(self, records):
         self._out = [[] for _ in range(self.width)]
-        for topic, run in itertools.groupby(records, key=itemgetter(0)):
-            reassembler = self.reassemblers.setdefault(topic, Reassembler())
-            yield from self._chunks(topic, dts_records_to_entries((r[1:] for r in run), self.policy,
-                                                                  reassembler, finish=False, raw=self.raw))
-        for topic, reassembler in self.reassemblers.items():
-            yield from self._chunks(topic, dts_records_to_entries((), self.policy, reassembler, raw=self.raw))
+        for topic, items in self._topics(records):
+            yield from self._chunks(topic, assembled_entries(items, self.policy, raw=self.raw))
         if self._out[0]:
             yield self._out
+
+    def _topics(self, records, lazy: bool = False) -> Iterator[tuple]:
+        """(topic, its complete Entries) per run of one topic's records, reassembled per topic
+        across runs; at the end each topic again, its unfinished Entries reported."""
+        for topic, run in itertools.groupby(records, key=itemgetter(0)):
+            reassembler = self.reassemblers.setdefault(topic, Reassembler(lazy=lazy))
+            yield topic, dts_records_to_assembled((r[1:] for r in run), self.policy, reassembler, finish=False)
+        for topic, reassembler in self.reassemblers.items():
+            yield topic, dts_records_to_assembled((), self.policy, reassembler)
 
     def _chunks(self, topic, entries) -> Iterator[list]:
         try:
@@ -349,12 +354,8 @@ class _DtsToBlob(_FromDts):
         import pyarrow as pa
         self._schema = pa.schema([(name, _arrow_type(kind)) for name, kind in self.columns])
         self._out = [[] for _ in range(self.width)]
-        for topic, run in itertools.groupby(records, key=itemgetter(0)):
-            reassembler = self.reassemblers.setdefault(topic, Reassembler(lazy=True))
-            yield from self._assembled(topic, dts_records_to_assembled((r[1:] for r in run), self.policy,
-                                                                       reassembler, finish=False))
-        for topic, reassembler in self.reassemblers.items():
-            yield from self._assembled(topic, dts_records_to_assembled((), self.policy, reassembler))
+        for topic, items in self._topics(records, lazy=True):
+            yield from self._assembled(topic, items)
         self._hold_rows()
         yield from self._give()
 

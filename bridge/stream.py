@@ -26,7 +26,7 @@ from .errors import BridgeError
 from .options import DEFAULT_OPTIONS, Options
 
 __all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
-           "entries_to_outputs", "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries",
+           "assembled_entries", "entries_to_outputs", "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries",
            "decoder_entries", "reject_record"]
 
 
@@ -119,8 +119,14 @@ def dts_records_to_entries(records: Iterable[tuple[Any, int, bytes]], policy: Er
     the row images off those bytes (`BlobEncoder.convert(entry, raw)`).
     Framing errors go to the policy, counted in the Envelopes they dispose of.
     """
+    return assembled_entries(dts_records_to_assembled(records, policy, reassembler, finish), policy, raw)
+
+
+def assembled_entries(items: Iterable[Assembled], policy: ErrorPolicy, raw: bool = False) -> Iterator[tuple]:
+    """Each Entry of complete Entries as (where, Entry), or with `raw` (where, Entry, its bytes or
+    None), counted as input."""
     tally = policy.tally
-    for item in dts_records_to_assembled(records, policy, reassembler, finish):
+    for item in items:
         where = {"partition": item.partition, "offset": item.first_offset}
         raws = item.raws
         for index, entry in enumerate(item.entries.items):
