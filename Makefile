@@ -12,7 +12,16 @@ endif
 
 .PHONY: install demo test test-deep bench proto clean
 
-install: $(STAMP)
+# Test-only jars from Maven Central (a Kafka broker, Spark's Kafka/protobuf jars) into an ignored
+# cache; tools/jars/fetch.py skips a set already complete, so a repeat needs no network.
+JARS := .cache/jars
+JARS_STAMP := $(JARS)/.installed
+
+install: $(STAMP) $(JARS_STAMP)
+
+$(JARS_STAMP): $(STAMP) tools/jars/pom.xml tools/jars/fetch.py
+	$(PY) tools/jars/fetch.py $(JARS)
+	touch $(JARS_STAMP)
 
 $(STAMP): pyproject.toml setup.py bridge/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,10 +32,10 @@ $(STAMP): pyproject.toml setup.py bridge/_speedups.c
 demo: $(STAMP)
 	$(PY) -m bridge demo samples
 
-test: $(STAMP)
+test: $(STAMP) $(JARS_STAMP)
 	HYPOTHESIS_PROFILE=quick $(PY) -m pytest -q tests
 
-test-deep: $(STAMP)
+test-deep: $(STAMP) $(JARS_STAMP)
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q tests
 
 bench: $(STAMP)
