@@ -17,7 +17,7 @@ import io
 import os
 from dataclasses import dataclass, field
 from collections.abc import Sequence
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator, NamedTuple
 
 import orjson
 from google.protobuf import json_format
@@ -33,6 +33,8 @@ __all__ = [
     "pack_entries",
     "Reassembler",
     "Assembled",
+    "Redelivered",
+    "tdsql_headers",
     "write_pb",
     "read_pb",
     "iter_pb_messages",
@@ -138,6 +140,39 @@ class _Buffer:
     chunks: list = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Redelivered:
+    """A TDSQL record whose `ps` is not above the last one seen for its shard: Kafka delivered it
+    again (a producer retry); it is dropped and counted, never converted twice."""
+    partition: object
+    offset: int
+    shard: str
+    ps: int
+    last: int
+
+
+SHARD_HEADER = "ShardId"
+SEQUENCE_HEADER = "ps"
+
+
+def tdsql_headers(headers) -> tuple[str | None, str | None]:
+    """(ShardId, ps) of a record's Kafka headers: confluent-kafka's list of (key, bytes), a dict,
+    or Spark's array of (key, value) rows; (None, None) without them (MySQL, MariaDB, ...)."""
+    if not headers:
+        return None, None
+    items = headers.items() if isinstance(headers, dict) else headers
+    shard = ps = None
+    for item in items:
+        key, value = (item[0], item[1]) if not isinstance(item, dict) else (item.get("key"), item.get("value"))
+        if key == SHARD_HEADER or key == SEQUENCE_HEADER:
+            text = value.decode("utf-8", "replace") if isinstance(value, (bytes, bytearray)) else value
+            if key == SHARD_HEADER:
+                shard = None if text is None else str(text)
+            else:
+                ps = None if text is None else str(text)
+    return shard, ps
+
+
 class Reassembler:
     """Rebuilds Entries from Envelopes fed per partition in offset order (SPEC section 1).
 
@@ -145,6 +180,15 @@ class Reassembler:
     `DecodeError` describing what went wrong; the caller's error policy decides what to do with
     the errors. Every error's `count` says how many input Envelopes it disposes of, so that
     converted + rejected always accounts for the input.
+
+    TDSQL's Kafka headers (`headers=` of `feed`): with a `ShardId`, segments are reassembled per
+    (partition, ShardId), as Entries of different database shards interleave in one partition; a
+    complete Entries is handed out only once every Entries that started before it in its partition
+    is complete (or abandoned), so the output stays in first-segment order and no converted record
+    starts after the commit point (`held_from`). `ps` (the shard's sequence, from 1, growing by one)
+    not above the last seen is a redelivery: a `Redelivered` item, dropped; a gap is a FramingError
+    naming the partition, the shard and both numbers (count 0: the lost records never arrived),
+    and any Entries of that shard still open is abandoned with it.
     """
 
     def __init__(self, lazy: bool = False) -> None:
@@ -152,18 +196,59 @@ class Reassembler:
         Entry parsed when asked for (for callers that read most Entries off their bytes)."""
         self._open: dict[object, _Buffer] = {}
         self._last_offset: dict[object, int] = {}
+        self._ps: dict[tuple, int] = {}
+        self._waiting: dict[object, list[Assembled]] = {}  # complete, behind an earlier open Entries
+        self._sharded: set = set()  # partitions that carried a ShardId
         self.lazy = lazy
 
     @property
     def open_partitions(self) -> list:
-        return sorted(self._open, key=repr)
+        return sorted({_partition_of(key) for key in self._open}, key=repr)
 
-    def feed(self, partition, offset: int, value: bytes) -> list:
-        results: list = []
+    def held_from(self, partition) -> int | None:
+        """The first offset of `partition` not yet handed out whole: the commit must not pass it."""
+        firsts = [buf.first_offset for key, buf in self._open.items() if _partition_of(key) == partition]
+        firsts += [item.first_offset for item in self._waiting.get(partition, ())]
+        return min(firsts) if firsts else None
+
+    def held_segments(self) -> int:
+        return sum(len(buf.chunks) for buf in self._open.values()) + \
+            sum(item.segments for items in self._waiting.values() for item in items)
+
+    def feed(self, partition, offset: int, value: bytes, headers=None) -> list:
         last = self._last_offset.get(partition)
         if last is not None and offset <= last:
             return [_error(FramingError, f"offset not after the previous one ({last})", partition, offset, 1)]
         self._last_offset[partition] = offset
+        shard, ps = tdsql_headers(headers) if headers else (None, None)
+        results: list = []
+        if shard is not None:
+            self._sharded.add(partition)
+            if ps is not None:
+                if not ps.isdigit():
+                    return [_error(FramingError, f"TDSQL header ps {ps!r} of shard {shard} is not a number",
+                                   partition, offset, 1, shard=shard)]
+                seq, seen = int(ps), self._ps.get((partition, shard))
+                if seen is not None and seq <= seen:
+                    return [Redelivered(partition, offset, shard, seq, seen)]
+                self._ps[(partition, shard)] = seq
+                if seen is not None and seq != seen + 1:
+                    err = _error(FramingError, f"TDSQL shard {shard}: ps jumps from {seen} to {seq} "
+                                 f"({seq - seen - 1} record(s) lost)", partition, offset, 0, shard=shard)
+                    err.where.update(last_ps=seen, ps=seq)
+                    results.append(err)
+                    key = _ShardKey(partition, shard)
+                    if key in self._open:
+                        results.append(self._abandon(key, offset, f"TDSQL shard {shard}: Entries from offset "
+                                                     f"{self._open[key].first_offset} lost segments in the ps gap"))
+        key = partition if shard is None else _ShardKey(partition, shard)
+        results.extend(self._feed(key, partition, offset, value))
+        if partition in self._sharded:
+            results = self._in_order(partition, results)
+        return results
+
+    def _feed(self, key, partition, offset: int, value: bytes) -> list:
+        results: list = []
         env = pb.Envelope()
         try:
             env.ParseFromString(value)
@@ -176,10 +261,10 @@ class Reassembler:
         if env.index >= env.total:
             return [_error(FramingError, f"Envelope index {env.index} not below total {env.total}",
                            partition, offset, 1)]
-        buf = self._open.get(partition)
+        buf = self._open.get(key)
         if env.index == 0:
             if buf is not None:
-                results.append(self._abandon(partition, offset,
+                results.append(self._abandon(key, offset,
                                              f"new first segment while segment {buf.next_index} of "
                                              f"{buf.total} (from offset {buf.first_offset}) was awaited"))
             buf = _Buffer(total=env.total, first_offset=offset)
@@ -187,20 +272,20 @@ class Reassembler:
             return [_error(FramingError, f"segment {env.index} of {env.total} without its first segment",
                            partition, offset, 1)]
         elif env.total != buf.total:
-            err = self._abandon(partition, offset, f"segment of a different total ({env.total}, buffer has "
+            err = self._abandon(key, offset, f"segment of a different total ({env.total}, buffer has "
                                 f"{buf.total}, from offset {buf.first_offset})", extra=1)
             return [err]
         elif env.index != buf.next_index:
             kind = "duplicated" if env.index < buf.next_index else "missing"
-            err = self._abandon(partition, offset, f"{kind} segment: expected index {buf.next_index} of "
+            err = self._abandon(key, offset, f"{kind} segment: expected index {buf.next_index} of "
                                 f"{buf.total}, got {env.index} (buffer from offset {buf.first_offset})", extra=1)
             return [err]
         buf.chunks.append(env.data)
         buf.next_index += 1
         if buf.next_index < buf.total:
-            self._open[partition] = buf
+            self._open[key] = buf
             return results
-        self._open.pop(partition, None)
+        self._open.pop(key, None)
         data = env.data if buf.total == 1 else b"".join(buf.chunks)
         if self.lazy and valid_entries(data):
             raws = split_items(data)
@@ -222,26 +307,57 @@ class Reassembler:
         results.append(Assembled(entries, partition, buf.first_offset, offset, buf.total, raws))
         return results
 
-    def finish(self) -> list[FramingError]:
-        """End of input: every unfinished buffer is reported, never silently dropped."""
-        errors = []
-        for partition, buf in list(self._open.items()):
+    def _in_order(self, partition, results: list) -> list:
+        """Complete Entries wait behind any Entries of their partition that started earlier."""
+        waiting = self._waiting.setdefault(partition, [])
+        out = []
+        for item in results:
+            if isinstance(item, Assembled):
+                waiting.append(item)
+            else:
+                out.append(item)
+        if waiting:
+            waiting.sort(key=lambda a: a.first_offset)
+            opened = [buf.first_offset for key, buf in self._open.items() if _partition_of(key) == partition]
+            floor = min(opened) if opened else None
+            while waiting and (floor is None or waiting[0].first_offset < floor):
+                out.append(waiting.pop(0))
+        return out
+
+    def finish(self) -> list:
+        """End of input: every unfinished buffer is reported, never silently dropped; complete
+        Entries still waiting behind them come after the errors."""
+        errors: list = []
+        for key, buf in list(self._open.items()):
             err = FramingError(f"unfinished Entries at end of input: {buf.next_index} of {buf.total} segments",
-                               partition=partition, offset=buf.first_offset)
+                               partition=_partition_of(key), offset=buf.first_offset,
+                               shard=key.shard if isinstance(key, _ShardKey) else None)
             err.count = buf.next_index
             errors.append(err)
         self._open.clear()
+        for partition in list(self._waiting):
+            errors.extend(self._waiting.pop(partition))
         return errors
 
-    def _abandon(self, partition, offset: int, reason: str, extra: int = 0) -> FramingError:
-        buf = self._open.pop(partition)
-        err = FramingError(reason, partition=partition, offset=offset)
+    def _abandon(self, key, offset: int, reason: str, extra: int = 0) -> FramingError:
+        buf = self._open.pop(key)
+        err = FramingError(reason, partition=_partition_of(key), offset=offset,
+                           shard=key.shard if isinstance(key, _ShardKey) else None)
         err.count = len(buf.chunks) + extra
         return err
 
 
-def _error(cls, reason: str, partition, offset: int, count: int, value=None):
-    err = cls(reason, value=value, partition=partition, offset=offset)
+class _ShardKey(NamedTuple):
+    partition: object
+    shard: str
+
+
+def _partition_of(key):
+    return key.partition if isinstance(key, _ShardKey) else key
+
+
+def _error(cls, reason: str, partition, offset: int, count: int, value=None, shard=None):
+    err = cls(reason, value=value, partition=partition, offset=offset, shard=shard)
     err.count = count
     return err
 

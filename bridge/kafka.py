@@ -208,15 +208,8 @@ def _fsync_dir(path: str) -> None:
 
 # ---- consume ------------------------------------------------------------------------------------
 
-class _HoldingReassembler(Reassembler):
-    """Also says where the incomplete Entries of a partition starts: the commit must not pass it."""
-
-    def held_from(self, partition) -> int | None:
-        buf = self._open.get(partition)
-        return None if buf is None else buf.first_offset
-
-    def held_segments(self) -> int:
-        return sum(len(buf.chunks) for buf in self._open.values())
+# Reassembler.held_from says where the incomplete Entries of a partition starts: the commit must not pass it.
+_HoldingReassembler = Reassembler
 
 
 @dataclass
@@ -329,7 +322,7 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
                 if report.reread is not None and mark is not None and offset < mark:
                     report.reread += 1
                 read[partition] = offset + 1
-                yield partition, offset, msg.value()
+                yield partition, offset, msg.value(), msg.headers()
 
     def entries():
         # finish=False: an Entries still incomplete at the end is read again next run, not rejected

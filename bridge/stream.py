@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from . import subscribe_pb2 as pb
-from ._wire import Assembled, Reassembler, entry_from_json_line
+from ._wire import Assembled, Reassembler, Redelivered, entry_from_json_line
 from .blob_decode import BlobDecoder
 from .errors import BridgeError
 from .options import DEFAULT_OPTIONS, Options
@@ -39,13 +39,15 @@ class Tally:
     not_emitted: int = 0
     outputs: int = 0
     envelopes: int = 0
+    redelivered: int = 0  # TDSQL records Kafka delivered again (ps not above the last): dropped
 
     def balanced(self) -> bool:
         return self.input == self.converted + self.rejected + self.not_emitted
 
     def summary(self) -> str:
+        again = f"; dropped {self.redelivered} redelivered Envelopes" if self.redelivered else ""
         return (f"converted {self.converted}, rejected {self.rejected}, not emitted {self.not_emitted} "
-                f"(of {self.input} input records); wrote {self.outputs}")
+                f"(of {self.input} input records); wrote {self.outputs}{again}")
 
 
 def reject_record(err: BridgeError, raw: Any = None) -> dict:
@@ -89,25 +91,31 @@ class ErrorPolicy:
         return record
 
 
-def dts_records_to_assembled(records: Iterable[tuple[Any, int, bytes]], policy: ErrorPolicy,
+def dts_records_to_assembled(records: Iterable[tuple], policy: ErrorPolicy,
                              reassembler: Reassembler | None = None, finish: bool = True) -> Iterator[Assembled]:
-    """(partition, offset, Envelope bytes) in offset order per partition -> each complete Entries
-    (`Assembled`), its Entries not yet counted as input. Framing errors go to the policy, counted in
-    the Envelopes they dispose of."""
+    """(partition, offset, Envelope bytes[, Kafka headers]) in offset order per partition -> each
+    complete Entries (`Assembled`), its Entries not yet counted as input. Framing errors go to the
+    policy, counted in the Envelopes they dispose of; TDSQL redeliveries are counted and dropped."""
     reassembler = reassembler or Reassembler()
     tally = policy.tally
-    for partition, offset, value in records:
+    for record in records:
+        partition, offset, value = record[0], record[1], record[2]
         tally.envelopes += 1
-        for item in reassembler.feed(partition, offset, value):
+        for item in reassembler.feed(partition, offset, value, record[3] if len(record) > 3 else None):
             if isinstance(item, Assembled):
                 yield item
+            elif isinstance(item, Redelivered):
+                tally.redelivered += 1
             else:
                 tally.input += item.count
                 policy.reject(item, value if item.count == 1 else None, item.count)
     if finish:
-        for err in reassembler.finish():
-            tally.input += err.count
-            policy.reject(err, None, err.count)
+        for item in reassembler.finish():
+            if isinstance(item, Assembled):
+                yield item
+                continue
+            tally.input += item.count
+            policy.reject(item, None, item.count)
 
 
 def dts_records_to_entries(records: Iterable[tuple[Any, int, bytes]], policy: ErrorPolicy,
