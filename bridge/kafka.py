@@ -27,7 +27,7 @@ from .errors import BridgeError
 from .stream import ErrorPolicy, dts_records_to_entries, entries_to_messages
 
 __all__ = ["KafkaError", "client_config", "produce_file", "consume", "ConsumeReport", "GroupOffsets",
-           "FileOffsets", "partitions_of", "SASL_USERNAME_ENV", "SASL_PASSWORD_ENV"]
+           "FileOffsets", "partitions_of", "replace_json", "SASL_USERNAME_ENV", "SASL_PASSWORD_ENV"]
 
 SASL_USERNAME_ENV = "DTS_BRIDGE_SASL_USERNAME"
 SASL_PASSWORD_ENV = "DTS_BRIDGE_SASL_PASSWORD"
@@ -184,13 +184,20 @@ class FileOffsets:
                 doc = json.load(fh)
         for p, off in commit.items():
             doc["partitions"][str(p)] = {"commit": off, "read": read[p]}
-        tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        _fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        replace_json(self.path, doc)
+
+
+def replace_json(path, doc) -> None:
+    """Write a JSON document to `path` atomically and durably: a temporary file next to it,
+    fsynced, renamed over it, and the directory fsynced (a crash leaves the old or the new)."""
+    path = os.fspath(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _fsync_dir(path: str) -> None:
@@ -215,7 +222,10 @@ _HoldingReassembler = Reassembler
 @dataclass
 class ConsumeReport:
     """What a consume run did, besides the Tally: Envelopes read, those read again (below the
-    previous run's read position, when the offset store kept it; None when unknown), commits."""
+    previous run's read position, when the offset store kept it; None when unknown), commits.
+    Live while the run goes on (pass one to `consume` to watch it): `committed`, `position` (the
+    next offset to read per partition) and `high` (the partition's high watermark as the last
+    fetch saw it, refreshed about once a second)."""
     envelopes: int = 0
     reread: int | None = 0
     held: int = 0
@@ -223,6 +233,17 @@ class ConsumeReport:
     committed: dict = field(default_factory=dict)
     started: dict = field(default_factory=dict)
     stopped: str = "end"
+    position: dict = field(default_factory=dict)
+    high: dict = field(default_factory=dict)
+
+    def lag(self) -> dict[int, int]:
+        """Per partition: messages between the committed (else the read) offset and the high watermark."""
+        out = {}
+        for p, high in self.high.items():
+            base = self.committed.get(p, self.position.get(p, self.started.get(p)))
+            if base is not None and high >= 0:
+                out[p] = max(0, high - base)
+        return out
 
     def as_dict(self) -> dict:
         return {"envelopes": self.envelopes, "reread": self.reread, "held_segments": self.held,
@@ -236,22 +257,27 @@ _START = {"earliest": "OFFSET_BEGINNING", "latest": "OFFSET_END"}
 def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], sink, policy: ErrorPolicy, *,
             partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
             idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False,
-            poll_timeout: float = 0.2, raw: bool = False) -> ConsumeReport:
+            poll_timeout: float = 0.2, raw: bool = False,
+            report: ConsumeReport | None = None) -> ConsumeReport:
     """Read `topic` from the stored offsets (else from `start`), convert, write to `sink`, commit.
 
     `sink.write(where, item)` takes each converted item; `sink.sync()` must make everything
-    written so far durable before it returns (it runs before every commit). The run ends after
+    written so far durable before it returns (it runs before every commit); a sink with a
+    `mark(offsets)` method is told, after `sync` and before the offsets are stored, every
+    partition's offset about to be committed (a file face records its files' lengths there). The
+    run ends after
     `max_messages` Envelopes, after `idle_timeout` seconds without one, or when `stop()` turns
     true; every ending but an exception commits. Partitions are assigned, not subscribed: the
     group (or file) only keeps offsets, so one process reads each partition. Give the consumer
     `enable.partition.eof=True`: idleness then waits for every partition to be read to its end,
     else for five times `idle_timeout`. `raw`: call `convert(entry, entry_bytes)` where the bytes
-    are known (`BlobEncoder.convert_lines` takes them for its C fast path).
+    are known (`BlobEncoder.convert_lines` takes them for its C fast path). `report`: a
+    `ConsumeReport` to fill (and watch from another thread), else a new one.
     """
     ck = confluent()
     partitions = partitions if partitions is not None else partitions_of(consumer, topic)
     stored = store.load(partitions)
-    report = ConsumeReport()
+    report = report if report is not None else ConsumeReport()
     begin = getattr(ck, _START[start])
     report.started = {p: stored.get(p, (None, None))[0] for p in partitions}
     consumer.assign([ck.TopicPartition(topic, p, off if off is not None else begin)
@@ -263,6 +289,7 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
     read: dict[int, int] = {}
     committed: dict[int, int] = {}
     checkpoint = [False]
+    mark_sink = getattr(sink, "mark", None)
 
     def commit() -> None:
         sink.sync()
@@ -271,10 +298,26 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
             held = reassembler.held_from(p)
             safe[p] = nxt if held is None else held
         changed = {p: off for p, off in safe.items() if committed.get(p) != off}
+        if mark_sink is not None:
+            mark_sink({**committed, **changed})
         if changed:
             store.save(changed, {p: read[p] for p in changed})
             committed.update(changed)
+            report.committed = dict(committed)
             report.commits += 1
+
+    watermarks_at = [0.0]
+
+    def watermarks() -> None:
+        # The high watermark each fetch brought (cached: no request to the broker).
+        watermarks_at[0] = time.monotonic()
+        for p in partitions:
+            try:
+                _, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, p), cached=True)
+            except (ck.KafkaException, RuntimeError):
+                continue
+            if high is not None and high >= 0:
+                report.high[p] = high
 
     at_end: set = set()  # partitions read to their end since their last message
 
@@ -298,6 +341,8 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
                 batch = consumer.consume(num_messages=wanted, timeout=poll_timeout)
             except ck.KafkaException as exc:
                 raise KafkaError(f"cannot read from {topic}: {exc.args[0]}") from None
+            if time.monotonic() - watermarks_at[0] >= 1.0:
+                watermarks()
             if idle_timeout is not None and all(m.error() is not None for m in batch) and idle(last):
                 report.stopped = "idle"
                 return
@@ -321,7 +366,7 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
                 mark = marks.get(partition)
                 if report.reread is not None and mark is not None and offset < mark:
                     report.reread += 1
-                read[partition] = offset + 1
+                read[partition] = report.position[partition] = offset + 1
                 yield partition, offset, msg.value(), msg.headers()
 
     def entries():
