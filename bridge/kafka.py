@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 from . import subscribe_pb2 as pb
 from ._wire import Reassembler, read_pb
 from .errors import BridgeError
-from .stream import ErrorPolicy, dts_records_to_entries, entries_to_messages
+from .stream import ErrorPolicy, dts_records_to_entries, entries_to_messages, entries_to_outputs
 
 __all__ = ["KafkaError", "client_config", "produce_file", "consume", "ConsumeReport", "GroupOffsets",
            "FileOffsets", "partitions_of", "replace_json", "SASL_USERNAME_ENV", "SASL_PASSWORD_ENV"]
@@ -257,8 +257,8 @@ _START = {"earliest": "OFFSET_BEGINNING", "latest": "OFFSET_END"}
 def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], sink, policy: ErrorPolicy, *,
             partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
             idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False,
-            poll_timeout: float = 0.2, raw: bool = False,
-            report: ConsumeReport | None = None) -> ConsumeReport:
+            poll_timeout: float = 0.2, raw: bool = False, report: ConsumeReport | None = None,
+            size: Callable[[Any], int] | None = None) -> ConsumeReport:
     """Read `topic` from the stored offsets (else from `start`), convert, write to `sink`, commit.
 
     `sink.write(where, item)` takes each converted item; `sink.sync()` must make everything
@@ -376,8 +376,13 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
                 checkpoint[0] = True
             yield item
 
-    for where, item in entries_to_messages(entries(), convert, policy):
-        sink.write(where, item)
+    if size is None:
+        for where, item in entries_to_messages(entries(), convert, policy):
+            sink.write(where, item)
+    else:
+        for where, outputs in entries_to_outputs(entries(), convert, policy, size=size):
+            if outputs is not None:
+                sink.write(where, outputs)
     commit()
     report.held = reassembler.held_segments()
     report.committed = dict(committed)
