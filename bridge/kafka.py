@@ -127,10 +127,9 @@ class GroupOffsets:
 
     def load(self, partitions: list[int]) -> dict[int, tuple[int | None, int | None]]:
         TopicPartition = confluent().TopicPartition
-        try:
-            got = self.consumer.committed([TopicPartition(self.topic, p) for p in partitions], timeout=self.timeout)
-        except confluent().KafkaException as exc:
-            raise KafkaError(f"cannot read the group's committed offsets: {exc.args[0]}") from None
+        got = _retrying(lambda: self.consumer.committed([TopicPartition(self.topic, p) for p in partitions],
+                                                        timeout=self.timeout),
+                        "cannot read the group's committed offsets", self.timeout)
         out = {}
         for tp in got:
             offset = tp.offset if tp.offset >= 0 else None
@@ -141,12 +140,25 @@ class GroupOffsets:
         TopicPartition = confluent().TopicPartition
         offsets = [TopicPartition(self.topic, p, off, metadata=json.dumps({"read": read[p]}))
                    for p, off in sorted(commit.items())]
-        try:
-            result = self.consumer.commit(offsets=offsets, asynchronous=False)
-        except confluent().KafkaException as exc:
-            raise KafkaError(f"offset commit failed: {exc.args[0]}") from None
+        result = _retrying(lambda: self.consumer.commit(offsets=offsets, asynchronous=False),
+                           "offset commit failed", self.timeout)
         for tp in result or []:
             _raise_for(tp.error, f"offset commit of partition {tp.partition} failed")
+
+
+def _retrying(call: Callable[[], Any], what: str, timeout: float):
+    """`call()`, again while the broker answers with a retriable error (a group coordinator that is
+    still loading or moving, as on a fresh broker) for up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except confluent().KafkaException as exc:
+            err = exc.args[0]
+            if getattr(err, "retriable", lambda: False)() and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise KafkaError(f"{what}: {err}") from None
 
 
 def _read_mark(metadata: str | None) -> int | None:
