@@ -7,6 +7,7 @@ imported only inside the functions that run on the workers.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from decimal import Context, Decimal, InvalidOperation
 from operator import itemgetter
@@ -92,7 +93,7 @@ def _with_error(columns, mode: str) -> tuple:
     return tuple(columns) + ((ERROR_COLUMN,) if _policy_name(mode) == "keep" else ())
 
 
-_TALLY_FIELDS = ("input", "converted", "rejected", "not_emitted", "outputs", "envelopes")
+_TALLY_FIELDS = tuple(f.name for f in dataclasses.fields(Tally))  # every count, so none is lost on the way
 
 
 class _TallyParam:
@@ -390,11 +391,10 @@ class _DtsToBlob(_FromDts):
                     self._hold_sink(topic)
                     tally.input += 1
                     where = {"partition": partition, "offset": offset, "entry": index}
-                    for at, found in entries_to_outputs([(where, entries[index], raw)], self.convert_columns,
-                                                        self.policy, size=itemgetter(0)):
+                    convert = self._convert_and_register if plain else self.convert_columns
+                    for at, found in entries_to_outputs([(where, entries[index], raw)], convert, self.policy,
+                                                        size=itemgetter(0)):
                         self._add(topic, at, found)
-                    if plain:
-                        self._register(entries[index], raw)
                     index += 1
                 if self._held + sink.rows() + len(self._out[0]) >= _OUT_ROWS:
                     self._hold_sink(topic)
@@ -404,6 +404,19 @@ class _DtsToBlob(_FromDts):
             self._error_rows(topic)
         except BridgeError as err:
             raise err.located(topic=topic)
+
+    def _convert_and_register(self, entry: pb.Entry, raw: bytes) -> tuple[int, Any]:
+        """`convert_columns`, then the Entry's table registered for the sink: one step under the
+        error policy, so an Entry the policy rejects registers nothing, and a table the sink cannot
+        be told of rejects its Entry instead of ending the task."""
+        found = self.convert_columns(entry, raw)
+        try:
+            self._register(entry, raw)
+        except BridgeError as err:
+            h = entry.header
+            named = h.schemaName or h.tableName
+            raise err.located(seq_id=h.seqId, table=f"{h.schemaName}.{h.tableName}" if named else None)
+        return found
 
     def _register(self, entry: pb.Entry, raw: bytes) -> None:
         """After `convert_columns` took an Entry, its table's record for the sink, if C can take it."""
@@ -570,19 +583,25 @@ class _DtsToTuple(_FromDts):
 
 
 class _ColumnSets(_FromDts):
-    """The distinct DTS column sets of one table's DML entries, where each first appears."""
+    """The distinct DTS column sets of one table's DML entries, where each first appears. A set
+    the Tuple side builds no table of (an unknown or unparsable column type) is dropped here as
+    the bad record it is, so that it fails its own Entry under the conversion's mode rather than
+    the RecordSchema of the whole job."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, options: Options) -> None:
         super().__init__("DROPMALFORMED", (("columns", "binary"),))
-        self.table, self.seen = table, set()
+        self.table, self.options, self.seen = table, options, set()
 
     def convert(self, entry):
+        from .tuple import record_schema
         h = entry.header
         if h.messageType != pb.DML or f"{h.schemaName}.{h.tableName}" != self.table:
             return []
-        raw = pb.DMLEvent(columns=entry.event.dmlEvent.columns).SerializeToString()
+        columns = entry.event.dmlEvent.columns
+        raw = pb.DMLEvent(columns=columns).SerializeToString()
         if raw in self.seen:
             return []
+        record_schema(columns, self.options)
         self.seen.add(raw)
         return [(raw,)]
 
@@ -623,7 +642,12 @@ class _ToDts(_Job):
             return f"{h.schemaName}.{h.tableName}".encode() if h.schemaName or h.tableName else b""
         if self.key == "single" or key_value is None:
             return b""
-        return key_value.encode() if isinstance(key_value, str) else bytes(key_value)
+        if isinstance(key_value, str):
+            return key_value.encode()
+        if not isinstance(key_value, (bytes, bytearray, memoryview)):  # bytes(3) would be 3 zero bytes
+            raise OptionsError(f"option 'key' names column {self.key!r}, whose values are neither string "
+                               "nor binary", value=key_value)
+        return bytes(key_value)
 
 
 def _where(number: int, partition, offset) -> dict:

@@ -611,6 +611,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .cli_kafka import register  # the pipeline ends: consume, produce, deliver (docs/kafka.md)
     register(commands)
+    from .cli_sync import register as register_sync  # Kafka -> DataHub in one process (docs/kafka.md)
+    register_sync(commands)
     return parser
 
 

@@ -115,18 +115,22 @@ def dts_to_tuple_batches(table: str, schema, options: Options | None = None, mod
     return _batch_function(lambda: _DtsToTuple(options, mode, table, fields, positions), arrow, tally)
 
 
-def table_columns(df, table: str, *, ordered: bool = False) -> list[pb.Column]:
+def table_columns(df, table: str, *, ordered: bool = False, options: Options | None = None) -> list[pb.Column]:
     """The DTS columns of `table` ("db.table") in a Kafka-shaped DTS DataFrame: every column of
     every column set its DML entries carry, in order of first appearance (a column the table
-    redefined takes its last definition). One Spark job; bad records are left to the conversion."""
-    fn = _batch_function(lambda: _ColumnSets(table), True, None)
+    redefined takes its last definition). One Spark job; bad records, and column sets no Tuple
+    table is built of under `options` (an unknown or unparsable column type), are left to the
+    conversion, which reports them under its mode."""
+    options = options or DEFAULT_OPTIONS
+    fn = _batch_function(lambda: _ColumnSets(table, options), True, None)
     found = _dts_input(df, ordered).mapInArrow(fn, _ddl(POSITION_COLUMNS + (("columns", "binary"),))).collect()
     merged: dict[str, pb.Column] = {}
     for row in sorted(found, key=lambda r: (r.topic or "", r.partition, r.offset, r.entry)):
         for column in pb.DMLEvent.FromString(row.columns).columns:
             merged[column.name] = column
     if not merged:
-        raise OptionsError(f"no DML entries of table {table!r} in the DataFrame; pass schema= and columns=")
+        raise OptionsError(f"no DML entries of table {table!r} with columns that convert in the DataFrame; "
+                           "pass schema= and columns=")
     return list(merged.values())
 
 
@@ -143,7 +147,7 @@ def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mo
     options = options or DEFAULT_OPTIONS
     if schema is None:
         from .tuple import record_schema
-        columns = columns if columns is not None else table_columns(df, table, ordered=ordered)
+        columns = columns if columns is not None else table_columns(df, table, ordered=ordered, options=options)
         schema = record_schema(columns, options)
     fn = dts_to_tuple_batches(table, schema, options, mode, columns=columns, positions=positions,
                               tally=tally, arrow=True)
@@ -158,6 +162,16 @@ def _dts_output(options: Options | None, mode: str, max_message_bytes: int | Non
     if not isinstance(key, str) or not key:
         raise OptionsError("option 'key' must be table, single or an input column's name", value=key)
     return options, limit
+
+
+def _key_column(df, key: str) -> None:
+    """A `key` naming an input column needs string or binary values: checked before any job runs."""
+    if key in KEYS or key not in df.columns:
+        return
+    kind = df.schema[key].dataType.typeName()
+    if kind not in ("string", "binary"):
+        raise OptionsError(f"option 'key' names column {key!r} of Spark type {kind}; a key column is string "
+                           "or binary", value=key)
 
 
 def blob_to_dts_batches(options: Options | None = None, mode: str = "FAILFAST", *,
@@ -189,6 +203,7 @@ def blob_to_dts(df, options: Options | None = None, mode: str = "FAILFAST", *,
     """
     fn = blob_to_dts_batches(options, mode, max_message_bytes=max_message_bytes, key=key, tally=tally,
                              arrow=True)
+    _key_column(df, key)
     return _stream_order(df).mapInArrow(fn, dts_schema(mode))
 
 
@@ -233,6 +248,7 @@ def tuple_to_dts(df, table: str | None, schema=None, options: Options | None = N
     schema = schema if schema is not None else record_schema_of(df)
     fn = tuple_to_dts_batches(table, schema, options, mode, columns=columns, max_message_bytes=max_message_bytes,
                               key=key, tally=tally, arrow=True)
+    _key_column(df, key)
     return _stream_order(df).mapInArrow(fn, dts_schema(mode))
 
 

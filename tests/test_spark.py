@@ -491,6 +491,123 @@ def test_tuple_to_dts_bad_rows(spark):
     assert tally.value.balanced() and tally.value.input == len(rows)
 
 
+# ---- one bad Entry under each mode (issue 21, point 2) ---------------------------------------------
+
+ORDERS = [("id", "bigint(20)", True), ("name", "varchar(32)", False), ("price", "decimal(10,2)", False)]
+
+
+def orders_entry(seq: int) -> pb.Entry:
+    """A one-row INSERT into shop.orders: plain, so the C sink writes it once it knows the table."""
+    entry = pb.Entry()
+    h = entry.header
+    h.version, h.sourceType, h.messageType, h.timestamp = 1, pb.MYSQL, pb.DML, 1_700_000_000 + seq
+    h.schemaName, h.tableName, h.seqId = "shop", "orders", seq
+    dml = entry.event.dmlEvent
+    dml.dmlEventType = pb.INSERT
+    for name, kind, key in ORDERS:
+        dml.columns.add(name=name, originalType=kind, isKey=key)
+    dml.rows.add().newColumns.extend([pb.Data(dataType=pb.INT64, sv=str(seq)),
+                                      pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=f"n{seq}".encode()),
+                                      pb.Data(dataType=pb.DECIMAL, sv=f"{seq}.50")])
+    return entry
+
+
+def _set_column_type(index: int, text: str):
+    def set_type(entry):
+        entry.event.dmlEvent.columns[index].originalType = text
+    return set_type
+
+
+# case -> (what breaks the Entry, the error's reason, the column it names)
+BAD_ENTRIES = {
+    "unknown-source-type": (lambda entry: setattr(entry.header, "sourceType", 4), "unknown SourceType 4", None),
+    "unknown-column-type": (_set_column_type(1, "frobnicate(3)"), "unknown MySQL column type: frobnicate(3)",
+                            "name"),
+    "unparsable-column-type": (_set_column_type(2, "decimal(x,"), "unknown MySQL column type: decimal(x,", "price"),
+}
+
+
+def bad_stream(case):
+    """Three single-Entry Envelopes, the middle one broken as `case` says: (Envelopes, the error
+    text the Spark transforms give for it)."""
+    entries = [orders_entry(seq) for seq in (1, 2, 3)]
+    breaks, reason, column = BAD_ENTRIES[case]
+    breaks(entries[1])
+    raws = [env.SerializeToString() for entry in entries for env in bridge.pack_entries([entry])]
+    assert len(raws) == 3
+    named = f", column {column}" if column else ""
+    return raws, f"{reason} (partition 0, offset 1, seqId 2, table shop.orders{named}, topic {TOPIC})"
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", BAD_ENTRIES)
+def test_dts_to_blob_one_bad_entry_under_each_mode(spark, case):
+    """The C sink (on in this build when the extension is there) registers a table only from an
+    Entry the mode let through: FAILFAST raises the bridge error, DROPMALFORMED gives 2 rows,
+    PERMISSIVE 3 with the error in its place; converted + rejected + not emitted == input."""
+    raws, error = bad_stream(case)
+    with pytest.raises(Exception) as caught:
+        bs.dts_to_blob(kafka_df(spark, raws)).collect()
+    assert f"ConversionError: {error}" in str(caught.value)
+
+    good, policy = pure_blob_rows(raws, on_error="skip")
+    assert [row[2] for row in good] == [0, 2]
+    tally = bs.SparkTally(spark)
+    got = bs.dts_to_blob(kafka_df(spark, raws), mode="DROPMALFORMED", tally=tally).collect()
+    assert [tuple(r) for r in got] == good
+    assert tally.value == policy.tally
+    assert (tally.value.input, tally.value.converted, tally.value.rejected) == (3, 2, 1) and tally.value.balanced()
+
+    tally = bs.SparkTally(spark)
+    got = bs.dts_to_blob(kafka_df(spark, raws), mode="PERMISSIVE", tally=tally).collect()
+    kept = (TOPIC, 0, 1, 0, None) + (None,) * 7 + (error,)
+    assert [tuple(r) for r in got] == [good[0] + (None,), kept, good[1] + (None,)]
+    assert tally.value == policy.tally
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", [c for c in BAD_ENTRIES if BAD_ENTRIES[c][2]])
+def test_dts_to_tuple_one_bad_entry_under_each_mode(spark, case):
+    """dts_to_tuple without a schema: `table_columns` leaves the bad column set to the conversion
+    (the RecordSchema comes from the good one), which reports it under the mode. (A SourceType
+    the Tuple side never reads is no error there.)"""
+    raws, error = bad_stream(case)
+    table = "shop.orders"
+    columns = [pb.Column(name=name, originalType=kind, isKey=key) for name, kind, key in ORDERS]
+    assert bs.table_columns(kafka_df(spark, raws), table) == columns
+    with pytest.raises(Exception) as caught:
+        bs.dts_to_tuple(kafka_df(spark, raws), table).collect()
+    assert f"ConversionError: {error}" in str(caught.value)
+
+    fields = bs._tuple_fields(record_schema(columns), columns)
+    entries = [e for _, e in pure_entries(raws)[0] if e.header.seqId != 2]
+    good = [(TOPIC, 0, offset, 0, 0) + spark_values(row, fields)
+            for offset, entry in zip((0, 2), entries) for row in TupleEncoder().convert(entry)]
+    for mode in ("DROPMALFORMED", "PERMISSIVE"):
+        tally = bs.SparkTally(spark)
+        got = bs.dts_to_tuple(kafka_df(spark, raws), table, mode=mode, positions=True, tally=tally).collect()
+        if mode == "DROPMALFORMED":
+            assert [tuple(r) for r in got] == good
+        else:
+            kept = (TOPIC, 0, 1, 0, None) + (None,) * len(fields) + (error,)
+            assert [tuple(r) for r in got] == [good[0] + (None,), kept, good[1] + (None,)]
+        assert (tally.value.input, tally.value.converted, tally.value.rejected) == (3, 2, 1)
+        assert tally.value.balanced()
+
+
+@pytest.mark.spark
+def test_a_key_column_of_other_values_is_an_options_error(spark):
+    lines = pure_blob_lines(SAMPLES_DIR / "mariadb.pb")
+    df = blob_df(spark, lines)
+    with pytest.raises(bridge.OptionsError, match="'key' names column 'offset' of Spark type long"):
+        bs.blob_to_dts(df, key="offset")
+    # the per-partition function on its own: bytes(3) would have been three zero bytes
+    import pyarrow as pa
+    batch = pa.RecordBatch.from_pydict({"blob": lines[:1], "k": [3]})
+    with pytest.raises(bridge.OptionsError, match="neither string nor binary"):
+        list(bs.blob_to_dts_batches(key="k", arrow=True)(iter([batch])))
+
+
 # ---- the demo --------------------------------------------------------------------------------
 
 @pytest.mark.spark

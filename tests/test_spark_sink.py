@@ -20,6 +20,7 @@ import bridge
 from bridge import blob_rows, pb
 from bridge._wire import encode_varint
 from bridge.errors import BridgeError
+from bridge.stream import Tally
 
 from strategies import INT64, UINT32, UINT64, begin_entries, commit_entries, dml_entries, mysql_columns
 
@@ -82,7 +83,7 @@ def _run(batches: list, sink: bool, options, mode: str):
 def assert_same(batches: list, options=bridge.DEFAULT_OPTIONS, mode: str = "FAILFAST") -> pa.Table:
     got, got_tally, got_sizes = _run(batches, True, options, mode)
     expected, expected_tally, _ = _run(batches, False, options, mode)
-    if isinstance(expected, tuple):
+    if isinstance(expected, tuple) or isinstance(got, tuple):  # an error, on one side or both
         assert got == expected
         return expected
     assert got.schema == expected.schema
@@ -358,3 +359,80 @@ def test_valid_entries_refuses_what_protobuf_refuses(case):
     # protobuf keeps a well-formed group as an unknown field and drops a varint's 65th bit: there the
     # check is only not sure, and protobuf's own parse decides
     assert _parses(data) == (case in ("group", "varint-65-bits"))
+
+
+# ---- one bad Entry: the mode decides, with the sink as without it (issue 21, point 2) -------------------------
+
+def _bad_source_type(entry: pb.Entry) -> str:
+    entry.header.sourceType = 4
+    return "unknown SourceType 4 (partition 0, offset 1, seqId 2, table shop.orders, topic dts)"
+
+
+def _unknown_column_type(entry: pb.Entry) -> str:
+    entry.event.dmlEvent.columns[1].originalType = "frobnicate(3)"
+    return ("unknown MySQL column type: frobnicate(3) (partition 0, offset 1, seqId 2, table shop.orders, "
+            "column name, topic dts)")
+
+
+def _unparsable_column_type(entry: pb.Entry) -> str:
+    entry.event.dmlEvent.columns[2].originalType = "decimal(x,"
+    return ("unknown MySQL column type: decimal(x, (partition 0, offset 1, seqId 2, table shop.orders, "
+            "column price, topic dts)")
+
+
+def _unparsable_arguments(entry: pb.Entry) -> str:
+    entry.event.dmlEvent.columns[2].originalType = "decimal(x,2)"
+    return ("unparsable MySQL column type arguments: decimal(x,2) (partition 0, offset 1, seqId 2, "
+            "table shop.orders, column price, topic dts)")
+
+
+BAD_ENTRIES = {"unknown-source-type": _bad_source_type, "unknown-column-type": _unknown_column_type,
+               "unparsable-column-type": _unparsable_column_type, "unparsable-arguments": _unparsable_arguments}
+
+
+@pytest.mark.parametrize("mode", ["FAILFAST", "PERMISSIVE", "DROPMALFORMED"])
+@pytest.mark.parametrize("case", BAD_ENTRIES)
+def test_one_bad_entry_between_two_good_ones(case, mode):
+    """Three single-Entry Envelopes, the middle one bad: the sink registers no table from an Entry
+    the mode rejected, so FAILFAST raises the bridge error and the other modes carry on."""
+    entries = _orders(3, rows=1)
+    error = BAD_ENTRIES[case](entries[1])
+    batches = _batches([_values([e])[0] for e in entries])
+    table = assert_same(batches, mode=mode)
+    got, tally, _ = _run(batches, True, bridge.DEFAULT_OPTIONS, mode)
+    if mode == "FAILFAST":
+        assert got == ("error", "ConversionError", error)
+        return
+    keep = mode == "PERMISSIVE"
+    assert table["offset"].to_pylist() == ([0, 1, 2] if keep else [0, 2])
+    assert table["sequence_id"].to_pylist() == (["1000000", None, "3000000"] if keep else ["1000000", "3000000"])
+    if keep:
+        assert table["error"].to_pylist() == [None, error, None]
+        assert table["entry"].to_pylist() == [0, 0, 0] and table["blob"].to_pylist()[1] is None
+    assert tally == [dataclasses.asdict(Tally(input=3, converted=2, rejected=1, outputs=2, envelopes=3))]
+
+
+@pytest.mark.parametrize("mode", ["PERMISSIVE", "DROPMALFORMED"])
+@pytest.mark.parametrize("case", BAD_ENTRIES)
+def test_bad_entries_inside_an_entries_leave_the_sink_to_the_good_ones(case, mode):
+    """A bad Entry first of its Entries (before any table is known) and again among good ones of its
+    table: each is rejected where it stands, the first good Entry registers the table, and the sink
+    writes every good one after it."""
+    good = _orders(7, rows=2)
+    first, second = (pb.Entry.FromString(good[0].SerializeToString()) for _ in range(2))
+    BAD_ENTRIES[case](first)
+    BAD_ENTRIES[case](second)
+    values = _values([first] + good[:4]) + _values(good[4:5] + [second] + good[5:])
+    assert len(values) == 2
+    table = assert_same(_batches(values), mode=mode)
+    assert SUNK[-1] == 7 - 1
+    if mode == "PERMISSIVE":
+        errors = table["error"].to_pylist()
+        assert [(o, e) for o, e, err in zip(table["offset"].to_pylist(), table["entry"].to_pylist(), errors)
+                if err is not None] == [(0, 0), (1, 1)]
+    else:
+        assert table.num_rows == 14
+    assert [line for line in table["blob"].to_pylist() if line is not None] == [
+        bridge.encode_blob(m).decode() for e in good for m in bridge.BlobEncoder().convert(e)]
+    _, tally, _ = _run(_batches(values), True, bridge.DEFAULT_OPTIONS, mode)
+    assert tally == [dataclasses.asdict(Tally(input=9, converted=7, rejected=2, outputs=14, envelopes=2))]
