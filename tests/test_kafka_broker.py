@@ -105,7 +105,8 @@ def test_cli_produce_then_consume_equals_convert(kafka_broker, tmp_path):
     topic = kafka_broker.create_topic(_name("cli"), partitions=2)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     run = dict(cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    proc = subprocess.run([*_cli(), "produce", str(sample), "--brokers", kafka_broker.bootstrap, "--topic", topic], **run)
+    proc = subprocess.run([*_cli(), "produce", str(sample), "--brokers", kafka_broker.bootstrap, "--topic", topic],
+                          **run)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "consumed.jsonl"
     proc = subprocess.run([*_cli(), "consume", "--brokers", kafka_broker.bootstrap, "--topic", topic,
