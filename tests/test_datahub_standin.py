@@ -45,6 +45,7 @@ SCHEMA = RecordSchema.from_lists(
 def server():
     with StandInDataHub() as s:
         yield s
+    assert s.errors == []  # no request hit a bug of the stand-in itself
 
 
 @pytest.fixture
@@ -588,6 +589,24 @@ def test_reset_connection(server, client):
     client.put_records(P, "t", [blob(b"fine", "0")])  # the client reconnects
     assert len(server.records(P, "t")) == 2
     assert server.faults.count("reset") == 2
+    # pydatahub's HTTPAdapter(max_retries=3) retries GETs on its own, never POSTs
+    server.faults.reset_connection("ListShard", times=3)
+    assert len(client.list_shard(P, "t").shards) == 1
+    server.faults.reset_connection("ListShard", times=4)
+    with pytest.raises(requests.exceptions.ConnectionError):
+        client.list_shard(P, "t")
+    assert server.faults.count("reset", "ListShard") == 7
+
+
+def test_faults_limited_to_one_shard(server, pb_client):
+    server.create_topic(P, "t", 2)
+    server.faults.fail_next("PutRecordsByShard", 500, shard="1", times=None)
+    pb_client.put_records_by_shard(P, "t", "0", [blob(b"a")])
+    with pytest.raises(InternalServerException):
+        pb_client.put_records_by_shard(P, "t", "1", [blob(b"b")])
+    server.faults.clear()
+    pb_client.put_records_by_shard(P, "t", "1", [blob(b"b")])
+    assert [(x["shard"], x["data"]) for x in server.records(P, "t")] == [("0", b"a"), ("1", b"b")]
 
 
 def _chaos_run(seed):

@@ -264,16 +264,17 @@ class Faults:
     # -- scripted ------------------------------------------------------------------------------
     def fail_next(self, op: str | Iterable[str] = "*", status: int = 500, code: str = "InternalServerError",
                   message: str = "injected failure", times: int | None = 1, *, after_apply: bool = False,
-                  raw_body: bytes | None = None) -> None:
+                  raw_body: bytes | None = None, shard: str | None = None) -> None:
         """Answer the next `times` matching requests with `status` and a DataHub error body
-        (or `raw_body` verbatim, e.g. a gateway's HTML page)."""
-        self._add(dict(kind="error", op=op, times=times, after=after_apply,
+        (or `raw_body` verbatim, e.g. a gateway's HTML page). `shard` limits the rule to requests whose
+        URL names that shard (GetCursor, GetRecords, PutRecordsByShard)."""
+        self._add(dict(kind="error", op=op, times=times, after=after_apply, shard=shard,
                        error=("error", status, code, message, raw_body)))
 
     def reset_connection(self, op: str | Iterable[str] = "*", times: int | None = 1, *,
-                         after_apply: bool = False) -> None:
+                         after_apply: bool = False, shard: str | None = None) -> None:
         """Close the socket without an answer (the client sees a connection error)."""
-        self._add(dict(kind="reset", op=op, times=times, after=after_apply, error=("reset",)))
+        self._add(dict(kind="reset", op=op, times=times, after=after_apply, shard=shard, error=("reset",)))
 
     def partial_failure(self, indexes: Iterable[int] | Callable[[int], Iterable[int]] = (0,),
                         code: str = "LimitExceeded", message: str = "The rate of traffic exceeds the limit",
@@ -284,9 +285,9 @@ class Faults:
                        partial=(indexes, code, message)))
 
     def delay(self, op: str | Iterable[str] = "*", seconds: float = 0.1, times: int | None = None, *,
-              after_apply: bool = False) -> None:
+              after_apply: bool = False, shard: str | None = None) -> None:
         """Wait `seconds` before answering (before or after the operation takes effect)."""
-        self._add(dict(kind="delay", op=op, times=times, after=after_apply, seconds=seconds))
+        self._add(dict(kind="delay", op=op, times=times, after=after_apply, shard=shard, seconds=seconds))
 
     def throttle(self, rate: float | None, op: str | Iterable[str] = WRITE_OPS, burst: float | None = None) -> None:
         """Allow `rate` matching requests per second (token bucket of `burst`, default max(1, rate));
@@ -355,11 +356,13 @@ class Faults:
             if rule["times"] <= 0:
                 self._rules.remove(rule)
 
-    def _plan(self, op: str, n_records: int) -> _Plan:
+    def _plan(self, op: str, n_records: int, shard: str = "") -> _Plan:
         plan = _Plan()
         with self._lock:
             for rule in list(self._rules):
                 if not self._matches(rule["op"], op):
+                    continue
+                if rule.get("shard") is not None and str(rule["shard"]) != shard:
                     continue
                 kind = rule["kind"]
                 if kind == "delay":
@@ -535,6 +538,7 @@ class StandInDataHub:
         self.max_get_limit = max_get_limit
         self.faults = Faults()
         self.requests: list[dict] = []  # {"op", "project", "topic", "shard", "status", "records", "faults"}
+        self.errors: list[BaseException] = []  # the stand-in's own bugs (answered as 500 InternalServerError)
         self._lock = threading.RLock()
         self._projects: dict[str, _Project] = {}
         self._httpd: _HTTPServer | None = None
@@ -655,8 +659,10 @@ class StandInDataHub:
         with self._lock:
             self._projects.clear()
             self.requests.clear()
+            self.errors.clear()
         self.faults.clear()
-        self.faults.injected.clear()
+        with self.faults._lock:
+            self.faults.injected.clear()
 
     # -- state file (process mode) --------------------------------------------------------------
     def dump_state(self) -> dict:
@@ -1234,7 +1240,7 @@ class StandInDataHub:
             except Exception as e:  # noqa: BLE001 - a body the stand-in cannot read
                 raise DataHubError("InvalidParameter", f"cannot decode the request: {e}") from None
             log.update(op=req.op, project=req.project, topic=req.topic, shard=req.shard, records=req.n_records)
-            plan = self.faults._plan(req.op, req.n_records)
+            plan = self.faults._plan(req.op, req.n_records, req.shard)
             log["faults"] = list(plan.kinds)
             if plan.delay_before:
                 threading.Event().wait(plan.delay_before)
@@ -1254,6 +1260,12 @@ class StandInDataHub:
         except DataHubError as e:
             status, ctype = e.status, "application/json"
             body = json.dumps({"ErrorCode": e.code, "ErrorMessage": e.message, "RequestId": rid}).encode()
+        except Exception as e:  # noqa: BLE001 - a bug of the stand-in: answer 500 and keep it for the test
+            with self._lock:
+                self.errors.append(e)
+            status, ctype = 500, "application/json"
+            body = json.dumps({"ErrorCode": "InternalServerError", "ErrorMessage": f"stand-in bug: {e!r}",
+                               "RequestId": rid}).encode()
         log["status"] = status
         self._log(log)
         out_headers = {"x-datahub-request-id": rid, "Content-Type": ctype}
