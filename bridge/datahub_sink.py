@@ -1,37 +1,60 @@
-"""DataHub out: Blob messages as BlobRecords, Tuple rows as TupleRecords, through the pydatahub SDK.
+"""DataHub out: the one DataHub writer every face uses (`dts-bridge sync`, `deliver`, Spark's `datahub` sink).
 
-Records are batched (`batch_size` per PutRecords request), routed to a shard by DataWorks' rule
-(`bridge.shard_key(msg)`, the primary-key values or the table name, hashed over the topic's
-ACTIVE shard ids, so one key always lands in one shard and keeps its order), and retried with
-exponential backoff when DataHub says the failure is transient (throttling, server errors,
-connection trouble; per record for a partly failed batch). Credentials come from
-`DATAHUB_ACCESS_ID` / `DATAHUB_ACCESS_KEY` unless passed.
+Guarantees (docs/kafka.md, "The DataHub writer"):
 
-DataHub has no local emulator: tests/test_datahub_sink.py answers ListShard and PutRecords from
-a loopback HTTP server and decodes the request bodies with pydatahub's own classes.
+- **Order per shard.** Records are routed to a shard by DataWorks' rule (`shard_for(key, ids)`: MD5
+  of the key over the topic's ACTIVE shard ids) and each shard has one request in flight at a time,
+  sent with PutRecordsByShard, which DataHub applies whole or not at all. A retry resends the same
+  records, from the first one that did not land, before anything later of that shard: a partial
+  failure can never let a later record land first. Shards are written in parallel (`workers`).
+- **Bounded memory.** At most `max_buffered` records wait; `put` blocks until the shards drain
+  (backpressure reaches the Kafka consumer, which simply stops polling).
+- **Retries.** Throttling (LimitExceeded) and server trouble back off with jitter; a request whose
+  outcome is unknown (a timeout, a dropped connection, a 5xx) is checked against the shard's tail
+  before it is sent again, so it cannot land twice. Split or merged shards (InvalidShardOperation,
+  ShardSealed, NoSuchShard) make the writer wait for the topic's requests in flight, list the shards
+  again and route every waiting record anew, in the order it was put.
+- **Exactly-once effect across restarts.** Every record carries its source position as attributes
+  (`dts.topic`, `dts.pos` = "partition:offset:entry:row"). `resume(source, committed)` tells the
+  writer which Kafka offsets were committed; before its first write to a DataHub topic the writer
+  reads each shard's tail back to the first committed record and drops every record put again that
+  already landed there. This is exact when offsets are committed only after `flush()` and no
+  converted record starts at or after a committed offset (what `bridge.sync` does).
+
+DataHub has no local emulator: the tests drive the real pydatahub client against a loopback
+stand-in server (tests/support/datahub_standin.py).
 
 >>> shard_for("[10001]", ["0", "1", "2"]) in ("0", "1", "2")
 True
+>>> Position("dts", 0, 12, 1, 3).key
+'0:12:1:3'
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
+import random
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
+
+import orjson
 
 from .blob_encode import shard_key
 from .errors import BridgeError, ConversionError
 
-__all__ = ["DataHubSink", "DataHubError", "shard_for", "tuple_shard_key", "ACCESS_ID_ENV", "ACCESS_KEY_ENV",
-           "RETRYABLE_CODES"]
+__all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "Position", "shard_for", "tuple_shard_key",
+           "make_client", "ACCESS_ID_ENV", "ACCESS_KEY_ENV", "ATTR_TOPIC", "ATTR_POS"]
 
 ACCESS_ID_ENV = "DATAHUB_ACCESS_ID"
 ACCESS_KEY_ENV = "DATAHUB_ACCESS_KEY"
-# PutRecords per-record error codes worth another try; anything else is the record's own fault.
-RETRYABLE_CODES = frozenset({"LimitExceeded", "InternalServerError", "ServiceUnavailable", "ShardNotReady",
-                             "InvalidShardOperation", "ShardSealed", "MalformedRecord.Retry"})
-_RESHARD_CODES = frozenset({"InvalidShardOperation", "ShardSealed"})
+ATTR_TOPIC = "dts.topic"
+ATTR_POS = "dts.pos"
+# DataHub takes up to 4 MB per request; leave room for the envelope around the records.
+MAX_REQUEST_BYTES = 4 * 1024 * 1024 - 64 * 1024
+_RESHARD_CODES = frozenset({"InvalidShardOperation", "ShardSealed", "NoSuchShard"})
 
 
 class DataHubError(BridgeError):
@@ -42,8 +65,21 @@ def _pydatahub():
     try:
         import datahub
     except ImportError:
-        raise DataHubError("the DataHub sink needs pydatahub: pip install 'dts-datahub-bridge[datahub]'") from None
+        raise DataHubError("the DataHub writer needs pydatahub: pip install 'dts-datahub-bridge[datahub]'") from None
     return datahub
+
+
+def make_client(endpoint: str, access_id: str | None = None, access_key: str | None = None, compress: str = "lz4"):
+    """A pydatahub client in its protobuf protocol (the one PutRecordsByShard needs); credentials
+    from the arguments, else DATAHUB_ACCESS_ID / DATAHUB_ACCESS_KEY."""
+    dh = _pydatahub()
+    access_id = access_id or os.environ.get(ACCESS_ID_ENV)
+    access_key = access_key or os.environ.get(ACCESS_KEY_ENV)
+    if not access_id or not access_key:
+        raise DataHubError(f"DataHub credentials missing: set {ACCESS_ID_ENV} and {ACCESS_KEY_ENV}")
+    from datahub.models.compress import CompressFormat
+    fmt = CompressFormat.NONE if compress == "none" else CompressFormat(compress)
+    return dh.DataHub(access_id, access_key, endpoint, compress_format=fmt, enable_pb=True)
 
 
 def shard_for(key: str, shard_ids: list[str]) -> str:
@@ -53,9 +89,10 @@ def shard_for(key: str, shard_ids: list[str]) -> str:
 
 
 def tuple_shard_key(row: dict, table: str, keys: list[str]) -> str:
-    """`shard_key` for a Tuple row: the key columns' values, else the table name."""
+    """`shard_key` for a Tuple row: the key columns' values, else the table name. DECIMAL values
+    (Decimal) go in as their text, as they are written."""
     if keys:
-        return shard_key({"schema": {"primaryKey": keys}, "payload": {"after": {"dataColumn": row}}})
+        return orjson.dumps([row.get(k) for k in keys], default=str).decode()
     return table
 
 
@@ -63,133 +100,549 @@ def _sort_id(shard_id: str):
     return (0, int(shard_id), "") if shard_id.isdigit() else (1, 0, shard_id)
 
 
-class DataHubSink:
-    """Buffers records and writes them with PutRecords.
+@dataclass(frozen=True)
+class Position:
+    """Where a record came from: the source (a Kafka topic, or a file), the partition, the offset of
+    the first Envelope of its Entries (or a line number), the Entry's index in it and the record's
+    index among the Entry's outputs. Increasing in stream order within a partition."""
+    source: str
+    partition: int
+    offset: int
+    entry: int = 0
+    row: int = 0
 
-    `put_blob(data, key)` takes a Blob message's bytes; `put_tuple(row, key)` a Tuple row (the
-    sink needs `record_schema`, the RecordSchema dict bridge.tuple writes). `flush()` sends the
-    buffer and returns only when every record is accepted (or raises `DataHubError`).
-    `routing="partition-key"` leaves hashing to DataHub instead (record.partition_key = key).
+    @property
+    def key(self) -> str:
+        return f"{self.partition}:{self.offset}:{self.entry}:{self.row}"
+
+    @staticmethod
+    def parse(text: str) -> tuple[int, int, int, int] | None:
+        parts = text.split(":")
+        if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts):
+            return None
+        return tuple(int(p) for p in parts)  # type: ignore[return-value]
+
+
+class _Pending:
+    __slots__ = ("record", "key", "position", "seq", "size", "topic")
+
+    def __init__(self, record, key: str, position: Position | None, seq: int, size: int) -> None:
+        self.record, self.key, self.position, self.seq, self.size = record, key, position, seq, size
+        self.topic = None
+
+
+class _Shard:
+    __slots__ = ("topic", "shard_id", "queue", "busy")
+
+    def __init__(self, topic: "_Topic", shard_id: str) -> None:
+        self.topic, self.shard_id = topic, shard_id
+        self.queue: collections.deque[_Pending] = collections.deque()
+        self.busy = False
+
+
+class _Topic:
+    def __init__(self, name: str, kind: str, schema) -> None:
+        self.name, self.kind, self.schema = name, kind, schema
+        self.shard_ids: list[str] = []
+        self.shards: dict[str, _Shard] = {}
+        self.resharding = False
+        self.landed: set[str] | None = None  # positions of ours found past the commit, not yet put again
+        self.scanned = False
+
+
+class DataHubWriter:
+    """Writes Blob and Tuple records to DataHub topics of one project, ordered per shard and
+    idempotent across restarts (see the module docstring).
+
+    `put(topic, key, value, position)`: `value` is a Blob message's bytes or a Tuple row (a dict
+    keyed by field name); `key` is the routing key (`shard_key`, `tuple_shard_key`). `flush()`
+    returns once DataHub acknowledged every record put before it, or raises `DataHubError`.
+    `observer(event, **facts)` hears each request ("request": op, topic, shard, records, seconds,
+    outcome) and each retry ("retry": reason, code).
     """
 
-    def __init__(self, endpoint: str, project: str, topic: str, *, access_id: str | None = None,
-                 access_key: str | None = None, record_schema: dict | None = None, batch_size: int = 500,
-                 max_retries: int = 6, backoff: float = 0.2, max_backoff: float = 10.0, routing: str = "shard",
-                 compress: str = "lz4", client=None, sleep: Callable[[float], None] = time.sleep) -> None:
-        if routing not in ("shard", "partition-key"):
-            raise DataHubError(f"routing must be shard or partition-key, not {routing!r}")
-        if batch_size < 1:
-            raise DataHubError("batch_size must be at least 1")
-        dh = _pydatahub()
-        self.project, self.topic, self.routing = project, topic, routing
-        self.batch_size, self.max_retries, self.backoff, self.max_backoff = batch_size, max_retries, backoff, max_backoff
-        self.sleep = sleep
-        if client is None:
-            access_id = access_id or os.environ.get(ACCESS_ID_ENV)
-            access_key = access_key or os.environ.get(ACCESS_KEY_ENV)
-            if not access_id or not access_key:
-                raise DataHubError(f"DataHub credentials missing: set {ACCESS_ID_ENV} and {ACCESS_KEY_ENV}")
-            from datahub.models.compress import CompressFormat
-            fmt = CompressFormat.NONE if compress == "none" else CompressFormat(compress)
-            client = dh.DataHub(access_id, access_key, endpoint, compress_format=fmt)
-        self.client = client
-        self.schema = None
-        if record_schema is not None:
-            from datahub.models import RecordSchema
-            self.schema = RecordSchema.from_json({"fields": record_schema["fields"]})
-        self.buffer: list = []
-        self.shard_ids: list[str] | None = None
-        self.records = self.requests = self.retries = 0
+    def __init__(self, client, project: str, *, batch_records: int = 1000,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, max_buffered: int = 20_000, workers: int = 4,
+                 max_retries: int = 12, backoff: float = 0.1, max_backoff: float = 10.0,
+                 sleep: Callable[[float], None] = time.sleep, seed: int | None = None,
+                 observer: Callable[..., None] | None = None, create_topics: dict | None = None) -> None:
+        if batch_records < 1:
+            raise DataHubError("batch_records must be at least 1")
+        if workers < 1:
+            raise DataHubError("workers must be at least 1")
+        _pydatahub()
+        self.client, self.project = client, project
+        self.batch_records, self.max_request_bytes, self.max_buffered = batch_records, max_request_bytes, max_buffered
+        self.max_retries, self.backoff, self.max_backoff, self.sleep = max_retries, backoff, max_backoff, sleep
+        self.rng = random.Random(seed)
+        self.observer = observer
+        self.create_topics = create_topics  # {"shards": N, "lifecycle": days} creates missing topics
+        self.records = self.requests = self.retries = self.throttled = self.skipped = self.resplits = 0
+        self._topics: dict[str, _Topic] = {}
+        self._cv = threading.Condition()
+        self._ready: collections.deque[_Shard] = collections.deque()
+        self._buffered = 0
+        self._seq = 0
+        self._error: BaseException | None = None
+        self._closing = False
+        self._source: str | None = None
+        self._committed: dict[int, int | None] = {}
+        self._threads = [threading.Thread(target=self._work, name=f"datahub-writer-{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
 
-    # -- records ----------------------------------------------------------------------------------
-    def put_blob(self, data: bytes, key: str, attributes: dict | None = None) -> None:
-        from datahub.models import BlobRecord
-        self._put(BlobRecord(blob_data=data), key, attributes)
+    # -- set-up ---------------------------------------------------------------------------------
+    def resume(self, source: str, committed: dict[int, int | None]) -> None:
+        """Records of `source` put again after a restart that already landed are dropped: a shard's
+        tail is read back to the first record of `source` below its partition's committed offset
+        (`committed[partition]`; None or absent: nothing of that partition was committed)."""
+        with self._cv:
+            self._source, self._committed = source, dict(committed)
+            for topic in self._topics.values():
+                topic.scanned = False
 
-    def put_tuple(self, row: dict, key: str, attributes: dict | None = None) -> None:
-        if self.schema is None:
-            raise DataHubError("Tuple records need the topic's RecordSchema (record_schema=...)")
-        from datahub.models import TupleRecord
+    def topic(self, name: str, record_schema: dict | None = None) -> _Topic:
+        """The topic's facts, read once (its type and, for Tuple, its RecordSchema); with
+        `create_topics` a missing topic is created (Tuple with `record_schema`)."""
+        topic = self._topics.get(name)
+        if topic is not None:
+            return topic
+        _pydatahub()
         try:
-            record = TupleRecord(schema=self.schema, values=[row.get(f.name) for f in self.schema.field_list])
-        except Exception as exc:  # noqa: BLE001 - pydatahub raises its own types for bad values
-            raise ConversionError(f"row does not fit the topic's RecordSchema ({exc})") from None
-        self._put(record, key, attributes)
+            info = self._call(lambda: self.client.get_topic(self.project, name), "GetTopic")
+        except DataHubError as err:
+            if self.create_topics is None or "NoSuchTopic" not in str(err) and "not exist" not in str(err).lower():
+                raise
+            info = self._create(name, record_schema)
+        kind = str(getattr(info.record_type, "value", info.record_type)).upper()
+        schema = info.record_schema if kind == "TUPLE" else None
+        if kind == "TUPLE" and schema is None:
+            raise DataHubError(f"Tuple topic {self.project}/{name} has no RecordSchema")
+        if kind == "TUPLE" and record_schema is not None:
+            want = [(f["name"], f["type"].upper()) for f in record_schema["fields"]]
+            have = [(f.name, str(getattr(f.type, "value", f.type)).upper()) for f in schema.field_list]
+            if want != have[:len(want)] or any(not getattr(f, "allow_null", True) for f in schema.field_list[len(want):]):
+                raise DataHubError(f"topic {self.project}/{name} has RecordSchema {have}, the rows need {want}")
+        topic = _Topic(name, kind, schema)
+        topic.shard_ids = self._active_shards(name)
+        with self._cv:
+            self._topics.setdefault(name, topic)
+            return self._topics[name]
 
-    def _put(self, record, key: str, attributes: dict | None) -> None:
-        if attributes:
-            for name, value in attributes.items():
-                record.put_attribute(name, str(value))
-        self._route(record, key)
-        self.buffer.append((record, key))
-        if len(self.buffer) >= self.batch_size:
-            self.flush()
+    def _create(self, name: str, record_schema: dict | None):
+        from datahub.models import RecordSchema
+        shards, lifecycle = self.create_topics.get("shards", 1), self.create_topics.get("lifecycle", 7)
+        if record_schema is None:
+            op = lambda: self.client.create_blob_topic(self.project, name, shards, lifecycle, "dts-bridge")  # noqa: E731
+        else:
+            schema = RecordSchema.from_json({"fields": record_schema["fields"]})
+            op = lambda: self.client.create_tuple_topic(self.project, name, shards, lifecycle, schema,  # noqa: E731
+                                                         "dts-bridge")
+        try:
+            self._call(op, "CreateTopic")
+        except DataHubError as err:
+            if "AlreadyExist" not in str(err):
+                raise
+        return self._call(lambda: self.client.get_topic(self.project, name), "GetTopic")
 
-    def _route(self, record, key: str) -> None:
-        if self.routing == "partition-key":
-            record.partition_key = key
-            return
-        if self.shard_ids is None:
-            self.shard_ids = self._active_shards()
-        record.shard_id = shard_for(key, self.shard_ids)
-
-    def _active_shards(self) -> list[str]:
-        result = self._call(lambda: self.client.list_shard(self.project, self.topic), "ListShard")
-        ids = [s.shard_id for s in result.shards if getattr(getattr(s, "state", None), "value", "ACTIVE") == "ACTIVE"]
+    def _active_shards(self, name: str) -> list[str]:
+        result = self._call(lambda: self.client.list_shard(self.project, name), "ListShard")
+        ids = [s.shard_id for s in result.shards if _state(s) == "ACTIVE"]
         if not ids:
-            raise DataHubError(f"topic {self.project}/{self.topic} has no ACTIVE shard")
+            raise DataHubError(f"topic {self.project}/{name} has no ACTIVE shard")
         return sorted(ids, key=_sort_id)
 
-    # -- sending ----------------------------------------------------------------------------------
-    def flush(self) -> int:
-        """Send every buffered record; returns how many were sent."""
-        pending, self.buffer = self.buffer, []
-        sent = len(pending)
-        attempt = 0
-        while pending:
-            result = self._call(lambda: self.client.put_records(self.project, self.topic, [r for r, _ in pending]),
-                                "PutRecords")
-            failed = sorted(result.failed_records or [], key=lambda f: f.index)
-            if not failed:
-                break
-            fatal = [f for f in failed if f.error_code not in RETRYABLE_CODES]
-            if fatal:
-                f = fatal[0]
-                raise DataHubError(f"DataHub rejected {len(fatal)} record(s): {f.error_code}: {f.error_message}",
-                                   record=f.index)
-            attempt = self._wait(attempt, f"{len(failed)} record(s) failed: {failed[0].error_code}")
-            if any(f.error_code in _RESHARD_CODES for f in failed):
-                self.shard_ids = None  # shards split or merged: route again
-            pending = [pending[f.index] for f in failed]
-            for record, key in pending:
-                self._route(record, key)
-        self.records += sent
-        return sent
+    # -- records --------------------------------------------------------------------------------
+    def put(self, topic: str, key: str, value, position: Position | None = None,
+            attributes: dict | None = None) -> bool:
+        """Queue one record; False when it already landed before a restart (and is dropped)."""
+        prepared = self.prepare(topic, key, value, position, attributes)
+        return self.put_prepared(prepared) if prepared is not None else False
+
+    def prepare(self, topic: str, key: str, value, position: Position | None = None,
+                attributes: dict | None = None) -> _Pending | None:
+        """Build a record and check it fits (a ConversionError if not), without queueing it; None
+        when it already landed before a restart. Callers that must put all of an Entry's records or
+        none prepare them all first."""
+        self._raise_pending()
+        info = self.topic(topic)
+        if position is not None and self._source is not None and not info.scanned:
+            self._scan(info)
+        if position is not None and info.landed and position.key in info.landed:
+            info.landed.discard(position.key)
+            self.skipped += 1
+            return None
+        record, size = self._record(info, value)
+        if attributes:
+            for name, val in attributes.items():
+                record.put_attribute(name, str(val))
+        if position is not None:
+            record.put_attribute(ATTR_TOPIC, position.source)
+            record.put_attribute(ATTR_POS, position.key)
+            size += 24 + len(position.source) + len(position.key)
+        if size > self.max_request_bytes:
+            raise ConversionError(f"record of {size} bytes exceeds DataHub's request limit "
+                                  f"({self.max_request_bytes} bytes)")
+        pending = _Pending(record, key, position, 0, size)
+        pending.topic = info
+        return pending
+
+    def put_prepared(self, pending: _Pending) -> bool:
+        with self._cv:
+            while self._buffered >= self.max_buffered and self._error is None:
+                self._cv.wait()
+            self._raise_pending_locked()
+            self._seq += 1
+            pending.seq = self._seq
+            shard = self._route(pending.topic, pending.key)
+            shard.queue.append(pending)
+            self._buffered += 1
+            if not shard.busy and len(shard.queue) == 1:
+                self._ready.append(shard)
+                self._cv.notify_all()
+        return True
+
+    def _record(self, info: _Topic, value):
+        from datahub.models import BlobRecord, TupleRecord
+        if info.kind == "BLOB":
+            if not isinstance(value, (bytes, bytearray)):
+                raise ConversionError(f"topic {info.name} is a Blob topic: a record needs bytes")
+            return BlobRecord(blob_data=bytes(value)), len(value) * 4 // 3 + 64
+        if not isinstance(value, dict):
+            raise ConversionError(f"topic {info.name} is a Tuple topic: a record needs a row")
+        names = info.schema.field_list
+        extra = set(value) - {f.name for f in names}
+        if extra:
+            raise ConversionError(f"topic {info.name} has no field for {sorted(extra)}: its RecordSchema differs "
+                                  f"from the row's")
+        values = [value.get(f.name) for f in names]
+        try:
+            record = TupleRecord(schema=info.schema, values=values)
+        except Exception as exc:  # noqa: BLE001 - pydatahub raises its own types for bad values
+            raise ConversionError(f"row does not fit the RecordSchema of {info.name} ({exc})") from None
+        return record, 64 + sum(len(str(v)) + 8 for v in values if v is not None)
+
+    def _route(self, info: _Topic, key: str) -> _Shard:
+        shard_id = shard_for(key, info.shard_ids)
+        shard = info.shards.get(shard_id)
+        if shard is None:
+            shard = info.shards[shard_id] = _Shard(info, shard_id)
+        return shard
+
+    def flush(self) -> None:
+        """Wait until every record put so far is acknowledged (or raise what stopped a shard)."""
+        with self._cv:
+            while self._buffered and self._error is None:
+                self._cv.wait()
+            self._raise_pending_locked()
 
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self.stop()
 
-    def _call(self, request: Callable[[], Any], name: str):
+    def stop(self) -> None:
+        """End the workers; records not yet acknowledged are abandoned (a restart resends them)."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+
+    def _raise_pending(self) -> None:
+        with self._cv:
+            self._raise_pending_locked()
+
+    def _raise_pending_locked(self) -> None:
+        if self._error is not None:
+            err = self._error
+            raise err if isinstance(err, BridgeError) else DataHubError(f"DataHub writer failed: {err}")
+
+    # -- the workers ----------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                shard = None
+                while shard is None:
+                    if self._closing:
+                        return
+                    for candidate in self._ready:
+                        if not candidate.topic.resharding:
+                            shard = candidate
+                            break
+                    if shard is None:
+                        self._cv.wait()
+                self._ready.remove(shard)
+                shard.busy = True
+                batch = self._batch(shard)
+            try:
+                outcome = self._send(shard, batch)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of put/flush
+                with self._cv:
+                    shard.busy = False
+                    if self._error is None:
+                        self._error = exc
+                    self._cv.notify_all()
+                continue
+            with self._cv:
+                shard.busy = False
+                if outcome == "sent":
+                    for _ in batch:
+                        shard.queue.popleft()
+                    self._buffered -= len(batch)
+                    self.records += len(batch)
+                    if shard.queue:
+                        self._ready.append(shard)
+                    self._cv.notify_all()
+                    continue
+            self._reshard(shard.topic)
+
+    def _batch(self, shard: _Shard) -> list[_Pending]:
+        batch, size = [], 0
+        for item in shard.queue:
+            if batch and (len(batch) >= self.batch_records or size + item.size > self.max_request_bytes):
+                break
+            batch.append(item)
+            size += item.size
+        return batch
+
+    def _send(self, shard: _Shard, batch: list[_Pending]) -> str:
+        """Put `batch` to its shard until it lands; "sent", or "reshard" when the shard is gone."""
         import requests
         from datahub import exceptions as dx
-        transient = (dx.LimitExceededException, dx.InternalServerException, requests.ConnectionError,
-                     requests.Timeout, ConnectionError)
+        topic, attempt, unsure = shard.topic, 0, False
+        records = [p.record for p in batch]
+        while True:
+            if unsure and self._landed_already(shard, batch):
+                return "sent"
+            started = time.monotonic()
+            code = None
+            try:
+                self.requests += 1
+                self.client.put_records_by_shard(self.project, topic.name, shard.shard_id, records)
+                self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
+                              records=len(batch), seconds=time.monotonic() - started, outcome="ok")
+                return "sent"
+            except dx.LimitExceededException:
+                code, unsure = "LimitExceeded", False
+                self.throttled += 1
+            except (requests.ConnectionError, requests.Timeout, ConnectionError, dx.TimeoutException) as exc:
+                code, unsure = type(exc).__name__, True
+            except dx.DatahubException as exc:
+                code = getattr(exc, "error_code", None) or type(exc).__name__
+                status = getattr(exc, "status_code", 0) or 0
+                if code in _RESHARD_CODES or isinstance(exc, dx.ShardSealedException):
+                    self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
+                                  records=len(batch), seconds=time.monotonic() - started, outcome=code)
+                    return "reshard"
+                if status < 500 and not isinstance(exc, dx.InternalServerException):
+                    first = batch[0].position
+                    where = f" (first record at {first.source} {first.key})" if first else ""
+                    raise DataHubError(f"DataHub refused a request to {self.project}/{topic.name} shard "
+                                       f"{shard.shard_id}{where}: {code}: {exc}") from None
+                unsure = True
+            self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
+                          records=len(batch), seconds=time.monotonic() - started, outcome=code)
+            attempt = self._wait(attempt, f"PutRecordsByShard to {topic.name}/{shard.shard_id}: {code}", code)
+
+    def _landed_already(self, shard: _Shard, batch: list[_Pending]) -> bool:
+        """After an answer-less attempt: the request landed whole iff the shard's last record is the
+        batch's last record (PutRecordsByShard is all or nothing; one request in flight per shard)."""
+        last = batch[-1].position
+        if last is None:
+            return False  # no position to recognise it by: at-least-once for such records
+        tail = self._tail(shard.topic, shard.shard_id, 1)
+        return bool(tail) and tail[-1].attributes.get(ATTR_POS) == last.key \
+            and tail[-1].attributes.get(ATTR_TOPIC) == last.source
+
+    def _reshard(self, topic: _Topic) -> None:
+        """The topic's shards changed: wait for its requests in flight, list the shards again and
+        route every waiting record anew, in the order it was put."""
+        with self._cv:
+            if topic.resharding:
+                return
+            topic.resharding = True
+            while any(s.busy for s in topic.shards.values()):
+                self._cv.wait()
+        try:
+            ids = self._active_shards(topic.name)
+        except BaseException as exc:  # noqa: BLE001
+            with self._cv:
+                topic.resharding = False
+                self._error = self._error or exc
+                self._cv.notify_all()
+            return
+        with self._cv:
+            waiting = sorted((p for s in topic.shards.values() for p in s.queue), key=lambda p: p.seq)
+            for shard in topic.shards.values():
+                shard.queue.clear()
+                if shard in self._ready:
+                    self._ready.remove(shard)
+            topic.shard_ids = ids
+            topic.shards = {sid: s for sid, s in topic.shards.items() if sid in ids}
+            for item in waiting:
+                self._route(topic, item.key).queue.append(item)
+            for shard in topic.shards.values():
+                if shard.queue:
+                    self._ready.append(shard)
+            topic.resharding = False
+            self.resplits += 1
+            self._cv.notify_all()
+
+    # -- the tail of a shard --------------------------------------------------------------------
+    def _scan(self, topic: _Topic) -> None:
+        """Collect the positions of `source`'s records that landed past the committed offsets."""
+        landed: set[str] = set()
+        shards = self._call(lambda: self.client.list_shard(self.project, topic.name), "ListShard").shards
+        for shard in shards:
+            landed |= self._scan_shard(topic, shard.shard_id)
+        with self._cv:
+            topic.landed, topic.scanned = landed, True
+
+    def _scan_shard(self, topic: _Topic, shard_id: str) -> set[str]:
+        found: set[str] = set()
+        latest = self._sequence(topic, shard_id, "LATEST")
+        if latest is None:
+            return found
+        oldest = self._sequence(topic, shard_id, "OLDEST") or 0
+        end, window = latest, 64
+        while end >= oldest:
+            start = max(oldest, end - window + 1)
+            records = self._read(topic, shard_id, start, end - start + 1)
+            for record in reversed(records):
+                attrs = record.attributes or {}
+                if attrs.get(ATTR_TOPIC) != self._source:
+                    continue  # another writer's record
+                pos = Position.parse(attrs.get(ATTR_POS, ""))
+                if pos is None:
+                    continue
+                committed = self._committed.get(pos[0])
+                if committed is not None and pos[1] < committed:
+                    return found  # everything before this landed before the last commit
+                found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
+            end, window = start - 1, window * 4
+        return found
+
+    def _sequence(self, topic: _Topic, shard_id: str, kind: str) -> int | None:
+        from datahub import exceptions as dx
+        from datahub.models import CursorType
+        try:
+            result = self._call(lambda: self.client.get_cursor(self.project, topic.name, shard_id,
+                                                               CursorType[kind]), "GetCursor", raw=True)
+        except (dx.SeekOutOfRangeException, dx.InvalidCursorException, dx.InvalidParameterException):
+            return None  # an empty shard has no cursor
+        sequence = getattr(result, "sequence", -1)
+        return None if sequence is None or sequence < 0 else sequence
+
+    def _read(self, topic: _Topic, shard_id: str, start: int, count: int) -> list:
+        from datahub.models import CursorType
+        cursor = self._call(lambda: self.client.get_cursor(self.project, topic.name, shard_id, CursorType.SEQUENCE,
+                                                           start), "GetCursor").cursor
+        out: list = []
+        while len(out) < count:
+            want = min(1000, count - len(out))
+            if topic.kind == "BLOB":
+                result = self._call(lambda: self.client.get_blob_records(self.project, topic.name, shard_id, cursor,
+                                                                         want), "GetRecords")
+            else:
+                result = self._call(lambda: self.client.get_tuple_records(self.project, topic.name, shard_id,
+                                                                          topic.schema, cursor, want), "GetRecords")
+            if not result.records:
+                break
+            out.extend(result.records)
+            cursor = result.next_cursor
+        return out[:count]
+
+    def _tail(self, topic: _Topic, shard_id: str, count: int) -> list:
+        latest = self._sequence(topic, shard_id, "LATEST")
+        if latest is None:
+            return []
+        return self._read(topic, shard_id, max(0, latest - count + 1), count)
+
+    # -- calls ----------------------------------------------------------------------------------
+    def _call(self, request: Callable[[], Any], name: str, raw: bool = False):
+        import requests
+        from datahub import exceptions as dx
+        transient = (dx.LimitExceededException, dx.InternalServerException, dx.TimeoutException,
+                     requests.ConnectionError, requests.Timeout, ConnectionError)
         attempt = 0
         while True:
             try:
                 self.requests += 1
                 return request()
             except transient as exc:
-                attempt = self._wait(attempt, f"{name}: {exc}")
+                attempt = self._wait(attempt, f"{name}: {exc}", type(exc).__name__)
             except dx.DatahubException as exc:
-                if getattr(exc, "status_code", 0) and exc.status_code >= 500:
-                    attempt = self._wait(attempt, f"{name}: {exc}")
+                if (getattr(exc, "status_code", 0) or 0) >= 500:
+                    attempt = self._wait(attempt, f"{name}: {exc}", getattr(exc, "error_code", None))
                     continue
-                raise DataHubError(f"{name} failed: {type(exc).__name__}: {exc}") from None
+                if raw:
+                    raise
+                code = getattr(exc, "error_code", None) or type(exc).__name__
+                raise DataHubError(f"{name} failed: {code}: {exc}") from None
 
-    def _wait(self, attempt: int, reason: str) -> int:
+    def _wait(self, attempt: int, reason: str, code=None) -> int:
         if attempt >= self.max_retries:
             raise DataHubError(f"giving up after {attempt} retries: {reason}")
         self.retries += 1
-        self.sleep(min(self.max_backoff, self.backoff * (2 ** attempt)))
+        self._observe("retry", reason=reason, code=code)
+        ceiling = min(self.max_backoff, self.backoff * (2 ** attempt))
+        self.sleep(ceiling * self.rng.uniform(0.5, 1.0))  # jitter: writers that failed together spread out
         return attempt + 1
+
+    def _observe(self, event: str, **facts) -> None:
+        if self.observer is not None:
+            self.observer(event, **facts)
+
+
+def _state(shard) -> str:
+    state = getattr(shard, "state", None)
+    return str(getattr(state, "value", state or "ACTIVE")).upper()
+
+
+class DataHubSink:
+    """One topic of the writer, for `dts-bridge deliver`: `put_blob(data, key)` takes a Blob
+    message's bytes, `put_tuple(row, key)` a Tuple row; `flush()` returns once every record is
+    acknowledged. `position` (a `Position`) makes a record recognisable after a restart.
+    """
+
+    def __init__(self, endpoint: str, project: str, topic: str, *, access_id: str | None = None,
+                 access_key: str | None = None, record_schema: dict | None = None, batch_size: int = 500,
+                 max_retries: int = 6, backoff: float = 0.2, max_backoff: float = 10.0, routing: str = "shard",
+                 compress: str = "lz4", client=None, sleep: Callable[[float], None] = time.sleep,
+                 observer: Callable[..., None] | None = None) -> None:
+        if routing != "shard":
+            raise DataHubError(f"routing must be shard (PutRecordsByShard keeps each shard's order), not {routing!r}")
+        if batch_size < 1:
+            raise DataHubError("batch_size must be at least 1")
+        client = client or make_client(endpoint, access_id, access_key, compress)
+        self.project, self.topic = project, topic
+        self.writer = DataHubWriter(client, project, batch_records=batch_size, max_retries=max_retries,
+                                    backoff=backoff, max_backoff=max_backoff, sleep=sleep, observer=observer)
+        info = self.writer.topic(topic, record_schema)
+        if record_schema is not None and info.kind != "TUPLE":
+            raise DataHubError(f"topic {project}/{topic} is a {info.kind} topic, not TUPLE")
+
+    @property
+    def records(self) -> int:
+        return self.writer.records
+
+    @property
+    def requests(self) -> int:
+        return self.writer.requests
+
+    @property
+    def retries(self) -> int:
+        return self.writer.retries
+
+    def put_blob(self, data: bytes, key: str, attributes: dict | None = None, position: Position | None = None) -> bool:
+        return self.writer.put(self.topic, key, data, position, attributes)
+
+    def put_tuple(self, row: dict, key: str, attributes: dict | None = None, position: Position | None = None) -> bool:
+        return self.writer.put(self.topic, key, row, position, attributes)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,12 +1,9 @@
-"""The DataHub sink (docs/kafka.md, "DataHub out"). DataHub has no local emulator, so a loopback
-HTTP server plays it: it answers ListShard and PutRecords as DataHub's JSON protocol does,
-records every request, and the test decodes the bodies with pydatahub's own classes
-(its decompressor, BlobRecord, TupleRecord, RecordSchema).
+"""The DataHub writer and `dts-bridge deliver` (docs/kafka.md, "The DataHub writer"), against the
+loopback stand-in DataHub (tests/support/datahub_standin.py) that the real pydatahub client talks to
+over HTTP, with faults injected at the HTTP level.
 """
 import json
 import pathlib
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import orjson
 import pytest
@@ -14,84 +11,24 @@ import pytest
 pytest.importorskip("datahub")
 pytestmark = pytest.mark.datahub
 
-from datahub.models import BlobRecord, RecordSchema, TupleRecord  # noqa: E402
-from datahub.models.compress import get_compressor  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
 
 from bridge import shard_key  # noqa: E402
 from bridge.cli import main  # noqa: E402
-from bridge.datahub_sink import DataHubSink, shard_for, tuple_shard_key  # noqa: E402
+from bridge.datahub_sink import DataHubSink, DataHubWriter, Position, make_client, shard_for, tuple_shard_key  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARDS = ["0", "1", "2"]
 
 
-class FakeDataHub(ThreadingHTTPServer):
-    """Records PutRecords bodies; `script` holds canned answers for the next PutRecords calls:
-    (HTTP status, JSON body) or the string "partial" (the first record of the batch fails)."""
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.puts: list[dict] = []
-        self.headers_seen: list[dict] = []
-        self.script: list = []
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("x-datahub-request-id", "test")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        if self.path.endswith("/shards"):
-            shards = [{"ShardId": s, "State": "ACTIVE", "ClosedTime": 0, "BeginHashKey": "", "EndHashKey": "",
-                       "ParentShardIds": [], "LeftShardId": "", "RightShardId": ""} for s in SHARDS]
-            shards.append({**shards[0], "ShardId": "9", "State": "CLOSED"})
-            return self._answer(200, {"Shards": shards, "Protocol": "http1.1", "Interval": 500})
-        self._answer(404, {"ErrorCode": "NoSuchTopic", "ErrorMessage": self.path})
-
-    def do_POST(self):
-        raw = self.rfile.read(int(self.headers["Content-Length"]))
-        encoding = self.headers.get("Content-Encoding")
-        if encoding:
-            compressor = get_compressor(encoding)
-            raw = compressor.decompress(raw, int(self.headers["x-datahub-content-raw-size"]))
-        body = json.loads(raw)
-        server: FakeDataHub = self.server
-        answer = server.script.pop(0) if server.script else None
-        if answer == "partial":
-            server.puts.append({**body, "Records": body["Records"][1:]})
-            return self._answer(200, {"FailedRecordCount": 1, "FailedRecords": [
-                {"Index": 0, "ErrorCode": "LimitExceeded", "ErrorMessage": "slow down"}]})
-        if answer is not None:
-            return self._answer(*answer)
-        server.puts.append(body)
-        server.headers_seen.append(dict(self.headers))
-        self._answer(200, {"FailedRecordCount": 0, "FailedRecords": []})
-
-
 @pytest.fixture
 def datahub(monkeypatch):
-    server = FakeDataHub()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    monkeypatch.setenv("DATAHUB_ACCESS_ID", "test-id")
-    monkeypatch.setenv("DATAHUB_ACCESS_KEY", "test-secret")
-    monkeypatch.setattr("time.sleep", lambda s: None)  # backoff without waiting
-    yield server
-    server.shutdown()
-    server.server_close()
+    with StandInDataHub() as server:
+        server.create_topic("p", "t", shard_count=3)
+        monkeypatch.setenv("DATAHUB_ACCESS_ID", "test-id")
+        monkeypatch.setenv("DATAHUB_ACCESS_KEY", "test-secret")
+        monkeypatch.setattr("time.sleep", lambda s: None)  # backoff without waiting
+        yield server
 
 
 def blob_file(tmp_path) -> pathlib.Path:
@@ -100,33 +37,96 @@ def blob_file(tmp_path) -> pathlib.Path:
     return out
 
 
-def records_of(server) -> list[dict]:
-    return [record for body in server.puts for record in body["Records"]]
+def landed(server, topic="t") -> dict[str, list[bytes]]:
+    """What landed, per shard in sequence order."""
+    out: dict[str, list[bytes]] = {}
+    for record in server.records("p", topic):
+        out.setdefault(record["shard"], []).append(record["data"])
+    return out
 
 
-def test_deliver_blob_batches_routes_and_retries(datahub, tmp_path, capsys):
+def expected_per_shard(lines: list[bytes]) -> dict[str, list[bytes]]:
+    """The file's lines, per shard, in file order: what must land, in this order."""
+    out: dict[str, list[bytes]] = {}
+    for line in lines:
+        out.setdefault(shard_for(shard_key(orjson.loads(line)), SHARDS), []).append(line)
+    return out
+
+
+def test_deliver_blob_in_order_through_throttling_5xx_and_lost_answers(datahub, tmp_path, capsys):
     path = blob_file(tmp_path)
     capsys.readouterr()
     lines = path.read_bytes().splitlines()
-    datahub.script = [(429, {"ErrorCode": "LimitExceeded", "ErrorMessage": "throttled"}), "partial"]
+    datahub.faults.fail_next("PutRecordsByShard", 429, "LimitExceeded", "throttled", times=2)
+    datahub.faults.fail_next("PutRecordsByShard", 503, "ServiceUnavailable", "busy")
+    datahub.faults.reset_connection("PutRecordsByShard", after_apply=True)  # landed, answer lost
     code = main(["deliver", str(path), "--datahub-endpoint", datahub.endpoint, "--project", "p", "--topic", "t",
-                 "--batch-size", "40"])
+                 "--batch-size", "7"])
     assert code == 0, capsys.readouterr().err
-    assert "(2 retries)" in capsys.readouterr().err
-    assert all(body["Action"] == "pub" for body in datahub.puts)
-    assert all(len(body["Records"]) <= 40 for body in datahub.puts)
-    got = records_of(datahub)
-    assert len(got) == len(lines)
-    # the throttled and the partly failed record are sent again, so only per-shard order holds
-    for shard in SHARDS:
-        sent = [BlobRecord(values=r["Data"]).blob_data for r in got if r["ShardId"] == shard]
-        expected = [line for line in lines if shard_for(shard_key(orjson.loads(line)), SHARDS) == shard]
-        assert sorted(sent) == sorted(expected)
-    for record in got:
-        data = BlobRecord(values=record["Data"]).blob_data
-        assert record["ShardId"] == shard_for(shard_key(orjson.loads(data)), SHARDS)
-    assert {r["ShardId"] for r in got} <= set(SHARDS)  # the CLOSED shard gets nothing
-    assert datahub.headers_seen[0]["Authorization"].startswith("DATAHUB test-id:")
+    assert datahub.faults.pending == 0
+    assert landed(datahub) == expected_per_shard(lines), _debug(datahub, lines)  # in order, once each
+
+
+def test_a_retried_record_never_lands_after_a_later_one(datahub):
+    """The reorder of the old sink: record 1 of a shard throttled, record 2 accepted first. Each
+    shard has one request in flight and a retry resends from the first record that did not land."""
+    client = make_client(datahub.endpoint)
+    writer = DataHubWriter(client, "p", batch_records=1, workers=4, sleep=lambda s: None)
+    datahub.faults.fail_next("PutRecordsByShard", 429, "LimitExceeded", "throttled", times=3)
+    for i in range(40):
+        writer.put("t", "same-key", b"r%02d" % i, Position("src", 0, i))
+    writer.close()
+    (shard, got), = landed(datahub).items()
+    assert got == [b"r%02d" % i for i in range(40)]
+    assert writer.retries == 3
+
+
+def test_writer_follows_a_split_shard_in_order(datahub):
+    client = make_client(datahub.endpoint)
+    writer = DataHubWriter(client, "p", batch_records=5, sleep=lambda s: None)
+    keys = [f"k{i % 11}" for i in range(300)]
+    for i, key in enumerate(keys[:150]):
+        writer.put("t", key, f"{key}:{i}".encode(), Position("src", 0, i))
+    writer.flush()
+    datahub.split("p", "t", "0")
+    for i, key in enumerate(keys[150:], 150):
+        writer.put("t", key, f"{key}:{i}".encode(), Position("src", 0, i))
+    writer.close()
+    assert writer.resplits >= 1
+    per_key: dict[str, dict[str, list[int]]] = {}
+    for record in datahub.records("p", "t"):
+        key, _, i = record["data"].decode().partition(":")
+        per_key.setdefault(key, {}).setdefault(record["shard"], []).append(int(i))
+    for key, shards in per_key.items():
+        # a key may move to another shard at the reshard, once: within each shard its records are in
+        # order, and the ranges of two shards do not interleave
+        assert all(v == sorted(v) for v in shards.values()), key
+        spans = sorted((min(v), max(v)) for v in shards.values())
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), (key, spans)
+    assert sorted(i for s in per_key.values() for v in s.values() for i in v) == list(range(300))
+
+
+def test_restart_skips_what_landed_after_the_last_commit(datahub):
+    client = make_client(datahub.endpoint)
+    first = DataHubWriter(client, "p", sleep=lambda s: None)
+    first.resume("src", {0: None, 1: None})
+    for i in range(100):
+        first.put("t", f"k{i % 5}", b"a%03d" % i, Position("src", i % 2, i))
+    first.close()
+    before = datahub.records("p", "t")
+    # the commit had reached offset 40 of both partitions: 40.. are read and put again
+    second = DataHubWriter(client, "p", sleep=lambda s: None)
+    second.resume("src", {0: 40, 1: 40})
+    for i in range(40, 130):
+        second.put("t", f"k{i % 5}", b"a%03d" % i, Position("src", i % 2, i))
+    second.close()
+    assert second.skipped == 60
+    for shard in {r["shard"] for r in before}:  # what landed before stays first, then the rest, in order
+        got = [r["data"] for r in datahub.records("p", "t", shard)]
+        assert got[:len([r for r in before if r["shard"] == shard])] == [r["data"] for r in before if r["shard"] == shard]
+        assert got == sorted(got)
+    data = sorted(r["data"] for r in datahub.records("p", "t"))
+    assert data == [b"a%03d" % i for i in range(130)]
 
 
 def test_sink_keeps_order_without_failures(datahub, tmp_path):
@@ -135,8 +135,8 @@ def test_sink_keeps_order_without_failures(datahub, tmp_path):
     for line in lines:
         sink.put_blob(line, shard_key(orjson.loads(line)))
     sink.close()
-    assert [BlobRecord(values=r["Data"]).blob_data for r in records_of(datahub)] == lines
-    assert sink.records == len(lines) and sink.requests == 1 + -(-len(lines) // 7)
+    assert landed(datahub) == expected_per_shard(lines)
+    assert sink.records == len(lines)
 
 
 def test_deliver_tuple_rows(datahub, tmp_path):
@@ -146,25 +146,28 @@ def test_deliver_tuple_rows(datahub, tmp_path):
     path = sorted(p for p in folder.glob("*.jsonl") if ".v" not in p.name)[0]
     side = json.loads(path.with_name(path.name[:-len(".jsonl")] + ".schema.json").read_text())
     rows = [json.loads(line) for line in path.read_text().splitlines()]
+    datahub.create_topic("p", "tt", shard_count=3, record_type="TUPLE", schema={"fields": side["fields"]})
     code = main(["deliver", str(path), "--from", "tuple", "--datahub-endpoint", datahub.endpoint, "--project", "p",
-                 "--topic", "t"])
+                 "--topic", "tt"])
     assert code == 0
-    schema = RecordSchema.from_json({"fields": side["fields"]})
-    got = [TupleRecord(schema=schema, values=r["Data"]) for r in records_of(datahub)]
+    got = datahub.records("p", "tt")
     assert len(got) == len(rows)
     keys = [c["name"] for c in side["dtsColumns"] if c.get("isKey")]
-    for record, row, raw in zip(got, rows, records_of(datahub)):
-        assert [f.name for f in record.field_list] == list(row)
-        for name, value in row.items():
-            decoded = record.get_value(name)
-            assert (str(decoded) if decoded is not None else None) == (str(value) if value is not None else None)
-        assert raw["ShardId"] == shard_for(tuple_shard_key(row, side["table"], keys), SHARDS)
+    order = {}
+    for row in rows:
+        order.setdefault(shard_for(tuple_shard_key(row, side["table"], keys), SHARDS), []).append(row)
+    for shard, expected in order.items():
+        values = [r["values"] for r in got if r["shard"] == shard]
+        assert len(values) == len(expected)
+        for value, row in zip(values, expected):
+            assert [None if v is None else str(v) for v in value] == \
+                [None if row[f["name"]] is None else str(row[f["name"]]) for f in side["fields"]]
 
 
 def test_fatal_error_is_one_line_exit_1(datahub, tmp_path, capsys):
     path = blob_file(tmp_path)
     capsys.readouterr()
-    datahub.script = [(400, {"ErrorCode": "InvalidParameter", "ErrorMessage": "record too large"})]
+    datahub.faults.fail_next("PutRecordsByShard", 400, "InvalidParameter", "record too large")
     code = main(["deliver", str(path), "--datahub-endpoint", datahub.endpoint, "--project", "p", "--topic", "t"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and "InvalidParameter" in err[0]
@@ -185,3 +188,8 @@ def test_doctests():
 
     import bridge.datahub_sink
     assert doctest.testmod(bridge.datahub_sink).failed == 0
+
+
+def _debug(datahub, lines):  # the per-shard counts, shown when an order check fails
+    got, want = landed(datahub), expected_per_shard(lines)
+    return {s: (len(got.get(s, [])), len(want.get(s, []))) for s in set(got) | set(want)}
