@@ -429,6 +429,23 @@ def test_put_records_by_shard_all_or_nothing(server, client, pb_client):
         client.put_records_by_shard(P, "rows", "0", good)
 
 
+def test_pydatahub_producer_writes_by_shard(server, tmp_path):
+    """pydatahub's high-level producer (its close() alone takes about 9 s, inside pydatahub)."""
+    from datahub.client.common.config import ProducerConfig
+    from datahub.client.producer.datahub_producer import DatahubProducer
+    server.create_topic(P, "t", 2)
+    config = ProducerConfig("id", "key", server.endpoint)  # PB protocol is the producer's default
+    config.logging_filename = str(tmp_path / "producer.log")
+    producer = DatahubProducer(P, "t", config, shard_ids=["1"])
+    try:
+        producer.write([blob(b"p%d" % i, k=str(i)) for i in range(5)])
+    finally:
+        producer.close()
+    assert [(x["shard"], x["data"], x["attributes"]) for x in server.records(P, "t")] == [
+        ("1", b"p%d" % i, {"k": str(i)}) for i in range(5)]
+    assert {r["op"] for r in server.requests} == {"GetTopic", "ListShard", "PutRecordsByShard"}
+
+
 # --- tuple schema -----------------------------------------------------------------------------------
 
 def test_tuple_schema_mismatch_refused(server, client):
@@ -524,6 +541,30 @@ def test_fail_next_5xx_and_error_codes(server, client):
         client.get_topic(P, "t")
     assert client.get_topic(P, "t").shard_count == 1
     assert server.faults.pending == 0
+
+
+def test_unserved_operations_are_refused(server, client):
+    client.create_blob_topic(P, "t", 1, 1, "")
+    with pytest.raises(InvalidOperationException):
+        client.extend_shard(P, "t", 4)
+    with pytest.raises(InvalidOperationException):
+        client.get_metering_info(P, "t", "0")
+    batch = DataHub("id", "key", server.endpoint, protocol_type=DatahubProtocolType.BATCH,
+                    enable_schema_register=False)
+    with pytest.raises(InvalidParameterException, match="BATCH"):
+        batch.put_records_by_shard(P, "t", "0", [blob(b"x")])
+    assert len(client.list_shard(P, "t").shards) == 1
+
+
+def test_a_whole_request_failure_keeps_the_partial_rule_for_the_next_request(server, client):
+    server.create_topic(P, "t", 1)
+    server.faults.partial_failure(indexes=[1])
+    server.faults.fail_next("PutRecords", 500)
+    with pytest.raises(InternalServerException):
+        client.put_records(P, "t", [blob(b"a", "0"), blob(b"b", "0")])
+    failed = client.put_records(P, "t", [blob(b"a", "0"), blob(b"b", "0")]).failed_records
+    assert [f.index for f in failed] == [1] and server.faults.pending == 0
+    assert [x["data"] for x in server.records(P, "t")] == [b"a"]
 
 
 def test_fail_after_apply_lands_the_write(server, client):

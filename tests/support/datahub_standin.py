@@ -359,11 +359,10 @@ class Faults:
     def _plan(self, op: str, n_records: int, shard: str = "") -> _Plan:
         plan = _Plan()
         with self._lock:
-            for rule in list(self._rules):
-                if not self._matches(rule["op"], op):
-                    continue
-                if rule.get("shard") is not None and str(rule["shard"]) != shard:
-                    continue
+            matching = [r for r in self._rules if self._matches(r["op"], op)
+                        and (r.get("shard") is None or str(r["shard"]) == shard)]
+            order = {"error": 0, "reset": 0, "partial": 1, "delay": 2}
+            for rule in sorted(matching, key=lambda r: order[r["kind"]]):  # stable: insertion order kept
                 kind = rule["kind"]
                 if kind == "delay":
                     if rule["after"]:
@@ -372,7 +371,7 @@ class Faults:
                         plan.delay_before += rule["seconds"]
                 elif kind == "partial":
                     if plan.partial is not None or plan.before is not None:
-                        continue
+                        continue  # the request fails as a whole: the partial rule waits for the next one
                     indexes, code, message = rule["partial"]
                     chosen = indexes(n_records) if callable(indexes) else indexes
                     plan.partial = ({i for i in chosen if 0 <= i < n_records}, code, message)
@@ -1182,6 +1181,8 @@ class StandInDataHub:
                         for f in failed]}
                     return 200, _pb_wrap(_encode(_pb().PutRecordsResponse, msg)), "application/x-protobuf"
                 return self._ok({"FailedRecordCount": len(failed), "FailedRecords": failed})
+            if op not in ("PutRecordsByShard", "GetCursor", "GetRecords"):
+                raise DataHubError("InvalidOperation", f"the stand-in does not serve {op}")
             s = self._shard(t, req.shard)
             if op == "PutRecordsByShard":
                 self._put_by_shard(t, req.shard, body)
@@ -1215,7 +1216,7 @@ class StandInDataHub:
                      "Sequence": r.sequence, "SystemTime": r.system_time, "Attributes": dict(r.attributes),
                      "Cursor": self._cursor(s.shard_id, r.sequence),
                      "NextCursor": self._cursor(s.shard_id, r.sequence + 1)} for r in recs]})
-        raise DataHubError("InvalidParameter", f"the stand-in does not implement {op}")
+        raise DataHubError("InvalidOperation", f"the stand-in does not serve {op}")  # pragma: no cover
 
     @staticmethod
     def _ok(body: dict, status: int = 200) -> tuple[int, bytes, str]:
