@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
+from . import observe
 from . import subscribe_pb2 as pb
 from ._wire import iter_pb_messages, pack_entries, read_dts_json, write_dts_json, write_pb
 from .blob_decode import decode_blob
@@ -339,7 +340,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     tally, second = Tally(), Tally()
     outputs = _Outputs()
-    progress = Progress(tally, label)
+    progress = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
+                                describe=lambda: f"{tally.input:,} read, {tally.rejected:,} rejected")
     with contextlib.ExitStack() as stack, _locating(source):
         fh = _open_input(args.input, stack)
         rejects = outputs.open(args.rejects) if args.rejects else None
@@ -437,7 +439,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     messages = invalid = 0
     with contextlib.ExitStack() as stack:
         fh = _open_input(args.file, stack)
-        for number, line in _numbered_lines(fh):
+        progress = stack.enter_context(observe.progress(
+            unit="messages", enabled=False if args.no_progress else None, desc=f"{PROG} validate {source}",
+            describe=lambda: f"{invalid:,} invalid"))
+        for number, line in progress.wrap(_numbered_lines(fh)):
             messages += 1
             try:
                 problems = iter_blob_errors(orjson.loads(line))
@@ -544,6 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=_describe("Convert Tencent Cloud DTS subscription messages to Alibaba Cloud DataHub "
                     "Blob/Tuple messages and back."),
         epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob"))
+    parser.add_argument("--version", action="version", version=f"{PROG} {observe.bridge_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     convert = commands.add_parser(
@@ -569,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--rejects", metavar="PATH",
                          help="with --on-error skip: write one JSON line per rejected record "
                               "(position, reason, raw input)")
+    convert.add_argument("--no-progress", action="store_true",
+                         help="no progress display (there is one only when stderr is a terminal)")
     add_option_flags(convert)
     convert.set_defaults(run=cmd_convert)
 
@@ -588,6 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "declared column types; print FILE:LINE: problem for each. Exit 1 if any is invalid."),
         epilog=_epilog(f"{PROG} validate mixed.jsonl"))
     validate.add_argument("file", metavar="FILE", help="Blob JSON Lines file, or - for stdin")
+    validate.add_argument("--no-progress", action="store_true",
+                          help="no progress display (there is one only when stderr is a terminal)")
     validate.set_defaults(run=cmd_validate)
 
     samples = commands.add_parser(
