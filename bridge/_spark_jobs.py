@@ -262,7 +262,9 @@ class _FromDts(_Job):
         missing = [n for n in ("partition", "offset", "value") if n not in names]
         if missing:
             raise OptionsError(f"a DTS DataFrame needs the Kafka columns {', '.join(missing)}")
-        return ["topic" if "topic" in names else None, "partition", "offset", "value"]
+        # Spark's kafka source gives `headers` with includeHeaders=true: TDSQL's ShardId and ps
+        return ["topic" if "topic" in names else None, "partition", "offset", "value"] + \
+            (["headers"] if "headers" in names else [])
 
     def chunks(self, records):
         self._out = [[] for _ in range(self.width)]

@@ -158,7 +158,7 @@ SEQUENCE_HEADER = "ps"
 def tdsql_headers(headers) -> tuple[str | None, str | None]:
     """(ShardId, ps) of a record's Kafka headers: confluent-kafka's list of (key, bytes), a dict,
     or Spark's array of (key, value) rows; (None, None) without them (MySQL, MariaDB, ...)."""
-    if not headers:
+    if headers is None or len(headers) == 0:
         return None, None
     items = headers.items() if isinstance(headers, dict) else headers
     shard = ps = None
@@ -220,7 +220,7 @@ class Reassembler:
         if last is not None and offset <= last:
             return [_error(FramingError, f"offset not after the previous one ({last})", partition, offset, 1)]
         self._last_offset[partition] = offset
-        shard, ps = tdsql_headers(headers) if headers else (None, None)
+        shard, ps = tdsql_headers(headers)
         results: list = []
         if shard is not None:
             self._sharded.add(partition)

@@ -516,3 +516,91 @@ def test_dts_json_lines_are_single_lines(entry):
     line = entry_to_json_line(entry)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert entry_from_json_line(line.decode("utf-8")) == entry
+
+
+# ---- TDSQL's Kafka headers: ShardId and ps --------------------------------------------------------
+
+def _tdsql_entries(seq: int, size: int) -> bytes:
+    items = [pb.Entry(header=pb.Header(seqId=seq * 100 + i, tableName="t" * size)) for i in range(3)]
+    return pb.Entries(items=items).SerializeToString()
+
+
+def _feed_all(reassembler, records):
+    out = []
+    for offset, (value, headers) in enumerate(records):
+        out.extend(reassembler.feed(0, offset, value, headers))
+    return out
+
+
+def _segments(seq: int, shard: str, first_ps: int):
+    envs = split_entries(_tdsql_entries(seq, 60), max_message_bytes=120)
+    assert len(envs) >= 3
+    return [(env.SerializeToString(), [("ShardId", shard.encode()), ("ps", str(first_ps + i).encode())])
+            for i, env in enumerate(envs)]
+
+
+def test_tdsql_shards_interleaved_in_one_partition_reassemble_each_and_come_out_in_first_segment_order():
+    a, b = _segments(1, "s1", 1), _segments(2, "s2", 1)
+    records = [a[0], b[0]] + [x for pair in zip(a[1:], b[1:]) for x in pair] + a[len(b):] + b[len(a):]
+    r = Reassembler()
+    out = _feed_all(r, records)
+    assert [type(x) for x in out] == [Assembled, Assembled]
+    assert [x.first_offset for x in out] == [0, 1]  # a started first: it comes first, even if b completed first
+    assert [[e.header.seqId for e in x.entries.items] for x in out] == [[100, 101, 102], [200, 201, 202]]
+    assert r.held_from(0) is None and r.held_segments() == 0
+
+
+def test_tdsql_a_complete_entries_waits_behind_an_earlier_open_one_and_holds_the_commit_point():
+    a, b = _segments(1, "s1", 1), _segments(2, "s2", 1)
+    r = Reassembler()
+    out = _feed_all(r, [a[0]] + b)  # b complete while a is open
+    assert out == []
+    assert r.held_from(0) == 0 and r.held_segments() == 1 + len(b)
+    out = [x for i, rec in enumerate(a[1:], 1 + len(b)) for x in r.feed(0, i, *rec)]
+    assert [x.first_offset for x in out] == [0, 1]
+
+
+def test_tdsql_redelivered_ps_is_dropped_and_counted():
+    from bridge.stream import ErrorPolicy, dts_records_to_entries
+    a = _segments(1, "s1", 1)
+    records = [(0, i, value, headers) for i, (value, headers) in enumerate(a)]
+    records.insert(2, (0, 2, a[1][0], a[1][1]))  # segment 1 again, same ps
+    records = [(p, i, v, h) for i, (p, _, v, h) in enumerate(records)]
+    policy = ErrorPolicy("fail")
+    got = [entry.header.seqId for _, entry in dts_records_to_entries(records, policy)]
+    assert got == [100, 101, 102]
+    assert policy.tally.redelivered == 1 and policy.tally.input == 3 and policy.tally.rejected == 0
+
+
+def test_tdsql_ps_gap_is_an_error_naming_partition_shard_and_both_numbers():
+    from bridge.stream import ErrorPolicy, dts_records_to_entries
+    a, b = _segments(1, "s1", 1), _segments(2, "s1", 100)  # ps jumps from len(a) to 100
+    records = [(0, i, v, h) for i, (v, h) in enumerate(a + b)]
+    with pytest.raises(FramingError) as caught:
+        list(dts_records_to_entries(records, ErrorPolicy("fail")))
+    err = caught.value
+    assert err.where["partition"] == 0 and err.where["shard"] == "s1"
+    assert (err.where["last_ps"], err.where["ps"]) == (len(a), 100) and "lost" in str(err)
+    policy = ErrorPolicy("skip")
+    got = [entry.header.seqId for _, entry in dts_records_to_entries(records, policy)]
+    assert got == [100, 101, 102, 200, 201, 202]  # both Entries were whole; the gap lost other records
+    assert [r["shard"] for r in policy.rejects] == ["s1"] and policy.tally.input == 6
+
+
+def test_tdsql_gap_inside_an_open_entries_abandons_it():
+    from bridge.stream import ErrorPolicy, dts_records_to_entries
+    a = _segments(1, "s1", 1)
+    broken = [a[0], (a[1][0], [("ShardId", b"s1"), ("ps", b"7")])]
+    records = [(0, i, v, h) for i, (v, h) in enumerate(broken)]
+    policy = ErrorPolicy("skip")
+    assert list(dts_records_to_entries(records, policy)) == []
+    reasons = [r["reason"] for r in policy.rejects]
+    assert any("ps jumps from 1 to 7" in x for x in reasons) and any("lost segments" in x for x in reasons)
+    assert policy.tally.input == policy.tally.rejected == 2  # the abandoned segment and the orphan after it
+
+
+def test_records_without_tdsql_headers_behave_as_before():
+    a = _segments(1, "s1", 1)
+    r = Reassembler()
+    out = [x for i, (value, _) in enumerate(a) for x in r.feed(0, i, value, [("other", b"x")])]
+    assert [x.first_offset for x in out] == [0]
