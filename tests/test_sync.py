@@ -1,0 +1,426 @@
+"""End-to-end tests of `dts-bridge sync` (SPEC section 6, issue 17 point 7) on real parts: a real
+Apache Kafka broker (tests/support/kafka_broker.py), `dts-bridge sync` as a real subprocess, and
+the stand-in DataHub (tests/support/datahub_standin.py) that the real pydatahub client inside
+`sync` talks to over HTTP, with chaos faults on (5xx, throttling, lost answers after apply,
+connection resets, delays; fixed seeds).
+
+The kill loops SIGKILL `sync` at seeded random points (by time and by how many records landed),
+restart it with the same --group, produce more data between restarts (catch-up), then run it to
+completion and compare what landed in DataHub with `dts-bridge convert` of the very files that were
+produced: per (DataHub shard, Kafka partition), record for record, in order. Nothing is sorted
+before a comparison: within one shard the records of one partition keep that partition's order,
+while the two partitions interleave freely, so each shard is split by the partition in the
+record's `dts.pos` attribute ("partition:offset:entry:row") and the positions are checked to be
+strictly increasing (hence unique) per (shard, partition), and unique across the whole topic.
+
+Seeds: SYNC_TEST_SEED=N changes the seed of the kill points and of the chaos (default 1729);
+a failure message names the seed and keeps the runs' stderr in the test's tmp_path.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import orjson
+import pytest
+
+pytest.importorskip("datahub")
+pytest.importorskip("confluent_kafka")
+pytestmark = pytest.mark.datahub
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
+
+from bridge import shard_key  # noqa: E402
+from bridge import subscribe_pb2 as pb  # noqa: E402
+from bridge._wire import Assembled, Reassembler, pack_entries, read_pb, split_entries, write_pb  # noqa: E402
+from bridge.datahub_sink import make_client, shard_for, tuple_shard_key  # noqa: E402
+from bridge.sync import topic_name  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+PROJECT = "dts"
+SEED = int(os.environ.get("SYNC_TEST_SEED", "1729"))
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), DATAHUB_ACCESS_ID="test-id", DATAHUB_ACCESS_KEY="test-secret")
+# every operation may fail: writes (PutRecordsByShard), the tail reads of a restart and the
+# answer-less-attempt check (GetCursor, GetRecords), ListShard, GetTopic, CreateTopic
+CHAOS_OPS = ("PutRecords", "PutRecordsByShard", "GetCursor", "GetRecords", "ListShard", "GetTopic", "CreateTopic")
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bridge", *args]
+
+
+def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+# ---- streams ---------------------------------------------------------------------------------
+
+def entries_of(path: pathlib.Path) -> list:
+    """The Entry messages of a .pb file, in order (every Envelope reassembles)."""
+    reassembler, out = Reassembler(), []
+    for number, _, raw in read_pb(path):
+        for item in reassembler.feed(0, number, raw):
+            assert isinstance(item, Assembled), f"{path}: {item}"
+            out.extend(item.entries.items)
+    assert reassembler.finish() == []
+    return out
+
+
+def repack(src: pathlib.Path, dest: pathlib.Path, max_message_bytes: int, times: int = 1) -> pathlib.Path:
+    """The Entries of `src` (`times` over) packed again under a smaller Kafka message limit, as
+    the DTS producer packs them: more Envelopes (more commit points) and more Entries split into
+    segments."""
+    entries = entries_of(src) * times
+    with open(dest, "wb") as out:
+        write_pb(out, pack_entries(entries, max_message_bytes))
+    return dest
+
+
+def envelope_count(path: pathlib.Path) -> int:
+    return sum(1 for _ in read_pb(path))
+
+
+def produce(broker, topic: str, path: pathlib.Path, partition: int) -> None:
+    proc = _run(_cli("produce", str(path), "--brokers", broker.bootstrap, "--topic", topic,
+                     "--partition", str(partition)))
+    assert proc.returncode == 0, f"dts-bridge produce {path.name} failed: {proc.stderr}"
+
+
+def convert_blob(path: pathlib.Path, tmp_path: pathlib.Path) -> list[bytes]:
+    out = tmp_path / f"expected-{path.stem}-{uuid.uuid4().hex[:6]}.jsonl"
+    proc = _run(_cli("convert", str(path), "-o", str(out), "--to", "blob"))
+    assert proc.returncode == 0, f"dts-bridge convert {path} failed: {proc.stderr}"
+    lines = out.read_bytes().splitlines()
+    assert lines, path
+    return lines
+
+
+def convert_tuple(path: pathlib.Path, tmp_path: pathlib.Path) -> dict[str, list[tuple[dict, list[dict]]]]:
+    """{table: [(schema document, rows), ...] per version file, in version order}."""
+    folder = tmp_path / f"tuple-{path.stem}-{uuid.uuid4().hex[:6]}"
+    proc = _run(_cli("convert", str(path), "-o", str(folder / "{table}.jsonl"), "--to", "tuple",
+                     "--on-error", "skip", "--mkdir"))
+    assert proc.returncode in (0, 1), f"dts-bridge convert --to tuple {path} failed: {proc.stderr}"
+    out: dict[str, list] = {}
+    schemas = sorted(folder.glob("*.schema.json"), key=lambda p: _version_of(p.name))
+    for side in schemas:
+        doc = json.loads(side.read_text())
+        data = side.with_name(side.name[:-len(".schema.json")] + ".jsonl")
+        rows = [json.loads(line) for line in data.read_text().splitlines()]
+        out.setdefault(doc["table"], []).append((doc, rows))
+    assert out, path
+    return out
+
+
+def _version_of(name: str) -> tuple:
+    stem = name[:-len(".schema.json")]
+    base, _, last = stem.rpartition(".")
+    if base and last.startswith("v") and last[1:].isdigit():
+        return (base, int(last[1:]))
+    return (stem, 1)
+
+
+# ---- what landed against what must land --------------------------------------------------------
+
+def _pos(record: dict) -> tuple[int, int, int, int]:
+    text = record["attributes"].get("dts.pos", "")
+    parts = text.split(":")
+    assert len(parts) == 4 and all(p.isdigit() for p in parts), f"record without a dts.pos attribute: {record}"
+    return tuple(int(p) for p in parts)
+
+
+def landed_by_shard_partition(server, topic: str, source: str, value) -> tuple[dict, dict]:
+    """{(shard, partition): [value(record)]} and the same with positions, in shard sequence order."""
+    got: dict = collections.defaultdict(list)
+    positions: dict = collections.defaultdict(list)
+    for record in server.records(PROJECT, topic):
+        assert record["attributes"].get("dts.topic") == source, \
+            f"{topic} shard {record['shard']} seq {record['sequence']}: dts.topic is " \
+            f"{record['attributes'].get('dts.topic')!r}, not {source!r}"
+        pos = _pos(record)
+        got[(record["shard"], pos[0])].append(value(record))
+        positions[(record["shard"], pos[0])].append(pos)
+    return got, positions
+
+
+def compare(topic: str, got: dict, positions: dict, expected: dict, context: str) -> int:
+    """Every (shard, partition) equal, in order; positions strictly increasing per (shard,
+    partition) and unique across the topic. Returns the number of records compared."""
+    problems = []
+    seen: dict = {}
+    for key, pos_list in positions.items():
+        for i, pos in enumerate(pos_list):
+            if pos in seen:
+                problems.append(f"{topic}: position {':'.join(map(str, pos))} landed twice "
+                                f"(shard {seen[pos][0]} #{seen[pos][1]} and shard {key[0]} #{i})")
+            seen[pos] = (key[0], i)
+        for i, (a, b) in enumerate(zip(pos_list, pos_list[1:])):
+            if not a < b:
+                problems.append(f"{topic} shard {key[0]} partition {key[1]}: record #{i + 1} at "
+                                f"{':'.join(map(str, b))} follows {':'.join(map(str, a))} (not increasing: "
+                                f"{'a duplicate' if a == b else 'reordered'})")
+                break
+    for key in sorted(set(got) | set(expected)):
+        have, want = got.get(key, []), expected.get(key, [])
+        if have == want:
+            continue
+        first = next((i for i, (h, w) in enumerate(zip(have, want)) if h != w), min(len(have), len(want)))
+        counts_have, counts_want = collections.Counter(map(repr, have)), collections.Counter(map(repr, want))
+        twice = sum((counts_have - counts_want).values())
+        lost = sum((counts_want - counts_have).values())
+        pos = positions.get(key, [])
+        where = ":".join(map(str, pos[first])) if first < len(pos) else "-"
+        problems.append(
+            f"{topic} shard {key[0]} partition {key[1]}: {len(have)} records landed, {len(want)} expected; "
+            f"first difference at #{first} (landed record's dts.pos {where}); {lost} lost, {twice} extra "
+            f"(duplicated or foreign){'; same records, other order: REORDERED' if not lost and not twice else ''}\n"
+            f"    landed:   {_short(have[first]) if first < len(have) else '(end)'}\n"
+            f"    expected: {_short(want[first]) if first < len(want) else '(end)'}")
+    assert not problems, f"{context}\n" + "\n".join(problems[:20])
+    return sum(len(v) for v in expected.values())
+
+
+def _short(value) -> str:
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
+    return text if len(text) < 300 else text[:300] + "..."
+
+
+def committed_offsets(broker, topic: str, group: str, partitions) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=15)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
+def end_offsets(broker, topic: str, partitions) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("g-watermarks")})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
+def warm_group_coordinator(broker, topic: str) -> None:
+    """Wait until the broker's group coordinator answers (a fresh broker answers NOT_COORDINATOR
+    for a moment; see test_first_sync_on_a_fresh_broker...)."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("g-warm")})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                consumer.committed([TopicPartition(topic, 0)], timeout=5)
+                return
+            except Exception:  # noqa: BLE001 - KafkaException while the coordinator loads
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+def landed_count(server) -> int:
+    """Records DataHub acknowledged so far (every topic of the stand-in)."""
+    return sum(r.get("records") or 0 for r in list(server.requests)
+               if r.get("op") in ("PutRecords", "PutRecordsByShard")
+               and (r.get("status") == 200 or "chaos-ack-lost" in (r.get("faults") or ())))
+
+
+# ---- sync as a subprocess ----------------------------------------------------------------------
+
+class Sync:
+    """Starts `dts-bridge sync` with fixed arguments; each run's stdout/stderr go to files."""
+
+    def __init__(self, tmp_path: pathlib.Path, broker, topic: str, group: str, server, *extra: str) -> None:
+        self.tmp_path, self.runs = tmp_path, 0
+        self.args = _cli("sync", "--brokers", broker.bootstrap, "--topic", topic, "--group", group,
+                         "--from-beginning", "--datahub-endpoint", server.endpoint, "--project", PROJECT,
+                         "--max-retries", "30", "--status-interval", "0", "--json", *extra)
+
+    def start(self, *more: str) -> tuple[subprocess.Popen, pathlib.Path, pathlib.Path]:
+        self.runs += 1
+        out = self.tmp_path / f"sync-run-{self.runs}.out"
+        err = self.tmp_path / f"sync-run-{self.runs}.err"
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            proc = subprocess.Popen([*self.args, *more], cwd=ROOT, env=ENV, stdout=fo, stderr=fe,
+                                    stdin=subprocess.DEVNULL)
+        return proc, out, err
+
+    def run(self, *more: str, timeout: float = 180) -> tuple[int, dict, str]:
+        proc, out, err = self.start(*more)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"sync run {self.runs} did not end within {timeout} s: {err.read_text()[-3000:]}")
+        text = out.read_text()
+        report = json.loads(text) if text.strip() else {}
+        return code, report, err.read_text()
+
+
+def no_traceback(err_text: str, what: str) -> None:
+    assert "Traceback" not in err_text, f"{what} printed a traceback:\n{err_text[-4000:]}"
+
+
+def kill_loop(sync: Sync, server, *, kills: int, seed: int, stages: list, produce_stage, max_delay: float,
+              max_step: int, log: list) -> list[dict]:
+    """SIGKILL `sync` at seeded random points until `kills` runs were killed; before each restart
+    the next stage of data (if any) is produced. Kill points: the first run early (within its
+    first 1.5 s, which includes its start), then at random either after a random delay or after a
+    random number of further records landed (plus a small random delay), so that kills fall
+    during writes, during the restart's tail scan (catch-up) and between them."""
+    rng = random.Random(seed)
+    done: list[dict] = []
+    stages = list(stages)
+    attempt = 0
+    while len(done) < kills:
+        attempt += 1
+        assert attempt <= kills * 4, f"only {len(done)} of {kills} kills after {attempt - 1} runs: {log}"
+        if attempt > 1 and stages:
+            produce_stage(stages.pop(0))
+        before = landed_count(server)
+        proc, _, err = sync.start()
+        started = time.monotonic()
+        if attempt == 1:
+            mode, delay, threshold = "early", rng.uniform(0.3, 1.5), None
+        elif rng.random() < 0.5:
+            mode, delay, threshold = "time", rng.uniform(0.2, max_delay), None
+        else:
+            mode, delay, threshold = "landed", rng.uniform(0.0, 0.3), before + rng.randint(1, max_step)
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now - started > 60:
+                break
+            if threshold is None and now - started >= delay:
+                break
+            if threshold is not None and landed_count(server) >= threshold:
+                time.sleep(delay)
+                break
+            time.sleep(0.01)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            at = landed_count(server)
+            done.append(dict(run=sync.runs, mode=mode, after=round(time.monotonic() - started, 2),
+                             landed_in_run=at - before))
+            log.append(f"run {sync.runs}: SIGKILL ({mode}) after {done[-1]['after']} s, "
+                       f"{at - before} records acknowledged during the run, {at} in all")
+        else:
+            log.append(f"run {sync.runs}: ended by itself with {proc.returncode} before the kill ({mode})")
+            assert proc.returncode == 0, f"sync run {sync.runs} failed: {err.read_text()[-3000:]}"
+        no_traceback(err.read_text(), f"sync run {sync.runs}")
+    for stage in stages:
+        produce_stage(stage)
+    return done
+
+
+def chaos(server, seed: int, scale: float = 1.0) -> None:
+    server.faults.chaos(seed, p_5xx=0.06 * scale, p_throttle=0.08 * scale, p_reset=0.04 * scale,
+                        p_ack_lost=0.06 * scale, p_delay=0.2, max_delay=0.08, op=CHAOS_OPS)
+
+
+def fault_summary(server) -> dict:
+    return dict(collections.Counter(kind for _, kind in server.faults.injected))
+
+
+# ---- Blob --------------------------------------------------------------------------------------
+
+def _blob_kill_loop(kafka_broker, tmp_path, *, kills: int, seed: int, layout: dict, stages: list,
+                    max_delay: float, max_step: int, chaos_scale: float, budget: float):
+    began = time.monotonic()
+    topic = kafka_broker.create_topic(_name("sync-blob"), partitions=2)
+    warm_group_coordinator(kafka_broker, topic)
+    shards = ["0", "1", "2"]
+    expected_lines: dict[int, list[bytes]] = {0: [], 1: []}
+    produced: dict[int, list[str]] = {0: [], 1: []}
+
+    def produce_stage(stage):
+        for path, partition in stage:
+            produce(kafka_broker, topic, path, partition)
+            expected_lines[partition].extend(convert_blob(path, tmp_path))
+            produced[partition].append(path.name)
+
+    log: list[str] = []
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "blob", shard_count=3)
+        produce_stage(layout)
+        chaos(server, seed, chaos_scale)
+        sync = Sync(tmp_path, kafka_broker, topic, "g-blob", server, "--to", "blob", "--datahub-topic", "blob",
+                    "--idle-timeout", "2")
+        killed = kill_loop(sync, server, kills=kills, seed=seed, stages=stages, produce_stage=produce_stage,
+                           max_delay=max_delay, max_step=max_step, log=log)
+        code, report, err = sync.run()
+        context = (f"seed {seed}; stderr of every run in {tmp_path}; partitions: {produced}; "
+                   f"faults: {fault_summary(server)}\n  " + "\n  ".join(log))
+        no_traceback(err, "the final sync run")
+        assert code == 0, f"final sync run exited {code}: {err[-3000:]}\n{context}"
+        assert report["stopped"] == "idle" and report["rejected"] == 0, (report, context)
+        assert server.errors == [], f"the stand-in's own errors: {server.errors}"
+        assert [s["shard_id"] for s in server.shards(PROJECT, "blob") if s["state"] == "ACTIVE"] == shards
+        expected: dict = collections.defaultdict(list)
+        for partition, lines in expected_lines.items():
+            for line in lines:
+                expected[(shard_for(shard_key(orjson.loads(line)), shards), partition)].append(line)
+        assert len({s for s, _ in expected}) == 3 and {p for _, p in expected} == {0, 1}, \
+            "the stream must reach every shard from both partitions"
+        got, positions = landed_by_shard_partition(server, "blob", topic, lambda r: r["data"])
+        compared = compare("blob", got, positions, expected, context)
+        # the final run committed the end of both partitions
+        ends = end_offsets(kafka_broker, topic, [0, 1])
+        assert committed_offsets(kafka_broker, topic, "g-blob", [0, 1]) == ends, context
+        assert len(killed) >= kills
+        assert any(k["landed_in_run"] > 0 for k in killed), f"no kill fell while records were landing\n{context}"
+        faults = fault_summary(server)
+        for kind in ("chaos-5xx", "chaos-throttle", "chaos-ack-lost", "chaos-reset"):
+            assert faults.get(kind, 0) > 0, f"chaos never injected {kind}: {faults}"
+        print(f"\n[sync blob kill loop, seed {seed}: {len(killed)} kills in {sync.runs} runs, {compared} records "
+              f"compared over {len(expected)} (shard, partition) pairs, {sum(map(envelope_count, _paths(layout, stages)))} "
+              f"Envelopes, faults {faults}, {time.monotonic() - began:.1f} s]\n  " + "\n  ".join(log))
+    assert time.monotonic() - began < budget, f"the kill loop took {time.monotonic() - began:.0f} s (budget {budget})"
+
+
+def _paths(layout, stages):
+    return [path for path, _ in layout] + [path for stage in stages for path, _ in stage]
+
+
+def test_sync_blob_kill_loop(kafka_broker, tmp_path):
+    """5 SIGKILLs (the first early in the first run), chaos on every DataHub operation, a
+    2-partition topic whose Entries include ones split across Envelopes; two stages produced
+    during the loop. Then what landed equals the file conversion per (shard, partition)."""
+    small = {n: repack(SAMPLES / f"{n}.pb", tmp_path / f"{n}-1200.pb", 1200) for n in ("mixed", "types")}
+    _blob_kill_loop(kafka_broker, tmp_path, kills=5, seed=SEED,
+                    layout=[(SAMPLES / "mixed.pb", 0), (SAMPLES / "large.pb", 1)],
+                    stages=[[(small["types"], 0)], [(small["mixed"], 1)]],
+                    max_delay=3.0, max_step=60, chaos_scale=1.0, budget=90)
+
+
+@pytest.mark.deep
+def test_sync_blob_kill_loop_deep(kafka_broker, tmp_path):
+    """20+ kills, bigger streams (the samples packed again under 800 and 1200 byte messages,
+    several times over), more chaos."""
+    files = {}
+    for n in ("mixed", "types", "large"):
+        files[n] = repack(SAMPLES / f"{n}.pb", tmp_path / f"{n}-800x2.pb", 800, times=2)
+        files[n + "3"] = repack(SAMPLES / f"{n}.pb", tmp_path / f"{n}-1200x3.pb", 1200, times=3)
+    stages = [[(files["types"], 0)], [(files["mixed"], 1)], [(files["large3"], 0)], [(SAMPLES / "types.pb", 1)],
+              [(files["mixed3"], 0)], [(files["large"], 1)], [(files["types3"], 1)]]
+    _blob_kill_loop(kafka_broker, tmp_path, kills=22, seed=SEED + 1,
+                    layout=[(SAMPLES / "mixed.pb", 0), (SAMPLES / "large.pb", 1)], stages=stages,
+                    max_delay=4.0, max_step=150, chaos_scale=1.8, budget=900)
