@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 from google.protobuf import json_format
 
 from ._wire import entry_to_json_line, pack_entries, write_pb
 from .blob_encode import BlobEncoder, shard_key
+from . import observe
 from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink, resolve_format
-from .cli_base import PROG, UsageError, _numbered_lines, _one_line
+from .cli_base import PROG, UsageError, _one_line
 from .cli_tuple import SCHEMA_SUFFIX, _tuple_module, _versioned, schema_path, tuple_converter
 from .errors import BridgeError, DecodeError
 from .options import Options
@@ -65,24 +67,108 @@ def _kafka_config(args) -> dict:
                          sasl_password=args.sasl_password or os.environ.get(SASL_PASSWORD_ENV), extra=extra)
 
 
-# ---- consume: durable appending outputs --------------------------------------------------------
+# ---- consume: outputs cut back to their committed length on restart ---------------------------
 
-class _AppendFiles:
-    """Output files opened for appending, named from a template with {partition} / {table};
-    `sync()` flushes and fsyncs every one (and the rejects file) before an offset commit."""
+STATE_SUFFIX = ".consume-state.json"
 
-    def __init__(self, template: str) -> None:
-        self.template = template
+
+def consume_state_path(args) -> str:
+    """Where consume keeps its outputs' committed lengths: --state, else next to the outputs,
+    named after -o (and after --partitions, so that one process per partition set keeps its own)."""
+    if args.state:
+        return args.state
+    fixed = args.output.split("{", 1)[0]
+    folder = os.path.dirname(fixed)
+    rest = args.output[len(folder):].lstrip("/").replace("/", "_")
+    parts = "" if args.partitions is None else ".p" + "-".join(str(p) for p in sorted(args.partitions))
+    return os.path.join(folder, rest + parts + STATE_SUFFIX)
+
+
+def check_output_dir(template: str, mkdir: bool) -> None:
+    """The directory of -o (the part before any {placeholder}) must exist, unless --mkdir: a
+    mistyped path is an error, not a tree of new directories."""
+    folder = os.path.dirname(template.split("{", 1)[0])
+    if not folder or os.path.isdir(folder):
+        return
+    if not mkdir:
+        raise UsageError(f"the output directory {folder} does not exist (create it, or pass --mkdir)")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create {folder}: {err.strerror}") from None
+
+
+class _ResumableFiles:
+    """Output files named from a template ({partition}, {table}), appended to, with their
+    committed lengths in a state file (written atomically, see kafka.replace_json).
+
+    A file is registered in the state (at its current length, 0 when new) before it is first
+    written; `mark(offsets)` records every file's length with the offsets being committed. On
+    restart `restore()` cuts each file back to its committed length and removes those created
+    after the last commit, so the run continues exactly where the commit left the output; the
+    offsets in the state win over the store's (the state is written first)."""
+
+    def __init__(self, template: str, state_path: str, identity: dict) -> None:
+        self.template, self.state_path, self.identity = template, state_path, identity
         self.files: dict[str, Any] = {}
-        self.extra: list = []
+        self.lengths: dict[str, int] = {}  # every registered file -> its committed length
+        self.offsets: dict[int, int] = {}  # the offsets committed with those lengths
+        self.extra: dict = {}  # what the writer keeps across runs (Tuple: current versions)
+        self.extra_state: Callable[[], dict] | None = None
 
     def path(self, partition=None, table=None) -> str:
         path = self.template.replace(PARTITION_PLACEHOLDER, str(partition))
         return path.replace(TABLE_PLACEHOLDER, str(table))
 
+    # -- restart --------------------------------------------------------------------------------
+    def restore(self) -> dict[int, int]:
+        """Cut the outputs back to the last commit; returns the offsets committed with them."""
+        try:
+            with open(self.state_path, "rb") as fh:
+                doc = orjson.loads(fh.read())
+        except FileNotFoundError:
+            return {}
+        except (OSError, orjson.JSONDecodeError) as err:
+            raise UsageError(f"cannot read the state file {self.state_path}: {_one_line(err)}") from None
+        mine = {k: doc.get(k) for k in self.identity}
+        if mine != self.identity:
+            raise UsageError(f"the state file {self.state_path} belongs to another run ({_describe_identity(mine)}; "
+                             f"this one: {_describe_identity(self.identity)}): pass another -o or --state")
+        for path, length in doc.get("files", {}).items():
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                size = None
+            if size is None or size < length:
+                if length == 0:
+                    continue
+                raise BridgeError(f"{path} holds {'nothing' if size is None else f'{size} bytes'}, less than the "
+                                  f"{length} bytes committed (changed outside {PROG}?); remove {self.state_path} "
+                                  f"and start again")
+            if length == 0:
+                os.remove(path)  # created after the last commit
+            elif size > length:
+                with open(path, "r+b") as fh:
+                    fh.truncate(length)
+                    os.fsync(fh.fileno())
+            self.lengths[path] = length
+        self.offsets = {int(p): off for p, off in doc.get("partitions", {}).items()}
+        self.extra = doc.get("writer", {})
+        self._save()  # the removed files are out of it
+        return dict(self.offsets)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def register(self, path: str) -> None:
+        """Record `path` before it is first written, so a crash before the next commit can undo it."""
+        if path in self.lengths:
+            return
+        self.lengths[path] = os.path.getsize(path) if os.path.exists(path) else 0
+        self._save()
+
     def get(self, path: str):
         fh = self.files.get(path)
         if fh is None:
+            self.register(path)
             try:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
                 fh = self.files[path] = open(path, "ab")
@@ -91,17 +177,59 @@ class _AppendFiles:
         return fh
 
     def sync(self) -> None:
-        for fh in [*self.files.values(), *self.extra]:
+        for fh in self.files.values():
             fh.flush()
             os.fsync(fh.fileno())
 
+    def mark(self, offsets: dict[int, int]) -> None:
+        """After `sync`: the files' lengths go with `offsets` (called before the offsets are stored)."""
+        lengths = {path: (self.files[path].tell() if path in self.files else
+                          os.path.getsize(path) if os.path.exists(path) else 0) for path in self.lengths}
+        offsets = {**self.offsets, **offsets}
+        extra = self.extra_state() if self.extra_state is not None else {}
+        if lengths == self.lengths and offsets == self.offsets and extra == self.extra:
+            return
+        self.lengths, self.offsets, self.extra = lengths, offsets, extra
+        self._save()
+
+    def _save(self) -> None:
+        from .kafka import replace_json
+        doc = {**self.identity, "partitions": {str(p): off for p, off in sorted(self.offsets.items())},
+               "files": self.lengths, "writer": self.extra}
+        try:
+            replace_json(self.state_path, doc)
+        except OSError as err:
+            raise UsageError(f"cannot write the state file {self.state_path}: {err.strerror}") from None
+
     def close(self) -> None:
-        for fh in [*self.files.values(), *self.extra]:
+        for fh in self.files.values():
             fh.close()
 
 
+def _describe_identity(identity: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in identity.items())
+
+
+class _StateOffsets:
+    """The offset store, with the offsets of the outputs' state file winning where it has them:
+    the state is written before the store, so a crash between the two leaves the state ahead."""
+
+    def __init__(self, store, files: _ResumableFiles) -> None:
+        self.store, self.files = store, files
+
+    def load(self, partitions: list[int]) -> dict:
+        got = self.store.load(partitions)
+        for p in partitions:
+            if p in self.files.offsets:
+                got[p] = (self.files.offsets[p], got.get(p, (None, None))[1])
+        return got
+
+    def save(self, commit: dict[int, int], read: dict[int, int]) -> None:
+        self.store.save(commit, read)
+
+
 class _BlobOut:
-    def __init__(self, files: _AppendFiles) -> None:
+    def __init__(self, files: _ResumableFiles) -> None:
         self.files = files
 
     def write(self, where: dict, line: bytes) -> None:
@@ -110,12 +238,16 @@ class _BlobOut:
     def sync(self) -> None:
         self.files.sync()
 
+    def mark(self, offsets: dict[int, int]) -> None:
+        self.files.mark(offsets)
 
-class _DtsOut:
+
+class _DtsOut(_BlobOut):
     """dts-json: one Entry per line; .pb: the Entries since the last sync packed into Envelopes."""
 
-    def __init__(self, files: _AppendFiles, framing: str, options: Options) -> None:
-        self.files, self.framing, self.options = files, framing, options
+    def __init__(self, files: _ResumableFiles, framing: str, options: Options) -> None:
+        super().__init__(files)
+        self.framing, self.options = framing, options
         self.pending: dict[str, list] = {}
 
     def write(self, where: dict, entry) -> None:
@@ -132,21 +264,36 @@ class _DtsOut:
         self.files.sync()
 
 
-class _TupleOut:
+class _TupleOut(_BlobOut):
     """Tuple JSON Lines, one file per table ({table} in -o) with NAME.schema.json next to it; a
-    new RecordSchema continues in NAME.v2.jsonl, ... as `convert` does, across runs too."""
+    new RecordSchema continues in NAME.v2.jsonl, ... as `convert` does. The version each table
+    writes is in the state, so a restart continues that file, not the first one whose
+    RecordSchema matches."""
 
-    def __init__(self, files: _AppendFiles, options: Options) -> None:
-        self.files, self.options, self.tup = files, options, _tuple_module()
-        self.current: dict[str, tuple[int, str, dict]] = {}  # base path -> (version, path, schema)
+    def __init__(self, files: _ResumableFiles, options: Options) -> None:
+        super().__init__(files)
+        self.options, self.tup = options, _tuple_module()
+        self.current: dict[str, tuple[int, str, list]] = {}  # base path -> (version, path, fields)
+        for base, version in files.extra.get("versions", {}).items():
+            path = _versioned(base, "jsonl", version)
+            self.current[base] = (version, path, self._fields(schema_path(path, "jsonl")))
+        files.extra_state = lambda: {"versions": {base: v for base, (v, _, _) in sorted(self.current.items())}}
+
+    @staticmethod
+    def _fields(side_path: str):
+        try:
+            with open(side_path, "rb") as fh:
+                return orjson.loads(fh.read()).get("fields")
+        except (OSError, orjson.JSONDecodeError, AttributeError):
+            return None
 
     def write(self, where: dict, item) -> None:
         table, columns, schema, row = item
         base = self.files.path(where["partition"], table)
         current = self.current.get(base)
-        if current is None or current[2] != schema:
+        if current is None or current[2] != schema["fields"]:
             version = self._version(base, table, columns, schema, 1 if current is None else current[0] + 1)
-            current = self.current[base] = (version, _versioned(base, "jsonl", version), schema)
+            current = self.current[base] = (version, _versioned(base, "jsonl", version), schema["fields"])
         self.tup.write_tuple_jsonl([row], self.files.get(current[1]))
 
     def _version(self, base: str, table: str, columns, schema: dict, version: int) -> int:
@@ -155,22 +302,21 @@ class _TupleOut:
             side_path = schema_path(_versioned(base, "jsonl", version), "jsonl")
             if not os.path.exists(side_path):
                 break
-            with open(side_path, "rb") as fh:
-                if orjson.loads(fh.read()).get("fields") == schema["fields"]:
-                    return version
+            if self._fields(side_path) == schema["fields"]:
+                return version
             version += 1
         side = {"table": table, **schema}
         if self.options.lossless:
             side["dtsColumns"] = [json_format.MessageToDict(c) for c in columns]
+        self.files.register(side_path)  # a crash before the next commit removes it with its rows
         os.makedirs(os.path.dirname(os.path.abspath(side_path)), exist_ok=True)
-        with open(side_path, "wb") as fh:
+        tmp = f"{side_path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
             fh.write(orjson.dumps(side, option=orjson.OPT_INDENT_2) + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
+        os.replace(tmp, side_path)
         return version
-
-    def sync(self) -> None:
-        self.files.sync()
 
 
 def _consume_side(args) -> tuple[str, str]:
@@ -188,7 +334,10 @@ def _consume_side(args) -> tuple[str, str]:
 
 
 def _consume_output(args, side: str, framing: str, options: Options):
-    files = _AppendFiles(args.output)
+    store = f"group {args.group}" if not args.offsets_file else f"offsets file {args.offsets_file}"
+    files = _ResumableFiles(args.output, consume_state_path(args),
+                            {"topic": args.topic, "store": store, "output": args.output})
+    files.restore()
     if side == "blob":
         return files, _BlobOut(files), BlobEncoder(options).convert_lines
     if side == "dts":
@@ -217,6 +366,40 @@ def _graceful_stop():
             signal.signal(sig, old)
 
 
+def _add_watch_flags(parser: argparse.ArgumentParser, kafka: bool) -> None:
+    group = parser.add_argument_group("progress, status and metrics")
+    group.add_argument("--no-progress", action="store_true",
+                       help="no progress display (there is one only when stderr is a terminal)")
+    group.add_argument("--status-interval", type=float, default=30.0, metavar="SECONDS",
+                       help="write a one-line status to stderr every SECONDS (default: 30; 0: never)")
+    group.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts")
+    group.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                       help="the address --metrics-port listens on (default: 127.0.0.1)")
+    if kafka:
+        group.add_argument("-v", "--verbose", action="count", default=0,
+                           help="more of the Kafka client's log: -v INFO, -vv debug (default: warnings and errors, "
+                                "each repeated message once a minute)")
+
+
+@contextlib.contextmanager
+def _watching(args, label: str, metrics: observe.Metrics, render: Callable,
+              refresh: Callable[[observe.Metrics], None]):
+    """The metrics server (--metrics-port) and the status line (--status-interval) of a run."""
+    metrics.on_collect(lambda: refresh(metrics))
+    if args.metrics_port is not None:
+        try:
+            metrics.serve(args.metrics_port, args.metrics_host)
+        except OSError as err:
+            raise UsageError(str(err)) from None
+    status = observe.StatusLine(args.status_interval, label=label, render=render, before=metrics.refresh)
+    try:
+        with status:
+            yield metrics
+    finally:
+        metrics.close()
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
     from . import kafka
     if not args.group and not args.offsets_file:
@@ -227,41 +410,65 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise UsageError("--max-messages must be at least 1")
     side, framing = _consume_side(args)
     options = options_from(args, {"dts", side} | ({"pb"} if framing == "pb" else set()))
+    check_output_dir(args.output, args.mkdir)
     files, sink, convert = _consume_output(args, side, framing, options)
+    label = f"{PROG} consume {args.topic}"
     config = _kafka_config(args)
+    log = observe.kafka_logger(verbose=args.verbose, prefix=f"{label}: ")
     config.update({"group.id": args.group or "dts-bridge", "enable.auto.commit": False,
                    "enable.auto.offset.store": False, "enable.partition.eof": True,
-                   "auto.offset.reset": "earliest" if args.from_beginning else "latest"})
+                   "auto.offset.reset": "earliest" if args.from_beginning else "latest", "logger": log})
     ck = kafka.confluent()
     tally = Tally()
-    label = f"{PROG} consume {args.topic}"
+    report = kafka.ConsumeReport()
     try:
         consumer = ck.Consumer(config)
     except ck.KafkaException as exc:
         raise UsageError(f"invalid Kafka settings: {exc.args[0]}") from None
+
+    def refresh(metrics: observe.Metrics) -> None:
+        metrics.count_tally(tally)
+        metrics.count_to(metrics.envelopes_in, max(report.envelopes, tally.envelopes))
+        for p, off in list(report.committed.items()):
+            metrics.committed_offset.labels(topic=args.topic, partition=str(p)).set(off)
+        for p, lag in report.lag().items():
+            metrics.lag.labels(topic=args.topic, partition=str(p)).set(lag)
+
+    def render(status: observe.StatusLine) -> str:
+        lag = report.lag()
+        parts = [f"{report.envelopes:,} Envelopes ({observe.rate_text(status.rate('in', report.envelopes))})",
+                 f"{tally.outputs:,} records out ({observe.rate_text(status.rate('out', tally.outputs))})",
+                 f"{tally.rejected:,} rejected"]
+        if lag:
+            parts.append("lag " + " ".join(f"{p}:{n:,}" for p, n in sorted(lag.items())))
+        if report.committed:
+            parts.append("committed " + " ".join(f"{p}:{o}" for p, o in sorted(report.committed.items())))
+        return ", ".join(parts)
+
+    bar = observe.progress(unit="Envelopes", enabled=False if args.no_progress else None, desc=label,
+                           describe=lambda: f"{tally.outputs:,} out, {tally.rejected:,} rejected")
     try:
-        rejects = None
-        if args.rejects:
-            rejects = files.get(args.rejects)
-            files.files.pop(args.rejects)
-            files.extra.append(rejects)
+        rejects = files.get(args.rejects) if args.rejects else None
         policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally,
                              sink=rejects_sink(rejects, tally), keep_records=False)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
-        with _graceful_stop() as stop:
+        with _graceful_stop() as stop, _watching(args, label, observe.Metrics(), render, refresh):
+            bar.follow(lambda: report.envelopes)
             try:
-                report = kafka.consume(consumer, args.topic, store, convert, sink, policy,
-                                       partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
-                                       max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
-                                       raw=side == "blob")
+                kafka.consume(consumer, args.topic, _StateOffsets(store, files), convert, sink, policy,
+                              partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
+                              max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
+                              raw=side == "blob", report=report)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    sink.sync()  # at-least-once: what was converted stays, uncommitted
+                    sink.sync()  # what was converted stays, uncommitted: the next run cuts it back
                 raise
     finally:
+        bar.close()
         files.close()
         consumer.close()
+        observe.flush_repeats(log)
     reread = "unknown" if report.reread is None else report.reread
     committed = ", ".join(f"{p}:{o}" for p, o in sorted(report.committed.items())) or "nothing new"
     if args.json:
@@ -280,6 +487,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 def cmd_produce(args: argparse.Namespace) -> int:
     from .kafka import produce_file
     config = _kafka_config(args)
+    log = config["logger"] = observe.kafka_logger(verbose=args.verbose, prefix=f"{PROG} produce: ")
     for path in args.inputs:
         if not os.path.isfile(path):
             raise UsageError(f"cannot read {path}: no such file")
@@ -289,6 +497,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         total += count
         where = f"partition {args.partition}" if args.partition is not None else "one partition (key = file name)"
         print(f"{PROG} produce {path}: sent {count} Envelope{'s' if count != 1 else ''} to {args.topic}, {where}", file=sys.stderr)
+    observe.flush_repeats(log)
     return 0
 
 
@@ -307,31 +516,163 @@ def _tuple_source(args, tup):
     return {"fields": fields}, keys, table
 
 
+DELIVER_STATE_SUFFIX = ".deliver-state.json"
+_HEAD_BYTES = 65536  # the input's first bytes, hashed: a file replaced by another is not resumed
+
+
+def _input_identity(path: str) -> dict:
+    st = os.stat(path)
+    with open(path, "rb") as fh:
+        head = hashlib.sha256(fh.read(_HEAD_BYTES)).hexdigest()
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "head_sha256": head}
+
+
+class _DeliverState:
+    """How far `deliver` got: the input's identity and the line (and byte offset) after which
+    every record is acknowledged by DataHub, written atomically after each acknowledged flush."""
+
+    def __init__(self, path: str, input_path: str, target: dict) -> None:
+        self.path, self.input_path, self.target = path, input_path, target
+        self.line = self.offset = self.delivered = self.rejected = self.rejects_length = 0
+
+    def load(self) -> bool:
+        """Resume from the state file, if there is one for this input and target; True if so."""
+        try:
+            with open(self.path, "rb") as fh:
+                doc = orjson.loads(fh.read())
+        except FileNotFoundError:
+            return False
+        except (OSError, orjson.JSONDecodeError) as err:
+            raise UsageError(f"cannot read the state file {self.path}: {_one_line(err)} (pass --restart to "
+                             "deliver from the first line)") from None
+        now = _input_identity(self.input_path)
+        then = doc.get("input", {})
+        offset = int(doc.get("offset", 0))
+        changed = (then.get("path") != now["path"] or then.get("head_sha256") != now["head_sha256"]
+                   or now["size"] < offset or (then.get("size") != now["size"] and now["size"] < then.get("size", 0)))
+        if changed:
+            raise UsageError(f"{self.input_path} is not the file {self.path} was written for (size, first bytes or "
+                             "name differ): pass --restart to deliver it from the first line")
+        if {k: doc.get(k) for k in self.target} != self.target:
+            raise UsageError(f"{self.path} is for {doc.get('project')}/{doc.get('topic')}, not "
+                             f"{self.target['project']}/{self.target['topic']}: pass --restart or another --state")
+        self.line, self.offset = int(doc.get("line", 0)), offset
+        self.delivered, self.rejected = int(doc.get("delivered", 0)), int(doc.get("rejected", 0))
+        self.rejects_length = int(doc.get("rejects_length", 0))
+        return True
+
+    def save(self) -> None:
+        from .kafka import replace_json
+        doc = {"input": _input_identity(self.input_path), **self.target, "line": self.line, "offset": self.offset,
+               "delivered": self.delivered, "rejected": self.rejected, "rejects_length": self.rejects_length}
+        try:
+            replace_json(self.path, doc)
+        except OSError as err:
+            raise UsageError(f"cannot write the state file {self.path}: {err.strerror}") from None
+
+
+def _open_rejects(path: str, length: int):
+    """The rejects file, cut back to what the state vouches for (a resumed run appends)."""
+    try:
+        fh = open(path, "ab")
+        fh.truncate(length)
+        return fh
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror}") from None
+
+
 def cmd_deliver(args: argparse.Namespace) -> int:
-    from .datahub_sink import DataHubError, DataHubSink, tuple_shard_key
+    from .datahub_sink import DataHubError, DataHubSink, Position, tuple_shard_key
     side, framing = resolve_format(args.input, args.from_, "--from")
     if side not in ("blob", "tuple") or framing != "jsonl":
         raise UsageError("deliver reads Blob JSON Lines, or Tuple JSON Lines with --from tuple")
     if args.rejects and args.on_error != "skip":
         raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
+    if args.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if not os.path.isfile(args.input):
+        raise UsageError(f"cannot read {args.input}: no such file")
     tally = Tally()
     label = f"{PROG} deliver {args.input}"
+    state = _DeliverState(args.state or args.input + DELIVER_STATE_SUFFIX, args.input,
+                          {"project": args.project, "topic": args.topic})
+    resumed = False if args.restart else state.load()
+    if args.rejects and resumed:
+        rejects_fh = _open_rejects(args.rejects, state.rejects_length)
+    elif args.rejects:
+        rejects_fh = _open_rejects(args.rejects, 0)
+    else:
+        rejects_fh = None
+    schema = keys = table = None
+    if side == "tuple":
+        tup = _tuple_module()
+        schema, keys, table = _tuple_source(args, tup)
+        fields = [(f["name"], f["type"]) for f in tup.load_record_schema(schema)["fields"]]
+    size = os.path.getsize(args.input)
+    bar = observe.progress(total=size, unit="B", unit_scale=True, desc=label,
+                           enabled=False if args.no_progress else None,
+                           describe=lambda: f"{tally.converted:,} records")
+    sink = None
+    metrics = observe.Metrics()
+    seen = [0.0, 0.0]  # PutRecords requests and their seconds at the last status line
+
+    def refresh(metrics: observe.Metrics) -> None:
+        metrics.count_tally(tally)
+        if sink is not None:
+            metrics.count_to(metrics.datahub_retries, sink.retries)
+
+    def render(status: observe.StatusLine) -> str:
+        sent = tally.converted
+        count = metrics.value("datahub_request_seconds_count", request="PutRecords") or 0
+        total = metrics.value("datahub_request_seconds_sum", request="PutRecords") or 0.0
+        latency = (total - seen[1]) / (count - seen[0]) if count > seen[0] else None  # since the last line
+        seen[:] = [count, total]
+        throttles = metrics.value("datahub_throttles_total", request="PutRecords") or 0
+        text = (f"line {state.line + tally.input:,}, {sent:,} records delivered "
+                f"({observe.rate_text(status.rate('out', sent))}), {tally.rejected:,} rejected, "
+                f"{int(count):,} requests, {sink.retries if sink else 0:,} retries, {int(throttles):,} throttled")
+        return text + (f", latency {latency * 1000:.0f} ms" if latency is not None else "")
+
     with contextlib.ExitStack() as stack:
-        try:
-            fh = stack.enter_context(open(args.input, "rb"))
-        except OSError as err:
-            raise UsageError(f"cannot read {args.input}: {err.strerror}") from None
-        rejects = stack.enter_context(open(args.rejects, "wb")) if args.rejects else None
-        policy = ErrorPolicy(args.on_error, tally=tally, sink=rejects_sink(rejects, tally), keep_records=False)
-        schema = keys = table = None
-        if side == "tuple":
-            tup = _tuple_module()
-            schema, keys, table = _tuple_source(args, tup)
-            fields = [(f["name"], f["type"]) for f in tup.load_record_schema(schema)["fields"]]
+        stack.callback(bar.close)
+        if rejects_fh is not None:
+            stack.callback(rejects_fh.close)
+        fh = stack.enter_context(open(args.input, "rb"))
+        fh.seek(state.offset if resumed else 0)
+        policy = ErrorPolicy(args.on_error, tally=tally, sink=rejects_sink(rejects_fh, tally), keep_records=False)
+        stack.enter_context(_watching(args, label, metrics, render, refresh))
         sink = DataHubSink(args.datahub_endpoint, args.project, args.topic, record_schema=schema,
                            batch_size=args.batch_size, max_retries=args.max_retries, routing=args.routing,
                            compress=args.compress)
-        for number, line in _numbered_lines(fh):
+        holder = getattr(sink, "writer", sink)  # whichever object sends the requests
+        holder.client = metrics.timed_datahub_client(holder.client)
+        if not resumed:
+            state.line = state.offset = state.delivered = state.rejected = state.rejects_length = 0
+        base_line, base_offset = state.line, state.offset
+        # Lines past the state's acknowledged line that landed before a kill are found by their
+        # position attributes (source = the file, offset = the line number) and not sent twice.
+        source = "file:" + os.path.abspath(args.input)
+        sink.writer.resume(source, {0: base_line + 1})
+        bar.update(base_offset)
+        offset, number, unflushed = base_offset, base_line, 0
+
+        def acknowledge() -> None:
+            sink.flush()  # returns once DataHub accepted every record put so far
+            if rejects_fh is not None:
+                rejects_fh.flush()
+                os.fsync(rejects_fh.fileno())
+                state.rejects_length = rejects_fh.tell()
+            state.line, state.offset = number, offset
+            state.delivered, state.rejected = delivered0 + tally.converted, rejected0 + tally.rejected
+            state.save()
+
+        delivered0, rejected0 = state.delivered, state.rejected
+        for line in fh:
+            number += 1
+            offset += len(line)
+            bar.update(len(line))
+            if not line.strip():
+                continue
             tally.input += 1
             try:
                 if side == "blob":
@@ -339,13 +680,13 @@ def cmd_deliver(args: argparse.Namespace) -> int:
                         msg = orjson.loads(line)
                     except orjson.JSONDecodeError as err:
                         raise DecodeError(f"invalid JSON ({err.msg})", value=line, line=number) from None
-                    sink.put_blob(line.rstrip(b"\r\n"), shard_key(msg))
+                    sink.put_blob(line.rstrip(b"\r\n"), shard_key(msg), position=Position(source, 0, number))
                 else:
                     try:
                         row = tup.coerce_row(orjson.loads(line), fields, line=number)
                     except orjson.JSONDecodeError as err:
                         raise DecodeError(f"invalid JSON ({err.msg})", value=line, line=number) from None
-                    sink.put_tuple(row, tuple_shard_key(row, table, keys))
+                    sink.put_tuple(row, tuple_shard_key(row, table, keys), position=Position(source, 0, number))
             except DataHubError:
                 raise  # the service, not this record: no later record would fare better
             except BridgeError as err:
@@ -353,9 +694,16 @@ def cmd_deliver(args: argparse.Namespace) -> int:
                 continue
             tally.converted += 1
             tally.outputs += 1
+            unflushed += 1
+            if unflushed >= args.batch_size:
+                acknowledge()
+                unflushed = 0
+        acknowledge()
         sink.close()
+    resume_note = f" (resumed after line {base_line:,})" if resumed else ""
     print(f"{label}: delivered {tally.converted} of {tally.input} records to {args.project}/{args.topic} "
-          f"in {sink.requests} requests ({sink.retries} retries); rejected {tally.rejected}", file=sys.stderr)
+          f"in {sink.requests} requests ({sink.retries} retries); rejected {tally.rejected}{resume_note}",
+          file=sys.stderr)
     return 1 if tally.rejected else 0
 
 
@@ -368,7 +716,9 @@ def register(commands) -> None:
         description=_describe(
             "Read a DTS subscription topic, reassemble Envelopes per partition, convert and append to -o. Offsets are "
             "committed (to --group, or to --offsets-file) only after the output is fsynced, at every CHECKPOINT "
-            "entry and at the end of the run, and never past the first segment of an unfinished Entries. The run "
+            "entry and at the end of the run, and never past the first segment of an unfinished Entries. Each "
+            "commit records the output files' lengths in a state file next to them; a restart (after a crash "
+            "too) cuts the files back to those lengths first, so nothing is written twice. The run "
             "ends after --max-messages, after --idle-timeout seconds without a message, or on SIGINT/SIGTERM. "
             "Partitions are assigned, not balanced: run one process per topic (or per --partitions set)."),
         epilog=_epilog(f"{PROG} consume --brokers dts.example:9092 --topic topic-subs-1 --group consumer-grp-1 "
@@ -384,7 +734,11 @@ def register(commands) -> None:
     consume.add_argument("--to", choices=("blob", "tuple", "dts", "dts-json"), help="output format (default: from -o)")
     consume.add_argument("-o", "--output", required=True, metavar="OUT",
                          help="output file, appended to; {partition} gives one file per partition, {table} one per "
-                              "table (Tuple)")
+                              "table (Tuple); its directory must exist (or pass --mkdir)")
+    consume.add_argument("--mkdir", action="store_true", help="create the directory of -o if it is missing")
+    consume.add_argument("--state", metavar="PATH",
+                         help=f"the outputs' committed lengths (default: next to -o, named after it, ending "
+                              f"{STATE_SUFFIX})")
     consume.add_argument("--table", metavar="DB.TABLE", help="Tuple output: only this table")
     consume.add_argument("--from-beginning", action="store_true",
                          help="with no committed offset, start at the earliest message (default: the latest)")
@@ -394,6 +748,7 @@ def register(commands) -> None:
                               "(default: run until stopped)")
     consume.add_argument("--rejects", metavar="PATH", help="with --on-error skip: append one JSON line per rejected record")
     consume.add_argument("--json", action="store_true", help="print the run's counts as one JSON document")
+    _add_watch_flags(consume, kafka=True)
     add_option_flags(consume)
     consume.set_defaults(run=cmd_consume)
 
@@ -408,6 +763,9 @@ def register(commands) -> None:
     produce.add_argument("--partition", type=int, metavar="N", help="the partition (default: by file name)")
     produce.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                          help="how long to wait for each acknowledgement (default: 30)")
+    produce.add_argument("-v", "--verbose", action="count", default=0,
+                         help="more of the Kafka client's log: -v INFO, -vv debug (default: warnings and errors, "
+                              "each repeated message once a minute)")
     produce.set_defaults(run=cmd_produce)
 
     deliver = commands.add_parser(
@@ -416,7 +774,9 @@ def register(commands) -> None:
             "Write a Blob JSON Lines file as BlobRecords, or a Tuple JSON Lines file (--from tuple, with its "
             f"NAME{SCHEMA_SUFFIX}) as TupleRecords, with PutRecords in batches. Records go to shards by the "
             "DataWorks rule (primary-key values, else the table name, hashed over the ACTIVE shards); transient "
-            "failures are retried with exponential backoff. Credentials: $DATAHUB_ACCESS_ID, $DATAHUB_ACCESS_KEY."),
+            "failures are retried with exponential backoff. After every acknowledged batch the line reached is "
+            f"saved in a state file (FILE{DELIVER_STATE_SUFFIX}); a rerun resumes after it (--restart: from the "
+            "first line). Credentials: $DATAHUB_ACCESS_ID, $DATAHUB_ACCESS_KEY."),
         epilog=_epilog(f"{PROG} deliver mixed.jsonl --datahub-endpoint https://dh-cn-hangzhou.aliyuncs.com "
                        "--project dts --topic mixed_blob",
                        f"{PROG} deliver tuple/shop.orders.jsonl --from tuple --datahub-endpoint URL --project dts "
@@ -438,4 +798,8 @@ def register(commands) -> None:
     deliver.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                          help="a record DataHub or the RecordSchema refuses: stop (exit 1) or skip and count it")
     deliver.add_argument("--rejects", metavar="PATH", help="with --on-error skip: one JSON line per rejected record")
+    deliver.add_argument("--state", metavar="PATH",
+                         help=f"where the line reached is kept (default: FILE{DELIVER_STATE_SUFFIX})")
+    deliver.add_argument("--restart", action="store_true", help="ignore the state file: deliver from the first line")
+    _add_watch_flags(deliver, kafka=False)
     deliver.set_defaults(run=cmd_deliver)

@@ -7,7 +7,8 @@ The API (every piece is off or silent unless asked for, and costs nothing per re
   `Progress`: a tqdm bar on `stream` (stderr). `enabled=None` shows it only when the stream is a
   terminal; it appears after a second. `wrap(items)` counts what passes (in batches, so a hot
   loop pays one integer add per item), `update(n)` adds n, `close()` removes the bar.
-  `describe()` gives a short text shown after the count (e.g. rejected records).
+  `describe()` gives a short text shown after the count (e.g. rejected records);
+  `follow(count)` shows a running total that a loop elsewhere keeps (from a daemon thread).
 - `StatusLine(interval, stream=None, label="", render=...)`: every `interval` seconds (0: never)
   a background thread writes `label: render(status)` as one line on stderr (above a progress
   bar when there is one); `status.rate(key, total)` inside `render` gives the per-second rate of
@@ -23,7 +24,8 @@ The API (every piece is off or silent unless asked for, and costs nothing per re
   before every status line through `refresh()`), which is where such mirrors belong.
   `time_request(name)` is a context manager that counts and times one DataHub request;
   `timed_datahub_client(client)` wraps a pydatahub client so that every ListShard and
-  PutRecords call is counted, timed and its throttling (LimitExceeded) counted. `serve(port,
+  PutRecords call is counted, timed and its throttling (LimitExceeded) counted;
+  `datahub_observer()` is the same for a writer that reports its requests as events. `serve(port,
   addr="127.0.0.1")` exposes /metrics over HTTP in a daemon thread and returns the bound port
   (0 picks a free one); `close()` stops it. Names are prefixed `dts_bridge_`.
 - `kafka_logger(name="dts-bridge.kafka", verbose=0, interval=60.0, stream=None)` -> a
@@ -101,6 +103,24 @@ class Progress:
             if pending:
                 self.update(pending)
 
+    def follow(self, count: Callable[[], int], every: float = 0.5) -> "Progress":
+        """Show `count()` (a running total kept by a loop this code does not own) from a daemon
+        thread every `every` seconds, until `close()`."""
+        if self.bar is None:
+            return self
+        self._following = threading.Event()
+
+        def run() -> None:
+            while not self._following.wait(every):
+                bar = self.bar
+                if bar is None:
+                    return
+                grown = count() - bar.n
+                if grown > 0:
+                    self.update(grown)
+        threading.Thread(target=run, name="dts-bridge-progress", daemon=True).start()
+        return self
+
     def update(self, n: int = 1) -> None:
         if self.bar is not None:
             if self.describe is not None:
@@ -108,6 +128,9 @@ class Progress:
             self.bar.update(n)
 
     def close(self) -> None:
+        following = getattr(self, "_following", None)
+        if following is not None:
+            following.set()
         if self.bar is not None:
             self.bar.leave = False
             self.bar.close()
@@ -287,6 +310,21 @@ class Metrics:
 
     def timed_datahub_client(self, client):
         return _TimedDataHubClient(client, self)
+
+    def datahub_observer(self) -> Callable[..., None]:
+        """An `observer(event, **facts)` for a DataHub writer that reports its own requests:
+        "request" (op, seconds, ...) and "retry" (code, ...) events."""
+        def observe(event: str, **facts) -> None:
+            if event == "request":
+                op = str(facts.get("op", "request"))
+                self.datahub_requests.labels(request=op).inc()
+                if facts.get("seconds") is not None:
+                    self.datahub_latency.labels(request=op).observe(float(facts["seconds"]))
+            elif event == "retry":
+                self.datahub_retries.inc()
+                if facts.get("code") == "LimitExceeded":
+                    self.datahub_throttles.labels(request=str(facts.get("op", "PutRecords"))).inc()
+        return observe
 
     def value(self, name: str, **labels) -> float | None:
         """A sample's current value (`records_in_total`, without the namespace), for tests and tools."""

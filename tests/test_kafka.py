@@ -98,7 +98,7 @@ def samples_topic(broker):
 
 def consume(brokers, topic, out, *extra, capsys=None):
     code = main(["consume", "--brokers", brokers, "--topic", topic, "-o", str(out), "--from-beginning",
-                 "--idle-timeout", "0.8", *extra])
+                 "--idle-timeout", "0.8", "--mkdir", *extra])
     return code
 
 
@@ -219,6 +219,123 @@ def test_sigterm_stops_gracefully(broker, tmp_path):
     assert proc.returncode == 0, err
     assert "stopped: signal" in err and "committed 0:21" in err
     assert out.read_bytes() == converted(tmp_path, ROOT / "samples" / "large.pb", "blob", ".jsonl").read_bytes()
+
+
+# ---- kill -9 and restart: the files are cut back to the committed length -----------------------
+
+def _repeated(tmp_path, sample: pathlib.Path, times: int) -> pathlib.Path:
+    """One .pb stream holding `sample` `times` over (Envelope streams concatenate)."""
+    path = tmp_path / f"{sample.stem}x{times}.pb"
+    path.write_bytes(sample.read_bytes() * times)
+    return path
+
+
+def _consume_cmd(broker, topic, out, *extra) -> list[str]:
+    return [sys.executable, "-m", "bridge", "consume", "--brokers", broker, "--topic", topic, "-o", str(out),
+            "--from-beginning", "--idle-timeout", "0.5", "--mkdir", "--group", f"g-{topic}", *extra]
+
+
+def _output_size(folder: pathlib.Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*.jsonl") if p.is_file()) if folder.exists() else 0
+
+
+def _kill_rounds(cmd: list[str], folder: pathlib.Path, total: int, kills: int, seed: int) -> int:
+    """Start `cmd` `kills` times and SIGKILL it once its output passes a random size (or let it end);
+    returns how many runs were killed while running."""
+    import random
+    rng = random.Random(seed)
+    killed = 0
+    for _ in range(kills):
+        target = _output_size(folder) + rng.uniform(0.05, 0.5) * total
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and _output_size(folder) < target and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed += 1
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode in (0, -signal.SIGKILL), err.decode()
+    return killed
+
+
+def _kill_test(broker, tmp_path, to: str, kills: int, seed: int, times: int) -> None:
+    samples = [ROOT / "samples" / "large.pb", ROOT / "samples" / "mixed.pb"]
+    inputs = [_repeated(tmp_path, s, times) for s in samples]
+    topic = create_topic(broker, len(inputs))
+    produce(broker, topic, inputs)
+    if to == "tuple":
+        out, extra = tmp_path / "out" / "{partition}" / "{table}.jsonl", ["--to", "tuple", "--on-error", "skip"]
+        refs = []
+        for path in inputs:
+            ref = tmp_path / "ref" / path.stem
+            assert main(["convert", str(path), "-o", str(ref / "{table}.jsonl"), "--to", "tuple",
+                         "--on-error", "skip"]) in (0, 1)
+            refs.append(ref)
+    else:
+        out, extra = tmp_path / "out" / "p{partition}.jsonl", ["--to", "blob"]
+        refs = [converted(tmp_path, path, "blob", ".jsonl") for path in inputs]
+    total = sum(p.stat().st_size for ref in refs for p in ([ref] if ref.is_file() else ref.glob("*.jsonl")))
+    cmd = _consume_cmd(broker, topic, out, *extra)
+    killed = _kill_rounds(cmd, tmp_path / "out", total, kills, seed)
+    final = subprocess.run(cmd, capture_output=True, timeout=120)
+    assert final.returncode in (0, 1), final.stderr.decode()
+    assert killed >= 1, "no run was killed while it wrote: the test proved nothing"
+    for partition, ref in enumerate(refs):
+        if to == "tuple":
+            got = {p.name: p.read_bytes() for p in (tmp_path / "out" / str(partition)).glob("*.json*")}
+            want = {p.name: p.read_bytes() for p in ref.glob("*.json*")}
+            assert sorted(got) == sorted(want), partition
+            for name in want:  # line for line, in order
+                assert got[name].splitlines() == want[name].splitlines(), (partition, name)
+        else:
+            got = (tmp_path / "out" / f"p{partition}.jsonl").read_bytes().splitlines()
+            assert got == ref.read_bytes().splitlines(), f"partition {partition}: lost, duplicated or reordered"
+
+
+@pytest.mark.parametrize("to", ["blob", "tuple"])
+def test_consume_killed_and_restarted_writes_each_line_once(broker, tmp_path, to):
+    _kill_test(broker, tmp_path, to, kills=3, seed=17, times=6)
+
+
+@pytest.mark.deep
+@pytest.mark.skipif(os.environ.get("HYPOTHESIS_PROFILE") != "deep", reason="many kill rounds: make test-deep")
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("to", ["blob", "tuple"])
+def test_consume_killed_many_times(broker, tmp_path, to, seed):
+    _kill_test(broker, tmp_path, to, kills=8, seed=seed, times=12)
+
+
+def test_state_file_records_lengths_and_a_stale_tail_is_cut(broker, tmp_path, capsys):
+    """What a killed run leaves (bytes after the committed length, a file created after the last
+    commit) is undone before the next run writes."""
+    from bridge.cli_kafka import STATE_SUFFIX
+    sample = ROOT / "samples" / "large.pb"
+    topic = create_topic(broker, 1)
+    produce(broker, topic, [sample])
+    out = tmp_path / "out.jsonl"
+    assert consume(broker, topic, out, "--group", "g-state", "--to", "blob", "--max-messages", "9") == 0
+    state = json.loads((tmp_path / ("out.jsonl" + STATE_SUFFIX)).read_text())
+    assert state["files"] == {str(out): out.stat().st_size} and state["topic"] == topic
+    committed = out.read_bytes()
+    with open(out, "ab") as fh:  # what a kill after the write and before the commit leaves
+        fh.write(b'{"half a line')
+    stray = tmp_path / "stray.jsonl"
+    stray.write_bytes(b"uncommitted\n")
+    state["files"][str(stray)] = 0  # registered, then the run died before committing it
+    (tmp_path / ("out.jsonl" + STATE_SUFFIX)).write_text(json.dumps(state))
+    assert consume(broker, topic, out, "--group", "g-state", "--to", "blob") == 0
+    full = converted(tmp_path, sample, "blob", ".jsonl").read_bytes()
+    assert out.read_bytes() == full and full.startswith(committed)
+    assert not stray.exists()
+    capsys.readouterr()
+    # another group, same outputs: refused, not mixed in
+    assert consume(broker, topic, out, "--group", "g-other", "--to", "blob") == 2
+    assert "belongs to another run" in capsys.readouterr().err
+    # a file shorter than its committed length: changed outside the bridge, refused
+    out.write_bytes(b"")
+    assert consume(broker, topic, out, "--group", "g-state", "--to", "blob") == 1
+    assert "less than the" in capsys.readouterr().err
 
 
 # ---- errors ----------------------------------------------------------------------------------
