@@ -113,8 +113,9 @@ def convert_blob(path: pathlib.Path, tmp_path: pathlib.Path) -> list[bytes]:
 def convert_tuple(path: pathlib.Path, tmp_path: pathlib.Path) -> dict[str, list[tuple[dict, list[dict]]]]:
     """{table: [(schema document, rows), ...] per version file, in version order}."""
     folder = tmp_path / f"tuple-{path.stem}-{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
     proc = _run(_cli("convert", str(path), "-o", str(folder / "{table}.jsonl"), "--to", "tuple",
-                     "--on-error", "skip", "--mkdir"))
+                     "--on-error", "skip"))
     assert proc.returncode in (0, 1), f"dts-bridge convert --to tuple {path} failed: {proc.stderr}"
     out: dict[str, list] = {}
     schemas = sorted(folder.glob("*.schema.json"), key=lambda p: _version_of(p.name))
@@ -280,10 +281,10 @@ def no_traceback(err_text: str, what: str) -> None:
 
 
 def kill_loop(sync: Sync, server, *, kills: int, seed: int, stages: list, produce_stage, max_delay: float,
-              max_step: int, log: list) -> list[dict]:
+              max_step: int, log: list, ok_codes: tuple = (0,)) -> list[dict]:
     """SIGKILL `sync` at seeded random points until `kills` runs were killed; before each restart
-    the next stage of data (if any) is produced. Kill points: the first run early (within its
-    first 1.5 s, which includes its start), then at random either after a random delay or after a
+    the next stage of data (if any) is produced. Kill points: the first run early (once its first
+    few records landed), then at random either after a random delay or after a
     random number of further records landed (plus a small random delay), so that kills fall
     during writes, during the restart's tail scan (catch-up) and between them."""
     rng = random.Random(seed)
@@ -298,8 +299,8 @@ def kill_loop(sync: Sync, server, *, kills: int, seed: int, stages: list, produc
         before = landed_count(server)
         proc, _, err = sync.start()
         started = time.monotonic()
-        if attempt == 1:
-            mode, delay, threshold = "early", rng.uniform(0.3, 1.5), None
+        if attempt == 1:  # early: right after the first run's first records landed
+            mode, delay, threshold = "early", rng.uniform(0.0, 0.1), before + rng.randint(1, 8)
         elif rng.random() < 0.5:
             mode, delay, threshold = "time", rng.uniform(0.2, max_delay), None
         else:
@@ -324,7 +325,7 @@ def kill_loop(sync: Sync, server, *, kills: int, seed: int, stages: list, produc
                        f"{at - before} records acknowledged during the run, {at} in all")
         else:
             log.append(f"run {sync.runs}: ended by itself with {proc.returncode} before the kill ({mode})")
-            assert proc.returncode == 0, f"sync run {sync.runs} failed: {err.read_text()[-3000:]}"
+            assert proc.returncode in ok_codes, f"sync run {sync.runs} failed: {err.read_text()[-3000:]}"
         no_traceback(err.read_text(), f"sync run {sync.runs}")
     for stage in stages:
         produce_stage(stage)
@@ -367,6 +368,7 @@ def _blob_kill_loop(kafka_broker, tmp_path, *, kills: int, seed: int, layout: di
         killed = kill_loop(sync, server, kills=kills, seed=seed, stages=stages, produce_stage=produce_stage,
                            max_delay=max_delay, max_step=max_step, log=log)
         code, report, err = sync.run()
+        server.faults.clear()  # the checks below read through a client of their own
         context = (f"seed {seed}; stderr of every run in {tmp_path}; partitions: {produced}; "
                    f"faults: {fault_summary(server)}\n  " + "\n  ".join(log))
         no_traceback(err, "the final sync run")
@@ -424,3 +426,111 @@ def test_sync_blob_kill_loop_deep(kafka_broker, tmp_path):
     _blob_kill_loop(kafka_broker, tmp_path, kills=22, seed=SEED + 1,
                     layout=[(SAMPLES / "mixed.pb", 0), (SAMPLES / "large.pb", 1)], stages=stages,
                     max_delay=4.0, max_step=150, chaos_scale=1.8, budget=900)
+
+
+# ---- Tuple -------------------------------------------------------------------------------------
+
+def _text(value):
+    return None if value is None else str(value)
+
+
+def _tuple_kill_loop(kafka_broker, tmp_path, *, kills: int, seed: int, layout: list, stages: list,
+                     max_delay: float, max_step: int, chaos_scale: float, budget: float):
+    began = time.monotonic()
+    topic = kafka_broker.create_topic(_name("sync-tuple"), partitions=2)
+    warm_group_coordinator(kafka_broker, topic)
+    # table -> [(partition, [(schema document, rows) per version])] in production order
+    converted: dict[str, list] = collections.defaultdict(list)
+    produced: dict[int, list[str]] = {0: [], 1: []}
+
+    def produce_stage(stage):
+        for path, partition in stage:
+            produce(kafka_broker, topic, path, partition)
+            for table, versions in convert_tuple(path, tmp_path).items():
+                converted[table].append((partition, versions))
+            produced[partition].append(path.name)
+
+    log: list[str] = []
+    with StandInDataHub() as server:
+        produce_stage(layout)
+        chaos(server, seed, chaos_scale)
+        sync = Sync(tmp_path, kafka_broker, topic, "g-tuple", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--shards", "2", "--on-error", "skip", "--idle-timeout", "2")
+        killed = kill_loop(sync, server, kills=kills, seed=seed, stages=stages, produce_stage=produce_stage,
+                           max_delay=max_delay, max_step=max_step, log=log, ok_codes=(0, 1))
+        code, report, err = sync.run()
+        server.faults.clear()  # the checks below read through a client of their own
+        context = (f"seed {seed}; stderr of every run in {tmp_path}; partitions: {produced}; "
+                   f"faults: {fault_summary(server)}\n  " + "\n  ".join(log))
+        no_traceback(err, "the final sync run")
+        # --on-error skip: exit 1 when the run rejected a record (rows of a later table version
+        # that the topic, created with the first version's RecordSchema, has no field for)
+        assert code == (1 if report.get("rejected") else 0), f"final sync run exited {code}: {err[-3000:]}\n{context}"
+        assert report["stopped"] == "idle", (report, context)
+        assert server.errors == [], f"the stand-in's own errors: {server.errors}"
+        client = make_client(server.endpoint, "test-id", "test-secret")
+        topics = {}
+        for table in converted:
+            db, _, name = table.partition(".")
+            topics[table] = topic_name("{db}_{table}", db, name)
+        assert len(set(topics.values())) == len(topics) >= 4, topics
+        listed = set(client.list_topic(PROJECT).topic_names)
+        assert listed == set(topics.values()), f"topics in DataHub {sorted(listed)}, tables {topics}\n{context}"
+        compared = pairs = 0
+        for table, parts in converted.items():
+            name = topics[table]
+            first_doc = parts[0][1][0][0]
+            fields = [f["name"] for f in first_doc["fields"]]
+            info = client.get_topic(PROJECT, name)
+            have = [(f.name, str(getattr(f.type, "value", f.type)).upper()) for f in info.record_schema.field_list]
+            assert have == [(f["name"], f["type"].upper()) for f in first_doc["fields"]], \
+                f"{name}: RecordSchema {have}, the table's first version has {first_doc['fields']}"
+            shard_ids = sorted((s["shard_id"] for s in server.shards(PROJECT, name) if s["state"] == "ACTIVE"), key=int)
+            assert len(shard_ids) == 2, (name, shard_ids)
+            expected: dict = collections.defaultdict(list)
+            for partition, versions in parts:
+                for doc, rows in versions:
+                    if [f["name"] for f in doc["fields"]] != fields:
+                        continue  # a later version's rows do not fit the topic: rejected, never cut
+                    keys = [c["name"] for c in doc["dtsColumns"] if c.get("isKey")]
+                    for row in rows:
+                        shard = shard_for(tuple_shard_key(row, table, keys), shard_ids)
+                        expected[(shard, partition)].append([_text(row[f]) for f in fields])
+            got, positions = landed_by_shard_partition(server, name, topic,
+                                                       lambda r: [_text(v) for v in r["values"]])
+            compared += compare(name, got, positions, expected, f"table {table}; {context}")
+            pairs += len(expected)
+        ends = end_offsets(kafka_broker, topic, [0, 1])
+        assert committed_offsets(kafka_broker, topic, "g-tuple", [0, 1]) == ends, context
+        assert any(k["landed_in_run"] > 0 for k in killed), f"no kill fell while records were landing\n{context}"
+        faults = fault_summary(server)
+        for kind in ("chaos-5xx", "chaos-throttle", "chaos-ack-lost", "chaos-reset"):
+            assert faults.get(kind, 0) > 0, f"chaos never injected {kind}: {faults}"
+        print(f"\n[sync tuple kill loop, seed {seed}: {len(killed)} kills in {sync.runs} runs, {len(topics)} tables, "
+              f"{compared} rows compared over {pairs} (topic, shard, partition) groups, faults {faults}, "
+              f"{time.monotonic() - began:.1f} s]\n  " + "\n  ".join(log))
+    assert time.monotonic() - began < budget, f"the kill loop took {time.monotonic() - began:.0f} s (budget {budget})"
+
+
+def test_sync_tuple_kill_loop(kafka_broker, tmp_path):
+    """The kill loop for Tuple: one topic per table ('{db}_{table}', 2 shards, created by sync),
+    9 tables, the shop tables in both partitions; each table's topic equals the Tuple file
+    conversion per (shard, partition), values compared as text."""
+    small = {n: repack(SAMPLES / f"{n}.pb", tmp_path / f"{n}-1200.pb", 1200) for n in ("mixed", "types")}
+    _tuple_kill_loop(kafka_broker, tmp_path, kills=5, seed=SEED + 7,
+                     layout=[(SAMPLES / "mixed.pb", 0), (SAMPLES / "large.pb", 1)],
+                     stages=[[(small["types"], 0)], [(small["mixed"], 1)]],
+                     max_delay=3.0, max_step=40, chaos_scale=1.0, budget=90)
+
+
+@pytest.mark.deep
+def test_sync_tuple_kill_loop_deep(kafka_broker, tmp_path):
+    files = {}
+    for n in ("mixed", "types", "large"):
+        files[n] = repack(SAMPLES / f"{n}.pb", tmp_path / f"{n}-800x2.pb", 800, times=2)
+        files[n + "3"] = repack(SAMPLES / f"{n}.pb", tmp_path / f"{n}-1200x3.pb", 1200, times=3)
+    stages = [[(files["types"], 0)], [(files["mixed"], 1)], [(files["large3"], 0)], [(SAMPLES / "types.pb", 1)],
+              [(files["mixed3"], 0)], [(files["large"], 1)], [(files["types3"], 1)]]
+    _tuple_kill_loop(kafka_broker, tmp_path, kills=22, seed=SEED + 8,
+                     layout=[(SAMPLES / "mixed.pb", 0), (SAMPLES / "large.pb", 1)], stages=stages,
+                     max_delay=4.0, max_step=100, chaos_scale=1.8, budget=900)
