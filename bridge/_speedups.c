@@ -44,6 +44,7 @@ typedef struct {
     int need_bv;
     char *key;  /* the JSON of the name and a colon, as orjson writes the key */
     Py_ssize_t key_len;
+    int dup;    /* an earlier column has the same name (Blob -> DTS: one dataColumn key for both) */
 } Col;
 
 typedef struct {
@@ -516,6 +517,7 @@ static int buf_grow(Buf *b, Py_ssize_t more) {
 }
 
 static inline int buf_put(Buf *b, const void *p, Py_ssize_t n) {
+    if (n <= 0) return 1; /* b->p may still be NULL, and memcpy's pointers must not be (C11 7.24.1) */
     if (!buf_grow(b, n)) return 0;
     memcpy(b->p + b->n, p, (size_t)n);
     b->n += n;
@@ -738,12 +740,15 @@ static int dml_span(const uint8_t *start, const uint8_t *end, Span *event, Span 
            && only_submessage(event->p, event->p + event->n, 2, dml) == 1;
 }
 
+static int entry_fields_known(const uint8_t *start, const uint8_t *end);
+
 /* The DML event of an Entry whose Event holds only a dmlEvent (no event properties, no other
  * event): the span of its column fields (one contiguous run), its dmlEventType (0..2) and its row
  * count. 1 found, 0 not. */
 static int scan_dml(const uint8_t *start, const uint8_t *end, Span *columns, int *dml_type_out, Py_ssize_t *rows_out) {
     Span event, dml;
-    if (!dml_span(start, end, &event, &dml)) return 0;
+    /* unknown fields (anywhere in the Entry) travel in the extension, which only Python writes */
+    if (!dml_span(start, end, &event, &dml) || !entry_fields_known(start, end)) return 0;
     /* the Event holds the dmlEvent field and nothing else */
     {
         const uint8_t *p = event.p, *eend = event.p + event.n;
@@ -822,6 +827,8 @@ typedef struct {
     long long index;        /* the current row's index */
     Span *datas;            /* the current image's Data, up to cap */
     Py_ssize_t cap;
+    const uint8_t *base;    /* the DMLEvent's first byte */
+    const uint8_t *row_at;  /* where the current row's field begins (a resume point) */
 } Walk;
 
 /* 1 (the Entry's DML event is found), 0 (leave the Entry to Python) or -1 (memory error) */
@@ -829,7 +836,7 @@ static int walk_start(Walk *w, const uint8_t *start, const uint8_t *end, int dml
     Span event, dml;
     w->datas = NULL;
     if (dml_type < 0 || dml_type > 2 || !dml_span(start, end, &event, &dml)) return 0;
-    w->p = dml.p;
+    w->p = w->base = w->row_at = dml.p;
     w->end = dml.p + dml.n;
     w->use = dml_type == 0 ? 4u : dml_type == 1 ? 6u : 2u;
     w->which = 3;
@@ -855,6 +862,7 @@ static int walk_next(Walk *w, Py_ssize_t *count) {
             if (*count) return -1; /* INSERT with a before image, DELETE with an after one */
         }
         if (w->p >= w->end) return 0;
+        const uint8_t *at = w->p;
         uint64_t tag;
         if (!read_varint(&w->p, w->end, &tag)) return -1;
         int wt = (int)(tag & 7);
@@ -872,7 +880,24 @@ static int walk_next(Walk *w, Py_ssize_t *count) {
         }
         w->which = 1;
         w->index++;
+        w->row_at = at;
     }
+}
+
+/* Continue a walk at a resume point a previous walk of the same bytes gave: (row index, offset
+ * of its field in the DMLEvent). 1, or 0 with a Python error for a point outside the event. */
+static int walk_resume(Walk *w, PyObject *resume) {
+    long long index;
+    Py_ssize_t offset;
+    if (!PyArg_ParseTuple(resume, "Ln:resume", &index, &offset)) return 0;
+    if (index < 0 || offset < 0 || offset > w->end - w->base) {
+        PyErr_SetString(PyExc_ValueError, "a resume point outside the DML event");
+        return 0;
+    }
+    w->p = w->row_at = w->base + offset;
+    w->index = index - 1;
+    w->which = 3;
+    return 1;
 }
 
 /* Plan.rows(entry_bytes, dml_type): the images the ops of dml_type need, row by row (INSERT: after;
@@ -1030,16 +1055,30 @@ bad:
  *   pre[k] + dataColumn JSON + post[k] + seq_prefix + row index (6 digits when seq_pad) + post_seq
  *   [+ row index + "," + nrows_text + "]}}" when nrows_text is not None]
  * where k is the op's image (INSERT, DELETE: one; UPDATE: before, after). None for any image the
- * JSON path is not sure of, or for whatever `rows` gives None. */
+ * JSON path is not sure of, or for whatever `rows` gives None. With `keys` the shard keys too.
+ * With `resume, stop` (11 arguments; keys may be None) only the rows from `resume` (None: the
+ * first; else a point a previous call returned) up to row `stop` (-1: the end), as (lines, the
+ * next resume point, or None once the event is read to its end): an Entry's lines in pieces, so
+ * a caller can stream an Entry of any size (BlobEncoder.stream_lines). */
 static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8 && nargs != 9) {
-        PyErr_SetString(PyExc_TypeError,
-                        "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text[, keys])");
+    if (nargs != 8 && nargs != 9 && nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, "
+                                         "nrows_text[, keys[, resume, stop]])");
         return NULL;
     }
     Layout L = {0};
     Py_ssize_t *keys = NULL;
-    int want_keys = nargs == 9;
+    int ranged = nargs == 11;
+    int want_keys = nargs >= 9 && args[8] != Py_None;
+    long long stop = -1;
+    if (ranged) {
+        stop = PyLong_AsLongLong(args[10]);
+        if (stop == -1 && PyErr_Occurred()) return NULL;
+        if (args[9] != Py_None && !PyTuple_Check(args[9])) {
+            PyErr_SetString(PyExc_TypeError, "lines(): resume is None or (row, offset)");
+            return NULL;
+        }
+    }
     if (want_keys && (keys = key_indexes(self, args[8], &L.nkeys)) == NULL) return NULL;
     L.keys = keys;
     int dml_type = PyLong_AsLong(args[1]);
@@ -1073,9 +1112,11 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *result = NULL, *shards = NULL;
     Py_ssize_t *spans = NULL;
     Buf out = {NULL, 0, 0}, shard = {NULL, 0, 0};
+    PyObject *next = NULL; /* ranged: where the rows not written begin, or None at the end */
     int started = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
     if (started < 0) goto done;
     if (started == 0) goto none;
+    if (ranged && args[9] != Py_None && !walk_resume(&w, args[9])) goto done;
     if (want_keys && (spans = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)w.cap)) == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -1087,6 +1128,11 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
     int more;
     while ((more = walk_next(&w, &count)) == 1) {
         Py_ssize_t k = dml_type == 1 ? (Py_ssize_t)w.which - 2 : 0; /* the image just read: 0 before, 1 after */
+        if (ranged && stop >= 0 && w.index >= stop) { /* the first row past the range: resume here */
+            next = Py_BuildValue("(Ln)", w.index, (Py_ssize_t)(w.row_at - w.base));
+            if (next == NULL) goto error;
+            break;
+        }
         int has_key = 0;
         out.n = 0;
         shard.n = 0;
@@ -1112,6 +1158,12 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
         PyObject *pair = PyTuple_Pack(2, result, shards);
         Py_DECREF(result);
         result = pair;
+        if (result == NULL) goto done;
+    }
+    if (ranged) {
+        PyObject *pair = PyTuple_Pack(2, result, next ? next : Py_None);
+        Py_DECREF(result);
+        result = pair;
     }
     goto done;
 error:
@@ -1122,6 +1174,7 @@ none:
     result = Py_None;
     Py_INCREF(result);
 done:
+    Py_XDECREF(next);
     Py_XDECREF(shards);
     PyMem_Free(out.p);
     PyMem_Free(shard.p);
@@ -1389,7 +1442,7 @@ static PyObject *Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t
             if (!put_varint(&out, tag) || !buf_put(&out, "\x02\x08\x0e", 3)) goto done; /* NA */
             continue;
         }
-        found++;
+        if (!c->dup) found++; /* a key counts once, however many columns share its name */
         if (v == Py_None) {
             if (!put_varint(&out, tag) || !buf_put(&out, "\x00", 1)) goto done; /* NIL */
             continue;
@@ -1459,10 +1512,20 @@ static const MsgSpec MSGS[] = {SPEC(F_KV),        SPEC(F_ENTRIES),   SPEC(F_ENTR
 /* FIELD_AT[msg][field]: the index of the field's spec in MSGS[msg], or -1 (set up once) */
 static int8_t FIELD_AT[sizeof(MSGS) / sizeof(MSGS[0])][16];
 
+/* KNOWN_TAG[msg][tag byte]: 0 not a declared field with its wire type, 1 a varint field, 2 a
+ * string or bytes field, 3 + m a field of message type m (set up once) */
+static uint8_t KNOWN_TAG[sizeof(MSGS) / sizeof(MSGS[0])][128];
+
 static void field_index(void) {
     for (size_t m = 0; m < sizeof(MSGS) / sizeof(MSGS[0]); m++) {
         memset(FIELD_AT[m], -1, sizeof(FIELD_AT[m]));
-        for (int i = 0; i < MSGS[m].n; i++) FIELD_AT[m][MSGS[m].fields[i].field] = (int8_t)i;
+        memset(KNOWN_TAG[m], 0, sizeof(KNOWN_TAG[m]));
+        for (int i = 0; i < MSGS[m].n; i++) {
+            const FieldSpec *f = &MSGS[m].fields[i];
+            FIELD_AT[m][f->field] = (int8_t)i;
+            KNOWN_TAG[m][f->field << 3 | (f->type == T_VARINT ? 0 : 2)] =
+                (uint8_t)(f->type == T_VARINT ? 1 : f->type == T_MSG ? 3 + f->msg : 2);
+        }
     }
 }
 
@@ -1533,6 +1596,57 @@ static int valid_message(const uint8_t *p, const uint8_t *end, int msg) {
         }
     }
     return 1;
+}
+
+/* 1: every field of message `msg`, all the way down, is one proto/subscribe.proto declares, with
+ * its wire type (so protobuf keeps no unknown field anywhere in it); 0: not sure (an unknown field,
+ * a known one of another wire type, a group, malformed bytes). Strings are not checked here. */
+static int known_fields(const uint8_t *p, const uint8_t *end, int msg) {
+    const uint8_t *known = KNOWN_TAG[msg];
+    while (p < end) {
+        uint8_t t = *p++; /* every declared field is below 16: its tag is one byte */
+        uint8_t k = t < 0x80 ? known[t] : 0;
+        if (k == 0) return 0;
+        if (k == 1) { /* a varint of at most 10 bytes */
+            const uint8_t *q = p;
+            while (q < end && (*q & 0x80) && q - p < 9) q++;
+            if (q >= end || (*q & 0x80)) return 0;
+            p = q + 1;
+            continue;
+        }
+        Span sp;
+        if (!read_span(&p, end, &sp)) return 0;
+        if (k > 2 && !known_fields(sp.p, sp.p + sp.n, k - 3)) return 0;
+    }
+    return 1;
+}
+
+static int entry_fields_known(const uint8_t *start, const uint8_t *end) {
+    return known_fields(start, end, M_ENTRY);
+}
+
+/* the message names of proto/subscribe.proto, in the order of the M_ codes */
+static const char *const MSG_NAMES[] = {"KVPair", "Entries", "Entry", "Header", "Event", "BeginEvent",
+                                        "CommitEvent", "DDLEvent", "RollbackEvent", "HeartbeatEvent",
+                                        "CheckpointEvent", "DMLEvent", "Column", "RowChange", "Data"};
+_Static_assert(sizeof(MSG_NAMES) / sizeof(MSG_NAMES[0]) == sizeof(MSGS) / sizeof(MSGS[0]), "a name per message");
+
+/* known_fields(data, message="Entry") -> True when the bytes of that message hold no unknown field
+ * at any depth (False: they may; protobuf's own view decides). */
+static PyObject *known_fields_py(PyObject *module, PyObject *args) {
+    Py_buffer buf;
+    const char *name = "Entry";
+    if (!PyArg_ParseTuple(args, "y*|s:known_fields", &buf, &name)) return NULL;
+    int msg = -1;
+    for (int m = 0; m < (int)(sizeof(MSG_NAMES) / sizeof(MSG_NAMES[0])); m++)
+        if (!strcmp(MSG_NAMES[m], name)) msg = m;
+    if (msg < 0) {
+        PyBuffer_Release(&buf);
+        return PyErr_Format(PyExc_ValueError, "no message %s in subscribe.proto", name);
+    }
+    int ok = known_fields(buf.buf, (const uint8_t *)buf.buf + buf.len, msg);
+    PyBuffer_Release(&buf);
+    return PyBool_FromLong(ok);
 }
 
 /* valid_entries(data) -> True when protobuf parses the bytes as an Entries (False: not sure). */
@@ -2051,6 +2165,18 @@ static int Plan_init(PlanObject *self, PyObject *args, PyObject *kwds) {
         c->key = (char *)kb.p;
         c->key_len = kb.n;
     }
+    /* names repeated in schema.dataColumn: Plan.encode counts each dataColumn key once */
+    PyObject *seen = PySet_New(NULL);
+    if (seen == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int rc = PySet_Contains(seen, cols[i].name);
+        if (rc < 0 || (rc == 0 && PySet_Add(seen, cols[i].name) < 0)) {
+            Py_DECREF(seen);
+            goto fail;
+        }
+        cols[i].dup = rc;
+    }
+    Py_DECREF(seen);
     Py_DECREF(seq);
     free_cols(self->cols, self->ncols);
     self->cols = cols;
@@ -2071,9 +2197,10 @@ static PyMethodDef Plan_methods[] = {
      "rows(entry_bytes, dml_type) -> the dataColumn dict of each image the ops use, row by row "
      "(None: not sure), or None for an Entry to convert in Python"},
     {"lines", (PyCFunction)(void (*)(void))Plan_lines, METH_FASTCALL,
-     "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text[, keys]) -> "
+     "lines(entry_bytes, dml_type, pre, post, seq_prefix, seq_pad, post_seq, nrows_text[, keys[, resume, stop]]) -> "
      "[Blob JSON line, ...] (with keys, a column-index tuple: ([line, ...], [shard key JSON or None, ...])), "
-     "or None for an Entry to convert in Python"},
+     "or None for an Entry to convert in Python; with resume (None or a point a previous call gave) and stop "
+     "(a row index, -1: none), the rows from there to stop, as (lines, the next resume point or None)"},
     {"encode", (PyCFunction)(void (*)(void))Plan_encode, METH_FASTCALL,
      "encode(values, field) -> the Data of one image as RowChange field 1 or 2 on the wire, or None "
      "for values the Python codecs must judge"},
@@ -2126,6 +2253,9 @@ static PyMethodDef module_methods[] = {
      "scan(entry_bytes) -> (columns key, dmlEventType, rows) of a plain DML Entry, or None"},
     {"split_items", (PyCFunction)split_items, METH_O,
      "split_items(entries_bytes) -> [Entry bytes, ...] in order, or None for malformed bytes"},
+    {"known_fields", (PyCFunction)known_fields_py, METH_VARARGS,
+     "known_fields(data, message='Entry') -> True when the message holds no unknown protobuf field at any depth "
+     "(False: it may)"},
     {"valid_entries", (PyCFunction)valid_entries, METH_O,
      "valid_entries(data) -> True when protobuf parses the bytes as an Entries (False: not sure)"},
     {"table_key", (PyCFunction)table_key, METH_O,

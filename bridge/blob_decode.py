@@ -22,7 +22,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+import base64
+import binascii
+
 import orjson
+from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from . import subscribe_pb2 as pb
 from .blob_encode import EVENT_FIELDS, FORMAT_VERSION, ROW_DIGITS, sequence_id
@@ -109,6 +113,7 @@ class _Row:
     row: pb.RowChange
     halves: set = field(default_factory=set)
     line: int | None = None
+    unknown: bytes | None = None  # the Entry-level unknown fields of its message (both halves carry them)
 
 
 @dataclass
@@ -264,6 +269,13 @@ class BlobDecoder:
         self._shape_facts(msg, payload, facts, ddl_extra=mtype != pb.DDL)
         if self.options.lossless:
             _add_facts(header.properties, facts)
+        unknown = ext.get("unknown") if ext else None
+        if unknown:
+            once, rows, _ = _unknown_patches(unknown)
+            if rows:
+                raise BlobFormatError("the 'dts' extension's unknown fields name a row; only a DML message has one",
+                                      value=sorted(unknown))
+            _patch(entry, once)
         return [entry]
 
     def _dml(self, msg: dict, payload: dict, op: str, ext) -> list[pb.Entry]:
@@ -284,6 +296,11 @@ class BlobDecoder:
                 raise BlobFormatError("the 'dts' extension's event of a DML message holds only properties",
                                       value=event_ext)
             _add_kv(entry.event.properties, event_ext.get("properties", []))
+        unknown = ext.get("unknown") if ext else None
+        once = below = unknown_key = None
+        if unknown:  # the Entry's own now (compared below as the halves' and rows' key), the row's once built
+            once, below, unknown_key = _unknown_patches(unknown)
+            _patch(entry, once)
         row = ext.get("row", _ONE_ROW) if ext else _ONE_ROW
         if (type(row) is not list and row is not _ONE_ROW or len(row) != 2 or type(row[0]) is not int
                 or type(row[1]) is not int or not 0 <= row[0] < row[1]):
@@ -292,16 +309,17 @@ class BlobDecoder:
         self._sequence(header, seq, row_index, ext, facts)
         self._shape_facts(msg, payload, facts, ddl_extra=True)
         half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
-        partner = self._partner(seq, half, entry, columns_key) if half != "both" else None
+        partner = self._partner(seq, half, entry, columns_key, unknown_key) if half != "both" else None
         row_properties = ext.get("rowProperties") if ext else None
         properties = [pb.KVPair(key=k, value=v) for k, v in _pairs(row_properties)] if row_properties is not None \
             else ()
+        if below:  # checked before a waiting half's row is touched
+            _check_row_patches(below, half, images_of(op), ext.get("image") is None, len(names), len(properties))
         if partner is None:  # (a constructor with keywords costs three times one without)
             row = pb.RowChange(properties=properties) if properties else pb.RowChange()
         else:
             row = partner[0].row  # the waiting half's row takes this half's image: no copy of either
-        images = ("before", "after") if op == "UPDATE" else (("after",) if op in ("INSERT", "UPDATE_AFTER")
-                                                                  else ("before",))
+        images = images_of(op)
         raws, charsets = (ext.get("values"), ext.get("charsets")) if ext else (None, None)
         if raws is not None and type(raws) is not dict or charsets is not None and type(charsets) is not dict:
             raise BlobFormatError("the 'dts' extension's values and charsets are objects", value=[raws, charsets])
@@ -310,11 +328,13 @@ class BlobDecoder:
             self._image(row, image, payload, codecs, names, ext, plan if plain else None, raws, charsets)
         if op == "UPDATE":
             facts["op"] = "UPDATE"
+        if partner is not None and half == "after":  # the joined row keeps the after half's properties
+            del row.properties[:]
+            row.properties.extend(properties)
+        if below:
+            _patch(row, below)
         if half != "both":
-            if partner is not None and half == "after":  # the joined row keeps the after half's properties
-                del row.properties[:]
-                row.properties.extend(properties)
-            row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key)
+            row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key, unknown_key)
             if not done:
                 return []
         if self.options.lossless:
@@ -322,7 +342,7 @@ class BlobDecoder:
         if not ext:
             dml.rows.append(row)
             return [entry]
-        return self._regroup(entry, row, row_index, nrows, columns_key)
+        return self._regroup(entry, row, row_index, nrows, columns_key, unknown_key)
 
     # -- parts ---------------------------------------------------------------------------------
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
@@ -566,10 +586,11 @@ class BlobDecoder:
                     raise exc.located(column=name)
         target.extend(out)
 
-    def _partner(self, seq, half, entry, columns_key):
+    def _partner(self, seq, half, entry, columns_key, unknown_key=None):
         """The waiting other half of an update (None if this half is the first); raises for a
         second half of the same kind and for halves naming different tables, carrying different
-        headers (the timestamp aside) or different column sets."""
+        headers (the timestamp aside), different column sets or different unknown fields of the
+        Entry."""
         pending = self._halves.get(seq)
         if pending is None:
             return None
@@ -589,9 +610,11 @@ class BlobDecoder:
         if (columns_key != other_columns if columns_key is not None and other_columns is not None
                 else entry.event.dmlEvent.columns != other_entry.event.dmlEvent.columns):
             raise ConversionError("the halves of an update carry different column sets", sequence_id=seq)
+        if holder.unknown != unknown_key:
+            raise ConversionError("the halves of an update carry different unknown fields", sequence_id=seq)
         return pending
 
-    def _pair(self, seq, half, row, facts, entry, partner, columns_key):
+    def _pair(self, seq, half, row, facts, entry, partner, columns_key, unknown_key=None):
         """Join the two halves of an update (`row` already holds both images); returns (row,
         facts, complete). Without a partner the half waits."""
         if partner is None:
@@ -602,7 +625,7 @@ class BlobDecoder:
                                       sequence_id=old_seq, line=old.line)
                 err.count = 1
                 self.evicted.append(err)
-            self._halves[seq] = (_Row(seq, row, {half}, self._line), facts, entry, columns_key)
+            self._halves[seq] = (_Row(seq, row, {half}, self._line, unknown_key), facts, entry, columns_key)
             return row, facts, False
         _, other_facts, other_entry, _ = partner
         del self._halves[seq]
@@ -621,7 +644,7 @@ class BlobDecoder:
             entry.event.dmlEvent.ClearField("rows")
         return row, out, True
 
-    def _regroup(self, entry, row, row_index, nrows, columns_key=None) -> list[pb.Entry]:
+    def _regroup(self, entry, row, row_index, nrows, columns_key=None, unknown_key=None) -> list[pb.Entry]:
         if nrows == 1:
             entry.event.dmlEvent.rows.append(row)
             return [entry]
@@ -633,7 +656,7 @@ class BlobDecoder:
         event_props = entry.event.properties
         key = (entry.header.SerializeToString(), dml.dmlEventType,
                ("json", columns_key) if columns_key is not None else ("pb", dml.SerializeToString()),
-               tuple((p.key, p.value) for p in event_props) if event_props else None, nrows)
+               tuple((p.key, p.value) for p in event_props) if event_props else None, nrows, unknown_key)
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = _Event(entry, nrows)
@@ -652,7 +675,104 @@ class BlobDecoder:
 
 # the top level of the `dts` extension as the encoder writes it (schemas/blob.schema.json, dtsExtension)
 _EXTENSION_TYPES = {"header": dict, "event": dict, "columns": dict, "row": list, "rowProperties": list,
-                    "charsets": dict, "values": dict, "image": str}
+                    "charsets": dict, "values": dict, "image": str, "unknown": dict}
+
+
+def images_of(op: str) -> tuple:
+    """The row images a DML op's message holds."""
+    return _IMAGES_OF_OP[op]
+
+
+# ---- unknown protobuf fields (blob_encode.unknown_fields): back into their messages ---------------
+
+_MESSAGE_CLASSES = {cls.DESCRIPTOR.name: cls for cls in (
+    pb.Entry, pb.Header, pb.Event, pb.BeginEvent, pb.CommitEvent, pb.DDLEvent, pb.RollbackEvent, pb.HeartbeatEvent,
+    pb.CheckpointEvent, pb.DMLEvent, pb.Column, pb.RowChange, pb.Data, pb.KVPair)}
+_ALWAYS_THERE = frozenset(("header", "event"))  # an Entry the decoder builds always has these
+
+
+def _unknown_patches(unknown) -> tuple[list, list, bytes]:
+    """The extension's `unknown` ({path: base64}) checked: (patches of the Entry, patches of the
+    message's row, the Entry's part as a key that the halves and rows of one Entry share). A patch
+    is (steps, bytes): steps are (field name, list index or None) from the Entry or the row down to
+    a message, and the bytes hold only fields protobuf keeps as unknown there."""
+    if type(unknown) is not dict:
+        raise BlobFormatError("the 'dts' extension's unknown is an object of base64 strings", value=unknown)
+    once, below = [], []
+    for text, data in unknown.items():
+        root, steps, descriptor = _patch_path(text)
+        try:
+            raw = base64.b64decode(data, validate=True) if type(data) is str else b""
+        except (binascii.Error, ValueError):
+            raw = b""
+        probe = _MESSAGE_CLASSES[descriptor.name]()
+        try:
+            probe.MergeFromString(raw)
+        except ProtobufDecodeError:
+            raw = b""
+        if not raw or probe.ListFields():  # nothing, or fields the message knows: not unknown ones
+            raise BlobFormatError(f"the 'dts' extension's unknown {text!r} is not what the bridge writes", value=data)
+        (below if root == "row" else once).append((steps, raw))
+    key = orjson.dumps(sorted((k, v) for k, v in unknown.items() if not k.startswith("row"))) if once else None
+    return once, below, key
+
+
+def _patch_path(text) -> tuple[str, tuple, object]:
+    """(root, steps, descriptor of the message reached) of a path such as "header",
+    "event.dmlEvent.columns.3" or "row.newColumns.2"; "entry" is the Entry itself."""
+    names = text.split(".") if type(text) is str else [""]
+    root = "row" if names[0] == "row" else "entry"
+    if names[0] in ("row", "entry"):
+        names = names[1:] if names[0] == "row" or names == ["entry"] else [""]
+    descriptor = pb.RowChange.DESCRIPTOR if root == "row" else pb.Entry.DESCRIPTOR
+    steps = []
+    at = 0
+    while at < len(names):
+        fd = descriptor.fields_by_name.get(names[at])
+        if fd is None or fd.message_type is None or root == "entry" and fd.name == "rows":
+            raise BlobFormatError(f"the 'dts' extension's unknown names no message: {text!r}", value=text)
+        index = None
+        if fd.is_repeated:
+            at += 1
+            if at == len(names) or not names[at].isdigit() or not names[at].isascii():
+                raise BlobFormatError(f"the 'dts' extension's unknown names no message: {text!r}", value=text)
+            index = int(names[at])
+        steps.append((fd.name, index))
+        descriptor = fd.message_type
+        at += 1
+    return root, tuple(steps), descriptor
+
+
+def _check_row_patches(patches, half: str, images: tuple, with_data: bool, columns: int, properties: int) -> None:
+    """A row's patches name only what this message brings to the row, so that none can fail once
+    a waiting half's row is touched: the Data of its images, and (all but a before half) the row
+    itself and its properties."""
+    for steps, _ in patches:
+        name, index = steps[0] if steps else (None, None)
+        if name in ("oldColumns", "newColumns"):
+            ok = ("before" if name == "oldColumns" else "after") in images and with_data and index < columns
+        else:
+            ok = half != "before" and (name is None or index < properties)
+        if not ok:
+            raise BlobFormatError("the 'dts' extension's unknown names a part of the row this message does not hold",
+                                  value=".".join(["row"] + [f"{n}.{i}" if i is not None else n for n, i in steps]))
+
+
+def _patch(message, patches) -> None:
+    """Merge each patch's unknown fields into the message its steps reach from `message`."""
+    for steps, raw in patches:
+        target = message
+        for name, index in steps:
+            if index is None:
+                if name not in _ALWAYS_THERE and not target.HasField(name):
+                    raise BlobFormatError(f"the 'dts' extension's unknown names a {name} the message has not")
+                target = getattr(target, name)
+            else:
+                items = getattr(target, name)
+                if index >= len(items):
+                    raise BlobFormatError(f"the 'dts' extension's unknown names {name} {index}, which is not there")
+                target = items[index]
+        target.MergeFromString(raw)
 
 
 _DML_ONLY = frozenset(("columns", "row", "rowProperties", "charsets", "values", "image"))

@@ -13,6 +13,7 @@ so that `blob_decode` rebuilds the Entry byte for byte.
 """
 from __future__ import annotations
 
+import base64
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,11 +24,12 @@ import orjson
 from . import subscribe_pb2 as pb
 from .errors import BridgeError, ConversionError
 from .options import DEFAULT_OPTIONS, Options, per_options
-from .blob_rows import MISSES, NATIVE, compile_image, native_plan, wire_scan
+from .blob_rows import MISSES, NATIVE, compile_image, known_fields, native_plan, wire_scan
 from .values import (CONTROL_MESSAGE_TYPES, ColumnSetCache, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, codec_for, data_to_raw, ddl_op)
 
 __all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key", "check_dml_event",
+           "check_row_images", "unknown_fields",
            "sequence_id", "ROW_DIGITS", "EVENT_FIELDS", "FORMAT_VERSION"]
 
 FORMAT_VERSION = "0.0.1"
@@ -57,23 +59,33 @@ def sequence_id(seq_id: int, row: int = 0) -> str:
 
 
 def check_dml_event(dml: pb.DMLEvent) -> bool:
-    """The rules every converter of a DML event needs; False for an event without rows (nothing to
-    emit). Raises ConversionError for an unknown DMLType, more rows than a sequenceId can number,
-    and an INSERT row change with a before image or a DELETE one with an after image."""
-    ops = DML_OPS.get(dml.dmlEventType)
-    if ops is None:
+    """The event-level rules every converter of a DML event checks first; False for an event
+    without rows (nothing to emit). Raises ConversionError for an unknown DMLType and for more rows
+    than a sequenceId can number.
+
+    The order of a converter's checks is fixed (docs/decisions.md, "One order of errors"): this,
+    then the columns, the SourceType and the timestamp (what the Entry says once), then
+    `check_row_images`, then the values row by row; the C fast path keeps it."""
+    if dml.dmlEventType not in DML_OPS:
         raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
     if not dml.rows:
         return False
     if len(dml.rows) > _ROW_SCALE:
         raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
-    if ops[0] in ("INSERT", "DELETE"):
-        wrong = "oldColumns" if ops[0] == "INSERT" else "newColumns"
-        for index, row in enumerate(dml.rows):
-            if getattr(row, wrong):
-                raise ConversionError(f"{ops[0]} row change {index} carries a "
-                                      f"{'before' if wrong == 'oldColumns' else 'after'} image")
     return True
+
+
+def check_row_images(dml: pb.DMLEvent, first: int = 0) -> None:
+    """Raises ConversionError for an INSERT row change with a before image or a DELETE one with an
+    after image (rows from `first` on: a streamed Entry's rows before it were checked in C)."""
+    op = DML_OPS[dml.dmlEventType][0]
+    if op in ("INSERT", "DELETE"):
+        wrong = "oldColumns" if op == "INSERT" else "newColumns"
+        rows = dml.rows
+        for index in range(first, len(rows)):
+            if getattr(rows[index], wrong):
+                raise ConversionError(f"{op} row change {index} carries a "
+                                      f"{'before' if wrong == 'oldColumns' else 'after'} image")
 
 
 def encode_blob(msg: dict) -> bytes:
@@ -147,6 +159,101 @@ wire_ext_header = _compile_fields(pb.Header.DESCRIPTOR, _HEADER_IN_ENVELOPE | _H
 _VERSION_BYTES = FORMAT_VERSION.encode()
 
 
+# ---- unknown protobuf fields: they survive DTS -> Blob -> DTS (SPEC section 1) -------------------
+
+# messages whose `properties` the extension splits into plain pairs and DataHub facts (which are
+# rebuilt from their values): a pair's index in a path counts the plain pairs only
+_FACTS_APART = frozenset(("Header", "RowChange"))
+
+
+def unknown_fields(entry: pb.Entry, raw: bytes | None = None) -> list[tuple[tuple, bytes]]:
+    """The unknown fields protobuf keeps anywhere in an Entry, as (path, bytes): the path of the
+    message holding them from the Entry down (field names and list indexes; () is the Entry) and
+    their bytes as protobuf writes them (verbatim, in the order they came). `raw`, the Entry's
+    bytes, lets C answer "none" without a walk; otherwise only subtrees that hold some are walked.
+
+    >>> e = pb.Entry.FromString(b"\\x0a\\x02\\x08\\x01\\x30\\x05")  # header {version: 1}, field 6 = 5
+    >>> unknown_fields(e)
+    [((), b'0\\x05')]
+    """
+    if raw is not None and known_fields(raw) or _subtree_known(entry):
+        return []
+    out: list = []
+    _walk_unknown(entry, (), out)
+    return out
+
+
+def _subtree_known(msg) -> bool:
+    """Whether a message holds no unknown field at any depth."""
+    if NATIVE:
+        return known_fields(msg.SerializeToString(), msg.DESCRIPTOR.name)
+    bare = type(msg)()
+    bare.CopyFrom(msg)
+    bare.DiscardUnknownFields()
+    return bare.ByteSize() == msg.ByteSize()
+
+
+def _own_unknown(msg) -> bytes:
+    """The unknown fields of `msg` itself (not of its sub-messages): what is left once every
+    known field is cleared, which protobuf writes verbatim."""
+    bare = type(msg)()
+    bare.CopyFrom(msg)
+    for fd, _ in bare.ListFields():
+        bare.ClearField(fd.name)
+    return bare.SerializeToString()
+
+
+def _walk_unknown(msg, path: tuple, out: list) -> None:
+    own = _own_unknown(msg)
+    if own:
+        out.append((path, own))
+    for fd, value in msg.ListFields():
+        if fd.message_type is None:
+            continue
+        if not fd.is_repeated:
+            if not _subtree_known(value):
+                _walk_unknown(value, path + (fd.name,), out)
+            continue
+        facts_apart = fd.name == "properties" and msg.DESCRIPTOR.name in _FACTS_APART
+        index = 0
+        for item in value:
+            if facts_apart and item.key.startswith(RESERVED_PREFIX):
+                continue  # a DataHub fact of the bridge's own: rebuilt, its unknown fields are not carried
+            if not _subtree_known(item):
+                _walk_unknown(item, path + (fd.name, index), out)
+            index += 1
+
+
+_ROWS_PATH = ("event", "dmlEvent", "rows")
+
+
+def _unknown_parts(found: list) -> tuple[dict, dict]:
+    """`unknown_fields` as the extension carries them: ({path text: base64} of what the Entry holds
+    once, {row index: [(path below the row, base64)]}). Path texts: "entry", "header", "event",
+    "event.dmlEvent.columns.3", ...; a row's own are written "row", "row.newColumns.2", ..."""
+    once: dict = {}
+    rows: dict = {}
+    for path, data in found:
+        text = base64.b64encode(data).decode("ascii")
+        if path[:3] == _ROWS_PATH and len(path) > 3:
+            rows.setdefault(path[3], []).append((path[4:], text))
+        else:
+            once[".".join(map(str, path)) or "entry"] = text
+    return once, rows
+
+
+def _row_unknown(once: dict, rows: dict, index: int, op: str) -> dict:
+    """The `dts.unknown` of one message of a DML row: the Entry's own, and the row's the message
+    holds (an update's before half: its image's only; the after half the rest)."""
+    out = dict(once)
+    for below, text in rows.get(index, ()):
+        image = below[0] if below else None
+        if op == "UPDATE_BEFOR" and image != "oldColumns" or op == "UPDATE_AFTER" and image == "oldColumns":
+            continue
+        out[".".join(("row",) + tuple(map(str, below)))] = text
+    return out
+
+
 class _WireTable:
     """What the C fast path keeps per column set and source: the codecs, the schema dict, and the
     JSON templates of the lines around each op's dataColumn."""
@@ -200,14 +307,55 @@ def _column_length(columns: tuple[list, ...]) -> int:
     return len(columns[0])
 
 
+LINE_BUDGET = 64 << 20  # bytes of one Entry's lines `stream_lines` holds before it streams them
+_PIECE_BYTES = 4 << 20  # a streamed Entry is converted in pieces of rows of about this many bytes
+_FIRST_PIECE = 16  # rows of its first piece, which sizes the next
+
+
+def _next_step(rows: int, piece: list, limit: int) -> int:
+    """Rows for the next piece, from the bytes of the last one."""
+    size = sum(map(len, piece)) or 1
+    return max(1, min(limit, rows * _PIECE_BYTES // size))
+
+
+@dataclass
+class _Rows:
+    """The rows of a streamed DML Entry one call of `_convert` converts, and what the first such
+    call in Python works out once for the whole Entry: its row images checked, its unknown fields."""
+    first: int
+    stop: int
+    checked: bool = False
+    unknown: Any = None
+
+
+class _Streamed:
+    """The lines of one large Entry (`stream_lines`): len() is their number, and iterating converts
+    them again, piece by piece, as the writer takes them (a first pass found them whole)."""
+
+    def __init__(self, encoder: "BlobEncoder", entry: pb.Entry, raw: bytes | None, count: int) -> None:
+        self._encoder, self._entry, self._raw, self._count = encoder, entry, raw, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[bytes]:
+        header = self._entry.header
+        try:
+            for piece in self._encoder._pieces(self._entry, header, self._raw):
+                yield from piece
+        except BridgeError as exc:  # not expected: the first pass went through the same steps
+            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+
+
 class BlobEncoder:
     """Stream-level DTS -> Blob converter: caches column codecs per column set and counts output.
 
     `emitted` counts messages, `not_emitted` counts entries that give none, by reason.
     """
 
-    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
+    def __init__(self, options: Options = DEFAULT_OPTIONS, line_budget: int = LINE_BUDGET) -> None:
         self.options = options
+        self.line_budget = line_budget  # bytes of one Entry's lines stream_lines holds at most
         self.emitted = 0
         self.entries = 0
         self.not_emitted: Counter = Counter()
@@ -230,6 +378,22 @@ class BlobEncoder:
             if out is not None:
                 return out
         return [orjson.dumps(m) for m in self._run(self._convert, entry, raw)]
+
+    def stream_lines(self, entry: pb.Entry, raw: bytes | None = None) -> "list[bytes] | _Streamed":
+        """The lines of `convert_lines(entry, raw)` for a writer that takes them one by one (the CLI's
+        `convert`), without holding those of one Entry at once: Blob repeats the schema in every
+        message, so a small Entry of many rows (or wide columns) can give gigabytes of lines. An
+        Entry whose lines could pass `line_budget` bytes is converted in pieces of rows: a first pass
+        raises any error before a line is given (an Entry is converted whole or not at all) and
+        keeps the lines if they stay under the budget; otherwise the result is a sized iterable
+        that converts them again, piece by piece, as they are taken (docs/decisions.md)."""
+        if entry.header.messageType == _DML:
+            rows = len(entry.event.dmlEvent.rows)
+            size = len(raw) if raw is not None else entry.ByteSize()
+            # a message is at most its schema and image, each a few times the Entry's bytes
+            if 2 * rows * (24 * size + 4096) > self.line_budget:
+                return self._run(self._stream, entry, raw)
+        return self.convert_lines(entry, raw)
 
     def convert_columns(self, entry: pb.Entry, raw: bytes | None = None) -> tuple[list, ...]:
         """The messages of `convert(entry, raw)` as columns, what the Spark transform writes: lists
@@ -276,9 +440,12 @@ class BlobEncoder:
         return out
 
     # -- entry kinds -------------------------------------------------------------------------
-    def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> list[dict]:
+    def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None, rows: "_Rows | None" = None
+                 ) -> list[dict]:
+        """The messages of an Entry; with `rows` (stream_lines), only those of a DML Entry's rows
+        rows.first to rows.stop (the Entry-level checks made once, by the first such call)."""
         mtype = header.messageType
-        if mtype == _DML and raw is not None and NATIVE:
+        if mtype == _DML and raw is not None and NATIVE and rows is None:
             out = self._dml_wire(entry, header, raw)
             if out is not None:
                 return out
@@ -293,7 +460,7 @@ class BlobEncoder:
             self.not_emitted[pb.MessageType.Name(mtype)] += 1
             return []
         if mtype == _DML:
-            return self._dml(entry, header)
+            return self._dml(entry, header, raw, rows)
         sub = getattr(entry.event, event_field)
         with_source = mtype == pb.DDL
         op = ddl_op(sub.sql) if mtype == pb.DDL else OPS_BY_MESSAGE_TYPE[mtype]
@@ -320,12 +487,16 @@ class BlobEncoder:
                 event["properties"] = ev_plain
             if event:
                 ext["event"] = event
+            found = unknown_fields(entry, raw)
+            if found:
+                ext["unknown"] = _unknown_parts(found)[0]
             # An extension saying only what a message without one decodes to is left out.
             if ext != {"header": _DEFAULT_HEADER if with_source else _DEFAULT_HEADER_NO_SOURCE}:
                 msg["dts"] = ext
         return [msg]
 
-    def _dml(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
+    def _dml(self, entry: pb.Entry, header: pb.Header, raw: bytes | None = None, rows: "_Rows | None" = None
+             ) -> list[dict]:
         dml = entry.event.dmlEvent
         if not check_dml_event(dml):
             self.not_emitted["DML without rows"] += 1
@@ -336,6 +507,20 @@ class BlobEncoder:
         plain_props, facts = _split_props(header.properties)
         source = self._source(header, facts)
         schema = {"dataColumn": table.schema_columns, "primaryKey": table.primary_key, "source": source}
+        entry_stamp = self._timestamp(header, facts)
+        if rows is None:
+            check_row_images(dml)
+            unknown = _unknown_parts(unknown_fields(entry, raw)) if lossless else None
+            first, stop = 0, len(dml.rows)
+        else:  # a slice of a streamed Entry: its first slice in Python checks the images from there
+            if not rows.checked:
+                check_row_images(dml, rows.first)
+                rows.checked = True
+                if lossless:
+                    rows.unknown = _unknown_parts(unknown_fields(entry, raw))
+            unknown, first, stop = rows.unknown, rows.first, rows.stop
+        if unknown is not None and not (unknown[0] or unknown[1]):
+            unknown = None
         ext_base = None
         if lossless:
             ext_base = {"header": self._ext_header(header, plain_props, True)}
@@ -346,8 +531,9 @@ class BlobEncoder:
         out = []
         nrows = len(dml.rows)
         seq_base = header.seqId * _ROW_SCALE
-        entry_stamp = self._timestamp(header, facts)
-        for index, row in enumerate(dml.rows):
+        all_rows = dml.rows
+        for index in range(first, stop):
+            row = all_rows[index]
             if row.properties:
                 row_plain, own_facts = _split_props(row.properties)
             else:
@@ -387,6 +573,10 @@ class BlobEncoder:
                         ext["values"] = raws
                     if not datas:
                         ext["image"] = "empty"  # no Data at all, unlike an image of NA values
+                    if unknown is not None:
+                        patch = _row_unknown(*unknown, index, op)
+                        if patch:
+                            ext["unknown"] = patch
                     if not (len(ext) == 3 and table.plain_extension_redundant(nrows, ext["header"])):
                         msg["dts"] = ext
                 out.append(msg)
@@ -501,6 +691,17 @@ class BlobEncoder:
 
     def _wire_lines(self, entry: pb.Entry, header: pb.Header, raw: bytes, keys: bool):
         """(C lines, or (lines, shard keys) with `keys`; the table's cache entry; the ops; eventTime)."""
+        found = self._wire_layout(entry, header, raw)
+        if found is None:
+            return None
+        cached, dml_type, stamp, args = found
+        native = cached.table.native
+        out = native.lines(*args, cached.key_indexes) if keys else native.lines(*args)
+        return None if out is None else (out, cached, DML_OPS[dml_type], stamp["eventTime"])
+
+    def _wire_layout(self, entry: pb.Entry, header: pb.Header, raw: bytes):
+        """(the table's cache entry, dmlEventType, timestamp, the arguments of `Plan.lines`) of a plain
+        DML Entry, or None."""
         found = self._wire_table(entry, header, raw)
         if found is None:
             return None
@@ -522,8 +723,50 @@ class BlobEncoder:
         seq_id = header.seqId
         args = (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id),
                 b"\",\"timestamp\":" + orjson.dumps(stamp) + tail, nrows_text)
-        out = table.native.lines(*args, cached.key_indexes) if keys else table.native.lines(*args)
-        return None if out is None else (out, cached, DML_OPS[dml_type], stamp["eventTime"])
+        return cached, dml_type, stamp, args
+
+    def _pieces(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> Iterator[list[bytes]]:
+        """The lines of a DML Entry in pieces of rows, in order, each of about _PIECE_BYTES: C writes
+        pieces while it takes them (`Plan.lines` from a resume point), Python the rest. The same
+        lines, and the same first error, as `convert_lines` (the Entry-level checks come first)."""
+        nrows = len(entry.event.dmlEvent.rows)
+        first, step = 0, _FIRST_PIECE
+        found = self._wire_layout(entry, header, raw) if raw is not None and NATIVE else None
+        if found is not None:
+            native, args, resume = found[0].table.native, found[3], None
+            while first < nrows:
+                stop = min(nrows, first + step)
+                got = native.lines(*args, None, resume, stop)
+                if got is None:
+                    break  # a row C is not sure of: Python writes it and every row after it
+                piece, resume = got
+                yield piece
+                step = _next_step(stop - first, piece, nrows)
+                first = stop
+        rows = _Rows(first, first)
+        while rows.first < nrows:
+            rows.stop = min(nrows, rows.first + step)
+            piece = [orjson.dumps(m) for m in self._convert(entry, header, raw, rows)]
+            yield piece
+            step = _next_step(rows.stop - rows.first, piece, nrows)
+            rows.first = rows.stop
+
+    def _stream(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> "list[bytes] | _Streamed":
+        """stream_lines' conversion of a large DML Entry: a first pass over all its pieces, which
+        raises what `convert_lines` raises and holds at most `line_budget` bytes of lines (then
+        they are the result); past that, a second pass writes them as they are taken."""
+        held: list | None = []
+        size = count = 0
+        for piece in self._pieces(entry, header, raw):
+            count += len(piece)
+            if held is not None:
+                held += piece
+                size += sum(map(len, piece))
+                if size > self.line_budget:
+                    held = None  # checked to the end, then written again piece by piece
+        if held is not None:
+            return held
+        return _Streamed(self, entry, raw, count)
 
     def _columns(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> tuple[list, ...]:
         """The dict path of `convert_columns`."""
@@ -718,6 +961,10 @@ def _merge_update(before: dict, after: dict) -> dict:
     payload["op"] = "UPDATE"
     msg = dict(after)
     msg["payload"] = payload
+    before_unknown = (before.get("dts") or {}).get("unknown")
+    if before_unknown:  # the before image's unknown fields join the after half's
+        ext = after.get("dts") or before["dts"]
+        msg["dts"] = {**ext, "unknown": {**before_unknown, **ext.get("unknown", {})}}
     return msg
 
 

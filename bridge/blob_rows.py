@@ -26,7 +26,7 @@ DT_INT8 = DT.INT8
 
 from ._native import NATIVE, speedups, split_items, wire_scan
 
-__all__ = ["compile_image", "native_plan", "split_items", "wire_scan", "Miss", "MISSES", "NATIVE"]
+__all__ = ["compile_image", "native_plan", "split_items", "wire_scan", "known_fields", "Miss", "MISSES", "NATIVE"]
 
 
 class Miss(Exception):
@@ -155,3 +155,9 @@ def native_plan(names: list, codecs: list[Codec], utc: bool):
     if not columns or None in columns:
         return None
     return speedups.Plan(columns)
+
+
+def known_fields(data: bytes, message: str = "Entry") -> bool:
+    """True when C knows that the encoding of a `message` (a subscribe.proto name) holds no unknown
+    protobuf field at any depth; False when it may (or there is no C extension)."""
+    return NATIVE and speedups.known_fields(data, message)

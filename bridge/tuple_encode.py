@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import orjson
 
 from . import subscribe_pb2 as pb
-from .blob_encode import check_dml_event, sequence_id
+from .blob_encode import check_dml_event, check_row_images, sequence_id
 from .errors import BridgeError, ConversionError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options, per_options
 from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, charset_codec, column_is_boolean,
@@ -426,6 +426,7 @@ class TupleEncoder:
             return []
         images = ROW_IMAGES[dml.dmlEventType]
         table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
+        check_row_images(dml)  # after the columns, as every converter orders its checks
         facts = _facts(header.properties)
         out = []
         for index, row in enumerate(dml.rows):

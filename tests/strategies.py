@@ -44,7 +44,7 @@ __all__ = [
     "parse_mysql_type", "properties", "column_names", "mysql_types", "mysql_columns", "charsets",
     "column_charsets", "charset_text", "data_for", "headers", "dml_entries", "begin_entries", "commit_entries",
     "ddl_statements", "ddl_entries", "rollback_entries", "heartbeat_entries", "checkpoint_entries",
-    "entries", "entry_streams", "envelope_streams",
+    "entries", "entry_streams", "envelope_streams", "unknown_field_bytes", "with_unknown_fields",
 ]
 
 RESERVED_PREFIX = "datahub:"
@@ -644,3 +644,73 @@ def envelope_streams(draw, max_size: int | None = None) -> tuple[list[pb.Entry],
                          for i in range(total))
     assert all(env.ByteSize() <= limit for env in envelopes)
     return items, envelopes
+
+
+# ---- unknown fields: what protobuf keeps of a field its schema does not declare ------------------
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+@st.composite
+def unknown_field_bytes(draw, descriptor) -> bytes:
+    """One to three fields protobuf keeps as unknown in a message of `descriptor`: an undeclared
+    number, or a declared one of another wire type, of every wire type (a group too), with
+    overlong varints now and then (protobuf keeps unknown bytes verbatim)."""
+    declared = {f.number: f for f in descriptor.fields}
+    out = b""
+    for _ in range(draw(st.integers(1, 3))):
+        number = draw(st.integers(1, 40) | st.integers(1, 2**29 - 1))
+        kinds = [0, 1, 2, 3, 5]
+        if number in declared:  # only a wire type it does not have makes it unknown
+            f = declared[number]
+            has = 2 if f.message_type is not None or f.type in (f.TYPE_STRING, f.TYPE_BYTES) else 0
+            kinds.remove(has)
+        kind = draw(st.sampled_from(kinds))
+        tag = _varint(number << 3 | kind)
+        if kind == 0:
+            body = _varint(draw(st.integers(0, 2**64 - 1)))
+            if draw(st.integers(0, 4)) == 0 and len(body) < 10:
+                body = bytes(b | 0x80 for b in body) + b"\x00"  # overlong, one byte more
+        elif kind == 1:
+            body = draw(st.binary(min_size=8, max_size=8))
+        elif kind == 5:
+            body = draw(st.binary(min_size=4, max_size=4))
+        elif kind == 2:
+            payload = draw(st.binary(max_size=12))
+            body = _varint(len(payload)) + payload
+        else:  # a group: a varint field inside, then its end tag
+            body = _varint(1 << 3) + _varint(draw(st.integers(0, 2**32))) + _varint(number << 3 | 4)
+        out += tag + body
+    return out
+
+
+def _present_messages(message) -> list:
+    """The message and every sub-message set in it, all the way down (KVPairs with the reserved
+    prefix aside: the bridge rebuilds those from their values)."""
+    out = [message]
+    for fd, value in message.ListFields():
+        if fd.message_type is None:
+            continue
+        for item in (value if fd.is_repeated else [value]):
+            if fd.name == "properties" and item.key.startswith(RESERVED_PREFIX):
+                continue
+            out.extend(_present_messages(item))
+    return out
+
+
+@st.composite
+def with_unknown_fields(draw, entries_strategy) -> pb.Entry:
+    """An Entry of `entries_strategy` with unknown fields merged into one to four of its messages
+    (the Entry itself, its header, event, columns, rows, values, properties...)."""
+    entry = draw(entries_strategy)
+    targets = _present_messages(entry)
+    for _ in range(draw(st.integers(1, 4))):
+        target = draw(st.sampled_from(targets))
+        target.MergeFromString(draw(unknown_field_bytes(target.DESCRIPTOR)))
+    return entry

@@ -804,8 +804,28 @@ def test_a_boolean_of_the_extension_must_be_a_json_boolean(value, ok):
             bridge.BlobDecoder().feed(msg)
 
 
+_UNKNOWN = base64.b64encode(b"\x30\x05").decode()  # field 6, a varint: unknown in an Entry, a Header, a Data...
+
+
 @pytest.mark.parametrize("change", [
+    lambda ext: ext.update(extra=1),
     lambda ext: ext.update(unknown=1),
+    lambda ext: ext.update(unknown={"header": "not base64"}),
+    lambda ext: ext.update(unknown={"header": ""}),
+    lambda ext: ext.update(unknown={"header": base64.b64encode(b"\x08\x05").decode()}),  # version: a known field
+    lambda ext: ext.update(unknown={"header": base64.b64encode(b"\x30").decode()}),  # a truncated field
+    lambda ext: ext.update(unknown={"": _UNKNOWN}),
+    lambda ext: ext.update(unknown={"entry.header": _UNKNOWN}),
+    lambda ext: ext.update(unknown={"header.version": _UNKNOWN}),  # no message
+    lambda ext: ext.update(unknown={"header.properties": _UNKNOWN}),  # a list without an index
+    lambda ext: ext.update(unknown={"header.properties.0": _UNKNOWN}),  # no such pair
+    lambda ext: ext.update(unknown={"event.beginEvent": _UNKNOWN}),  # not in a DML Entry
+    lambda ext: ext.update(unknown={"event.dmlEvent.rows.0": _UNKNOWN}),  # a row's are "row..."
+    lambda ext: ext.update(unknown={"event.dmlEvent.columns.2": _UNKNOWN}),  # two columns
+    lambda ext: ext.update(unknown={"row.oldColumns.0": _UNKNOWN}),  # an insert has no before image
+    lambda ext: ext.update(unknown={"row.newColumns.2": _UNKNOWN}),
+    lambda ext: ext.update(unknown={"row.properties.0": _UNKNOWN}),
+    lambda ext: ext.update(unknown={"row.newColumns.x": _UNKNOWN}),
     lambda ext: ext.update(values="x"),
     lambda ext: ext.update(values={"7": {"dataType": "STRING", "sv": "a"}}),  # no column 7
     lambda ext: ext.update(charsets={"x": "utf8"}),
@@ -839,3 +859,31 @@ def test_a_dml_part_of_the_dts_extension_on_another_message_is_an_error():
     msg["dts"]["row"] = [0, 1]
     with pytest.raises(BlobFormatError, match="extension"):
         bridge.BlobDecoder().feed(msg)
+
+
+def test_unknown_fields_come_back_and_a_before_half_holds_only_its_image_s():
+    """SPEC section 1: unknown protobuf fields survive DTS -> Blob -> DTS (in `dts.unknown`, by the
+    message holding them); an update's before half carries its image's, the after half the row's
+    own, and a before half naming the row itself is not what the bridge writes."""
+    e = _update_of_one_row()
+    e.MergeFromString(b"\x30\x05")
+    e.event.dmlEvent.rows[0].MergeFromString(b"\x28\x01")
+    e.event.dmlEvent.rows[0].oldColumns[0].MergeFromString(b"\x28\x02")
+    before, after = bridge.entry_to_blob(e)
+    assert before["dts"]["unknown"] == {"entry": _UNKNOWN, "row.oldColumns.0": base64.b64encode(b"\x28\x02").decode()}
+    assert after["dts"]["unknown"] == {"entry": _UNKNOWN, "row": base64.b64encode(b"\x28\x01").decode()}
+    for order in ([before, after], [after, before]):
+        decoder = bridge.BlobDecoder()
+        back = [x for m in through_json(order) for x in decoder.feed(m)]
+        assert [x.SerializeToString() for x in back] == [e.SerializeToString()]
+    wrong = copy.deepcopy(before)
+    wrong["dts"]["unknown"]["row"] = wrong["dts"]["unknown"].pop("row.oldColumns.0")
+    with pytest.raises(BlobFormatError, match="does not hold"):
+        bridge.BlobDecoder().feed(wrong)
+    other = copy.deepcopy(after)
+    del other["dts"]["unknown"]["entry"]
+    decoder = bridge.BlobDecoder()
+    decoder.feed(copy.deepcopy(before))
+    with pytest.raises(ConversionError, match="different unknown fields"):
+        decoder.feed(other)
+    assert decoder.pending_messages == 1  # the waiting half keeps waiting
