@@ -614,20 +614,23 @@ def cmd_deliver(args: argparse.Namespace) -> int:
                            describe=lambda: f"{tally.converted:,} records")
     sink = None
     metrics = observe.Metrics()
-    seen = [0.0, 0.0]  # PutRecords requests and their seconds at the last status line
+    seen = [0.0, 0.0]  # write requests and their seconds at the last status line
 
     def refresh(metrics: observe.Metrics) -> None:
         metrics.count_tally(tally)
         if sink is not None:
             metrics.count_to(metrics.datahub_retries, sink.retries)
 
+    def write_requests(name: str) -> float:
+        return sum(metrics.value(name, request=op) or 0 for op in ("PutRecords", "PutRecordsByShard"))
+
     def render(status: observe.StatusLine) -> str:
         sent = tally.converted
-        count = metrics.value("datahub_request_seconds_count", request="PutRecords") or 0
-        total = metrics.value("datahub_request_seconds_sum", request="PutRecords") or 0.0
+        count = write_requests("datahub_request_seconds_count")
+        total = write_requests("datahub_request_seconds_sum")
         latency = (total - seen[1]) / (count - seen[0]) if count > seen[0] else None  # since the last line
         seen[:] = [count, total]
-        throttles = metrics.value("datahub_throttles_total", request="PutRecords") or 0
+        throttles = write_requests("datahub_throttles_total")
         text = (f"line {state.line + tally.input:,}, {sent:,} records delivered "
                 f"({observe.rate_text(status.rate('out', sent))}), {tally.rejected:,} rejected, "
                 f"{int(count):,} requests, {sink.retries if sink else 0:,} retries, {int(throttles):,} throttled")
@@ -644,8 +647,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         sink = DataHubSink(args.datahub_endpoint, args.project, args.topic, record_schema=schema,
                            batch_size=args.batch_size, max_retries=args.max_retries, routing=args.routing,
                            compress=args.compress)
-        holder = getattr(sink, "writer", sink)  # whichever object sends the requests
-        holder.client = metrics.timed_datahub_client(holder.client)
+        sink.writer.client = metrics.timed_datahub_client(sink.writer.client)  # counted and timed
         if not resumed:
             state.line = state.offset = state.delivered = state.rejected = state.rejects_length = 0
         base_line, base_offset = state.line, state.offset
