@@ -534,3 +534,104 @@ def test_sync_tuple_kill_loop_deep(kafka_broker, tmp_path):
     _tuple_kill_loop(kafka_broker, tmp_path, kills=22, seed=SEED + 8,
                      layout=[(SAMPLES / "mixed.pb", 0), (SAMPLES / "large.pb", 1)], stages=stages,
                      max_delay=4.0, max_step=100, chaos_scale=1.8, budget=900)
+
+
+# ---- SIGTERM drains ------------------------------------------------------------------------------
+
+def _shard_total(server, topic: str) -> int:
+    return sum(s["records"] for s in server.shards(PROJECT, topic))
+
+
+def _wait_for(predicate, proc, timeout: float, what: str, err: pathlib.Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"sync ended ({proc.returncode}) before {what}: {err.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s: {err.read_text()[-3000:]}"
+        time.sleep(0.02)
+
+
+def _terminate(proc, out: pathlib.Path, err: pathlib.Path, what: str) -> dict:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"{what}: sync did not end within 60 s of SIGTERM: {err.read_text()[-3000:]}")
+    text = err.read_text()
+    no_traceback(text, what)
+    assert code == 0, f"{what}: SIGTERM must drain and exit 0, got {code}: {text[-3000:]}"
+    report = json.loads(out.read_text())
+    assert report["stopped"] == "signal", (what, report)
+    assert "stopped: signal" in text, text[-2000:]
+    return report
+
+
+def test_sigterm_drains_commits_and_a_rerun_writes_nothing_new(kafka_broker, tmp_path):
+    """SIGTERM while records are being written: exit 0, and everything written before the stop is
+    committed (the next run finds nothing of its re-read already landed); SIGTERM once everything
+    landed: the committed offsets are the ends of the partitions; a rerun writes nothing."""
+    topic = kafka_broker.create_topic(_name("sync-term"), partitions=2)
+    warm_group_coordinator(kafka_broker, topic)
+    files = [(repack(SAMPLES / "mixed.pb", tmp_path / "mixed-800.pb", 800), 0),
+             (repack(SAMPLES / "types.pb", tmp_path / "types-800.pb", 800), 0),
+             (repack(SAMPLES / "large.pb", tmp_path / "large-800.pb", 800), 1)]
+    expected_lines: dict[int, list[bytes]] = {0: [], 1: []}
+    for path, partition in files:
+        produce(kafka_broker, topic, path, partition)
+        expected_lines[partition].extend(convert_blob(path, tmp_path))
+    total = sum(map(len, expected_lines.values()))
+    shards = ["0", "1", "2"]
+    expected: dict = collections.defaultdict(list)
+    for partition, lines in expected_lines.items():
+        for line in lines:
+            expected[(shard_for(shard_key(orjson.loads(line)), shards), partition)].append(line)
+    ends = end_offsets(kafka_broker, topic, [0, 1])
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "blob", shard_count=3)
+        # slow and faulty enough that the first SIGTERM falls while records are being written
+        server.faults.chaos(SEED + 3, p_5xx=0.05, p_throttle=0.1, p_ack_lost=0.05, p_reset=0.03, p_delay=0.6,
+                            max_delay=0.1, op=CHAOS_OPS)
+        sync = Sync(tmp_path, kafka_broker, topic, "g-term", server, "--to", "blob", "--datahub-topic", "blob",
+                    "--batch-size", "10")
+        # 1. SIGTERM in the middle
+        proc, out, err = sync.start()
+        _wait_for(lambda: _shard_total(server, "blob") >= 30, proc, 60, "30 records in DataHub", err)
+        first = _terminate(proc, out, err, "SIGTERM in the middle")
+        landed_first = _shard_total(server, "blob")
+        committed = committed_offsets(kafka_broker, topic, "g-term", [0, 1])
+        # a partition the run had not read yet has no commit (librdkafka's OFFSET_INVALID, -1001)
+        assert {int(p): o for p, o in first["committed"].items()} == {p: o for p, o in committed.items() if o >= 0}, \
+            (first, committed)
+        assert all(committed[p] <= ends[p] for p in (0, 1)) and max(committed.values()) > 0, (committed, ends)
+        assert landed_first < total, f"the first SIGTERM came too late to test a drain ({landed_first} of {total})"
+        got, positions = landed_by_shard_partition(server, "blob", topic, lambda r: r["data"])
+        for key, have in got.items():  # what landed is a prefix of each (shard, partition), in order
+            assert have == expected[key][:len(have)], f"after SIGTERM: shard {key[0]} partition {key[1]} is not " \
+                                                      f"a prefix of the expected records"
+        for key, pos in positions.items():  # and lies before the committed offset: drained, then committed
+            assert all(off < max(committed[key[1]], 0) for _, off, _, _ in pos), \
+                f"shard {key[0]}: records of partition {key[1]} at or after the committed offset " \
+                f"{committed[key[1]]} landed: {[p for p in pos if p[1] >= committed[key[1]]][:5]}"
+        # 2. the rest, then SIGTERM once everything landed
+        proc, out, err = sync.start()
+        _wait_for(lambda: _shard_total(server, "blob") >= total, proc, 90, f"all {total} records in DataHub", err)
+        time.sleep(0.5)
+        second = _terminate(proc, out, err, "SIGTERM after everything landed")
+        server.faults.clear()
+        assert second["already_landed"] == 0, \
+            f"the drained run had committed everything it wrote, yet the next run found " \
+            f"{second['already_landed']} records already there: {second}"
+        assert committed_offsets(kafka_broker, topic, "g-term", [0, 1]) == ends, \
+            f"after everything was read and SIGTERM: committed {committed_offsets(kafka_broker, topic, 'g-term', [0, 1])}, " \
+            f"partition ends {ends}"
+        got, positions = landed_by_shard_partition(server, "blob", topic, lambda r: r["data"])
+        compare("blob", got, positions, expected, f"seed {SEED + 3}; {tmp_path}")
+        snapshot = server.records(PROJECT, "blob")
+        # 3. a rerun finds nothing to do
+        code, third, err_text = sync.run("--idle-timeout", "2")
+        no_traceback(err_text, "the rerun")
+        assert code == 0 and third["stopped"] == "idle", (code, third, err_text[-2000:])
+        assert third["written"] == 0 and third["envelopes"] == 0, f"the rerun wrote or read again: {third}"
+        assert server.records(PROJECT, "blob") == snapshot, "the rerun changed DataHub"
+        assert committed_offsets(kafka_broker, topic, "g-term", [0, 1]) == ends
