@@ -46,12 +46,13 @@ from .blob_encode import shard_key
 from .errors import BridgeError, ConversionError
 
 __all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "Position", "shard_for", "tuple_shard_key",
-           "make_client", "ACCESS_ID_ENV", "ACCESS_KEY_ENV", "ATTR_TOPIC", "ATTR_POS"]
+           "make_client", "ACCESS_ID_ENV", "ACCESS_KEY_ENV", "ATTR_TOPIC", "ATTR_POS", "ATTR_EPOCH"]
 
 ACCESS_ID_ENV = "DATAHUB_ACCESS_ID"
 ACCESS_KEY_ENV = "DATAHUB_ACCESS_KEY"
 ATTR_TOPIC = "dts.topic"
 ATTR_POS = "dts.pos"
+ATTR_EPOCH = "dts.epoch"
 # DataHub takes up to 4 MB per request; leave room for the envelope around the records.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024 - 64 * 1024
 _RESHARD_CODES = frozenset({"InvalidShardOperation", "ShardSealed", "NoSuchShard"})
@@ -187,18 +188,24 @@ class DataHubWriter:
         self._closing = False
         self._source: str | None = None
         self._committed: dict[int, int | None] = {}
+        self._epoch: int | None = None
         self._threads = [threading.Thread(target=self._work, name=f"datahub-writer-{i}", daemon=True)
                          for i in range(workers)]
         for thread in self._threads:
             thread.start()
 
     # -- set-up ---------------------------------------------------------------------------------
-    def resume(self, source: str, committed: dict[int, int | None]) -> None:
+    def resume(self, source: str, committed: dict[int, int | None] | None = None, epoch: int | None = None) -> None:
         """Records of `source` put again after a restart that already landed are dropped: a shard's
         tail is read back to the first record of `source` below its partition's committed offset
-        (`committed[partition]`; None or absent: nothing of that partition was committed)."""
+        (`committed[partition]`; None or absent: nothing of that partition was committed).
+
+        With `epoch` (a Spark micro-batch id) every record also carries `dts.epoch`, and the tail is
+        read back to the first record of `source` from an earlier epoch instead: a micro-batch
+        replayed after a failure finds what its earlier attempt wrote (every record of an earlier
+        epoch landed before any of this one, as Spark runs the batches one after another)."""
         with self._cv:
-            self._source, self._committed = source, dict(committed)
+            self._source, self._committed, self._epoch = source, dict(committed or {}), epoch
             for topic in self._topics.values():
                 topic.scanned = False
 
@@ -281,6 +288,9 @@ class DataHubWriter:
             record.put_attribute(ATTR_TOPIC, position.source)
             record.put_attribute(ATTR_POS, position.key)
             size += 24 + len(position.source) + len(position.key)
+            if self._epoch is not None:
+                record.put_attribute(ATTR_EPOCH, str(self._epoch))
+                size += 16
         if size > self.max_request_bytes:
             raise ConversionError(f"record of {size} bytes exceeds DataHub's request limit "
                                   f"({self.max_request_bytes} bytes)")
@@ -516,9 +526,14 @@ class DataHubWriter:
                 pos = Position.parse(attrs.get(ATTR_POS, ""))
                 if pos is None:
                     continue
-                committed = self._committed.get(pos[0])
-                if committed is not None and pos[1] < committed:
-                    return found  # everything before this landed before the last commit
+                if self._epoch is not None:
+                    epoch = attrs.get(ATTR_EPOCH, "")
+                    if not epoch.lstrip("-").isdigit() or int(epoch) < self._epoch:
+                        return found  # an earlier micro-batch: everything before it landed before this one
+                else:
+                    committed = self._committed.get(pos[0])
+                    if committed is not None and pos[1] < committed:
+                        return found  # everything before this landed before the last commit
                 found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
             end, window = start - 1, window * 4
         return found

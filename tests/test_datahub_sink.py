@@ -193,3 +193,29 @@ def test_doctests():
 def _debug(datahub, lines):  # the per-shard counts, shown when an order check fails
     got, want = landed(datahub), expected_per_shard(lines)
     return {s: (len(got.get(s, [])), len(want.get(s, []))) for s in set(got) | set(want)}
+
+
+def test_a_replayed_epoch_skips_what_its_first_attempt_wrote(datahub):
+    """Spark's micro-batches: batch 7 lands whole, batch 8's first attempt lands a part and dies;
+    the replay of batch 8 writes only the rest, in order."""
+    client = make_client(datahub.endpoint)
+    done = DataHubWriter(client, "p", sleep=lambda s: None)
+    done.resume("src", epoch=7)
+    for i in range(50):
+        done.put("t", f"k{i % 3}", b"b%03d" % i, Position("src", 0, i))
+    done.close()
+    attempt = DataHubWriter(client, "p", sleep=lambda s: None)
+    attempt.resume("src", epoch=8)
+    for i in range(50, 80):  # the first 30 of batch 8's 60 records
+        attempt.put("t", f"k{i % 3}", b"b%03d" % i, Position("src", 0, i))
+    attempt.close()
+    replay = DataHubWriter(client, "p", sleep=lambda s: None)
+    replay.resume("src", epoch=8)
+    for i in range(50, 110):
+        replay.put("t", f"k{i % 3}", b"b%03d" % i, Position("src", 0, i))
+    replay.close()
+    assert replay.skipped == 30
+    for shard, got in landed(datahub).items():
+        assert got == sorted(got) and len(got) == len(set(got))
+    assert sorted(r["data"] for r in datahub.records("p", "t")) == [b"b%03d" % i for i in range(110)]
+    assert {r["attributes"]["dts.epoch"] for r in datahub.records("p", "t")} == {"7", "8"}
