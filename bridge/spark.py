@@ -34,7 +34,7 @@ __all__ = [
     "dts_to_blob_batches", "blob_to_dts_batches", "dts_to_tuple_batches", "tuple_to_dts_batches",
     "KAFKA_SCHEMA", "BLOB_SCHEMA", "DTS_SCHEMA", "blob_schema", "dts_schema", "tuple_schema",
     "kafka_order", "record_schema_of",
-    "MODES", "KEYS", "SparkTally", "local_session",
+    "MODES", "KEYS", "SparkTally", "local_session", "register",
 ]
 
 
@@ -250,6 +250,15 @@ def tuple_to_dts(df, table: str | None, schema=None, options: Options | None = N
                               key=key, tally=tally, arrow=True)
     _key_column(df, key)
     return _stream_order(df).mapInArrow(fn, dts_schema(mode))
+
+
+def register(spark) -> None:
+    """Register the bridge's Spark data sources in this session: `format("dts-kafka")` (a DTS
+    Kafka topic, batch and streaming) and `format("datahub")` (write Blob or Tuple rows to DataHub,
+    batch and streaming); docs/spark.md."""
+    from . import spark_datahub, spark_source
+    spark_source.register(spark)
+    spark_datahub.register(spark)
 
 
 def local_session(app_name: str = "dts-bridge", conf: dict | None = None):
