@@ -75,7 +75,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report = sync.run(consumer, args.topic, store, writer, sink, convert, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
-                              raw=args.to == "blob")
+                              raw=args.to == "blob", commit_interval=args.commit_interval or None)
     finally:
         with contextlib.suppress(Exception):
             consumer.close()
@@ -133,6 +133,9 @@ def register(commands) -> None:
                         help="retries of a transient DataHub failure, with jittered backoff up to 10 s (default: 12)")
     parser.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
                         help="request body compression (default: lz4)")
+    parser.add_argument("--commit-interval", type=float, default=5.0, metavar="SECONDS",
+                        help="also commit (after DataHub acknowledged everything) this often, besides every "
+                             "CHECKPOINT entry (0: only at checkpoints and the end; default: 5)")
     parser.add_argument("--max-messages", type=int, metavar="N", help="stop after N Envelopes")
     parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                         help="stop once every partition is read to its end and no message came for this long")

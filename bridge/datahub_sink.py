@@ -237,6 +237,21 @@ class DataHubWriter:
             self._topics.setdefault(name, topic)
             return self._topics[name]
 
+    def append_fields(self, name: str, fields: list[tuple[str, str]]) -> None:
+        """Add nullable fields (name, DataHub type) to a Tuple topic, after everything queued for it
+        landed (records built on the old RecordSchema go first), and read its RecordSchema again."""
+        from datahub.models import FieldType
+        self.flush()
+        have = {f.name for f in self.topic(name).schema.field_list}
+        for field, kind in fields:
+            if field in have:
+                continue
+            self._call(lambda: self.client.append_field(self.project, name, field, FieldType(kind.lower())),
+                       "AppendField")
+        info = self._call(lambda: self.client.get_topic(self.project, name), "GetTopic")
+        with self._cv:
+            self._topics[name].schema = info.record_schema
+
     def _create(self, name: str, record_schema: dict | None):
         from datahub.models import RecordSchema
         shards, lifecycle = self.create_topics.get("shards", 1), self.create_topics.get("lifecycle", 7)

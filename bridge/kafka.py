@@ -270,7 +270,7 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
             partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
             idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False,
             poll_timeout: float = 0.2, raw: bool = False, report: ConsumeReport | None = None,
-            size: Callable[[Any], int] | None = None) -> ConsumeReport:
+            size: Callable[[Any], int] | None = None, commit_interval: float | None = None) -> ConsumeReport:
     """Read `topic` from the stored offsets (else from `start`), convert, write to `sink`, commit.
 
     `sink.write(where, item)` takes each converted item; `sink.sync()` must make everything
@@ -284,7 +284,10 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
     `enable.partition.eof=True`: idleness then waits for every partition to be read to its end,
     else for five times `idle_timeout`. `raw`: call `convert(entry, entry_bytes)` where the bytes
     are known (`BlobEncoder.convert_lines` takes them for its C fast path). `report`: a
-    `ConsumeReport` to fill (and watch from another thread), else a new one.
+    `ConsumeReport` to fill (and watch from another thread), else a new one. `size`: the sink
+    takes each Entry's outputs whole (`sink.write(where, outputs)`), `size(outputs)` of them.
+    `commit_interval`: also commit when this many seconds passed since the last commit (streams
+    without CHECKPOINT entries, and a shorter replay after a crash).
     """
     ck = confluent()
     partitions = partitions if partitions is not None else partitions_of(consumer, topic)
@@ -303,7 +306,10 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
     checkpoint = [False]
     mark_sink = getattr(sink, "mark", None)
 
+    last_commit = [time.monotonic()]
+
     def commit() -> None:
+        last_commit[0] = time.monotonic()
         sink.sync()
         safe = {}
         for p, nxt in read.items():
@@ -365,7 +371,8 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
                         at_end.add(msg.partition())
                         continue
                     raise KafkaError(f"cannot read from {topic}: {err.str()}")
-                if checkpoint[0]:  # everything up to the checkpoint's Entries has been written
+                due = commit_interval is not None and time.monotonic() - last_commit[0] >= commit_interval
+                if checkpoint[0] or due:  # everything up to the checkpoint's Entries has been written
                     commit()
                     checkpoint[0] = False
                 if stop():

@@ -89,7 +89,9 @@ class BlobSink(_Sink):
 
 class TupleSink(_Sink):
     """Tuple rows to one topic per table (a name template), created when missing with the
-    RecordSchema the rows have; a row whose fields the topic lacks is refused, never cut."""
+    RecordSchema the rows have. A column the topic lacks (added by DDL) is appended to the topic as
+    a nullable field before the first row that has it; a dropped column is NULL in later rows; a
+    field whose type changed is the Entry's error (the writer's topic check), never a cut row."""
 
     size = staticmethod(len)
 
@@ -97,6 +99,7 @@ class TupleSink(_Sink):
         super().__init__(writer, source, policy)
         self.template = template
         self._topics: dict[str, str] = {}
+        self.evolved: list = []  # (topic, fields added, where)
 
     def write(self, where: dict, rows) -> None:
         items = []
@@ -105,7 +108,12 @@ class TupleSink(_Sink):
             if topic is None:
                 db, _, name = table.partition(".")
                 topic = self._topics[table] = topic_name(self.template, db, name)
-            self.writer.topic(topic, schema)
+            info = self.writer.topic(topic, schema)
+            have = {f.name for f in info.schema.field_list}
+            added = [(f["name"], f["type"]) for f in schema["fields"] if f["name"] not in have and f["name"] in row]
+            if added:  # a column added by DDL: the topic grows a nullable field before the first row using it
+                self.writer.append_fields(topic, added)
+                self.evolved.append((topic, [name for name, _ in added], dict(where)))
             keys = [c.name for c in columns if c.isKey]
             items.append((topic, tuple_shard_key(row, table, keys), row))
         self._put_all(where, items)
@@ -113,7 +121,8 @@ class TupleSink(_Sink):
 
 def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Callable, policy, *,
         partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
-        idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False, raw: bool = False):
+        idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False, raw: bool = False,
+        commit_interval: float | None = 5.0, report=None):
     """Resume the writer at the stored offsets, then `kafka.consume` into `sink`; returns its report."""
     from . import kafka
     partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)
@@ -122,6 +131,6 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
     try:
         return kafka.consume(consumer, topic, store, convert, sink, policy, partitions=partitions, start=start,
                              max_messages=max_messages, idle_timeout=idle_timeout, stop=stop, raw=raw,
-                             size=sink.size)
+                             size=sink.size, commit_interval=commit_interval, report=report)
     finally:
         writer.stop()
