@@ -71,7 +71,16 @@ def cmd_sync(args: argparse.Namespace) -> int:
             return (f"{tally.input} Entries in ({observe.rate_text(status.rate('in', tally.input))}/s), "
                     f"{sink.written} records to DataHub ({observe.rate_text(status.rate('out', sink.written))}/s), "
                     f"{tally.rejected} rejected, {writer.retries} DataHub retries, {writer.skipped} already there")
-        with _graceful_stop() as stop, observe.StatusLine(args.status_interval, label=label, render=render):
+        bar = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
+                               describe=lambda: f"{tally.rejected:,} rejected, {writer.retries:,} retries")
+        write = sink.write
+
+        def counted(where, outputs) -> None:
+            write(where, outputs)
+            bar.update(sink.size(outputs))
+        sink.write = counted
+        with contextlib.closing(bar), _graceful_stop() as stop, \
+                observe.StatusLine(args.status_interval, label=label, render=render):
             report = sync.run(consumer, args.topic, store, writer, sink, convert, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
@@ -143,6 +152,7 @@ def register(commands) -> None:
     parser.add_argument("--status-interval", type=float, default=30.0, metavar="SECONDS",
                         help="a one-line status on stderr this often (0: never; default: 30)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display (it shows only on a terminal)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more of librdkafka's log")
     parser.add_argument("--json", action="store_true", help="print the run's counts as one JSON document")
     add_option_flags(parser)
