@@ -147,7 +147,7 @@ class Progress:
 
 def progress(total: float | None = None, unit: str = "records", enabled: bool | None = None, desc: str = "",
              stream=None, describe: Callable[[], str] | None = None, unit_scale: bool = False,
-             delay: float = 1.0) -> Progress:
+             delay: float = 1.0, mininterval: float = 0.25) -> Progress:
     """A progress display on a terminal; `enabled=False` (or a stream that is not a terminal
     when `enabled` is None) gives one that does nothing."""
     stream = stream if stream is not None else sys.stderr
@@ -157,7 +157,7 @@ def progress(total: float | None = None, unit: str = "records", enabled: bool | 
         return Progress(None)
     from tqdm import tqdm
     bar = tqdm(total=total, unit=" " + unit if not unit_scale else unit, desc=desc or None, file=stream,
-               leave=False, delay=delay, unit_scale=unit_scale, dynamic_ncols=True, mininterval=0.25)
+               leave=False, delay=delay, unit_scale=unit_scale, dynamic_ncols=True, mininterval=mininterval)
     return Progress(bar, describe)
 
 
