@@ -645,7 +645,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         policy = ErrorPolicy(args.on_error, tally=tally, sink=rejects_sink(rejects_fh, tally), keep_records=False)
         stack.enter_context(_watching(args, label, metrics, render, refresh))
         sink = DataHubSink(args.datahub_endpoint, args.project, args.topic, record_schema=schema,
-                           batch_size=args.batch_size, max_retries=args.max_retries, routing=args.routing,
+                           batch_size=args.batch_size, max_retries=args.max_retries,
                            compress=args.compress)
         sink.writer.client = metrics.timed_datahub_client(sink.writer.client)  # counted and timed
         if not resumed:
@@ -793,8 +793,6 @@ def register(commands) -> None:
     deliver.add_argument("--batch-size", type=int, default=500, metavar="N", help="records per PutRecords (default: 500)")
     deliver.add_argument("--max-retries", type=int, default=6, metavar="N",
                          help="retries of a transient failure, backing off 0.2 s, 0.4 s, ... up to 10 s (default: 6)")
-    deliver.add_argument("--routing", choices=("shard", "partition-key"), default="shard",
-                         help="shard: hash the key over the shard ids here; partition-key: let DataHub hash it")
     deliver.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
                          help="request body compression (default: lz4)")
     deliver.add_argument("--on-error", choices=("fail", "skip"), default="fail",

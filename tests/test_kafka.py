@@ -338,6 +338,40 @@ def test_state_file_records_lengths_and_a_stale_tail_is_cut(broker, tmp_path, ca
     assert "less than the" in capsys.readouterr().err
 
 
+def test_consume_status_line_and_metrics(broker, tmp_path):
+    """--status-interval writes rates, lag and commits; --metrics-port serves the committed offsets."""
+    import socket
+    import urllib.request
+    topic = create_topic(broker, 1)
+    produce(broker, topic, [ROOT / "samples" / "large.pb"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "bridge", "consume", "--brokers", broker, "--topic", topic, "--group", "g-watch",
+           "-o", str(tmp_path / "out.jsonl"), "--to", "blob", "--from-beginning", "--status-interval", "0.2",
+           "--metrics-port", str(port)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    body = ""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "dts_bridge_committed_offset{" not in body:
+        time.sleep(0.2)
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        except OSError:
+            continue
+    time.sleep(0.5)  # a status line after the first commit
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f'dts_bridge_committed_offset{{partition="0",topic="{topic}"}}' in body, body
+    assert "dts_bridge_envelopes_in_total 21.0" in body
+    status = [line for line in err.splitlines() if line.startswith(f"dts-bridge consume {topic}: 21 Envelopes")]
+    import re
+    found = re.search(r"lag 0:(\d+), committed 0:(\d+)", status[-1]) if status else None
+    assert found, err  # lag counts from the committed offset (the last CHECKPOINT) to the high watermark
+    assert int(found.group(1)) + int(found.group(2)) == 21 and int(found.group(2)) > 0, err
+
+
 # ---- errors ----------------------------------------------------------------------------------
 
 def test_bad_envelope_is_rejected_with_partition_and_offset(broker, tmp_path, capsys):
