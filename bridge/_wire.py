@@ -24,7 +24,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError as _PbDecodeError
 
 from . import subscribe_pb2 as pb
-from .errors import DecodeError, FramingError
+from .errors import BridgeError, DecodeError, FramingError, LineTooLongError
 from ._native import split_items, valid_entries
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "read_pb",
     "iter_pb_messages",
     "write_dts_json",
-    "read_dts_json",
+    "read_dts_json", "read_lines", "DEFAULT_MAX_LINE_BYTES",
     "entry_to_json_line",
     "entry_from_json_line",
     "encode_varint",
@@ -457,6 +457,8 @@ def entry_to_json_line(entry: pb.Entry) -> bytes:
 
 
 def entry_from_json_line(line: bytes | str, line_number: int | None = None, source: str | None = None) -> pb.Entry:
+    if isinstance(line, BridgeError):  # what read_dts_json gives for a line over max_line_bytes
+        raise line
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -479,12 +481,60 @@ def write_dts_json(out: BinaryIO, entries: Iterable[pb.Entry]) -> int:
     return n
 
 
-def read_dts_json(path_or_stream, source: str | None = None) -> Iterator[tuple[int, bytes]]:
-    """Yield (1-based line number, raw line) for each non-blank line; parse with entry_from_json_line."""
+def read_dts_json(path_or_stream, source: str | None = None, max_line_bytes: int | None = None
+                  ) -> Iterator[tuple[int, bytes | LineTooLongError]]:
+    """Yield (1-based line number, raw line) for each non-blank line; parse with entry_from_json_line.
+    A line over `max_line_bytes` (default DEFAULT_MAX_LINE_BYTES) comes as its LineTooLongError."""
     if isinstance(path_or_stream, (str, os.PathLike)):
         with open(path_or_stream, "rb") as fh:
-            yield from read_dts_json(fh, source or os.fspath(path_or_stream))
+            yield from read_dts_json(fh, source or os.fspath(path_or_stream), max_line_bytes)
         return
-    for number, line in enumerate(path_or_stream, 1):
-        if line.strip():
+    yield from read_lines(path_or_stream, max_line_bytes, source)
+
+
+DEFAULT_MAX_LINE_BYTES = 64 << 20  # Options.max_line_bytes
+_PAST_CHUNK = 1 << 20  # a line over the limit is read past this many bytes at a time
+_HEAD = 4096  # what a LineTooLongError keeps of its line (a rejects file shows as much)
+
+
+def read_lines(stream, max_line_bytes: int | None = None, source: str | None = None
+               ) -> Iterator[tuple[int, bytes | LineTooLongError]]:
+    """(1-based line number, line) of each non-blank line of JSON Lines input. A line longer than
+    `max_line_bytes` (default DEFAULT_MAX_LINE_BYTES; its line break aside) comes as (number,
+    LineTooLongError naming the line): at most `max_line_bytes + 1` bytes of it are read at once
+    and the rest is read past in chunks, so a huge line costs no more memory than the limit."""
+    limit = DEFAULT_MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
+    readline = getattr(stream, "readline", None)
+    if readline is None:  # an iterable of lines, already in memory
+        for number, line in enumerate(stream, 1):
+            length = len(line) - line.endswith(b"\n" if isinstance(line, bytes) else "\n")
+            if length > limit:
+                yield number, _too_long(line[:_HEAD], length, limit, number, source)
+            elif line.strip():
+                yield number, line
+        return
+    number = 0
+    while True:
+        line = readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        newline = b"\n" if isinstance(line, bytes) else "\n"
+        if len(line) > limit and not line.endswith(newline):
+            head, length = line[:_HEAD], len(line)
+            del line
+            while True:
+                piece = readline(_PAST_CHUNK)
+                length += len(piece)
+                if not piece or piece.endswith(newline):
+                    break
+            length -= 1 if piece else 0  # the line break
+            yield number, _too_long(head, length, limit, number, source)
+        elif line.strip():
             yield number, line
+
+
+def _too_long(head, length: int, limit: int, number: int, source: str | None) -> LineTooLongError:
+    head = head.encode("utf-8", "replace") if isinstance(head, str) else bytes(head)
+    return LineTooLongError(f"line of {length} bytes is longer than max_line_bytes ({limit})", head=head,
+                            length=length, line=number, source=source)

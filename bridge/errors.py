@@ -16,6 +16,7 @@ __all__ = [
     "ConversionError",
     "BlobFormatError",
     "TupleFormatError",
+    "LineTooLongError",
     "OptionsError",
     "shorten",
 ]
@@ -104,3 +105,13 @@ class BlobFormatError(DecodeError):
 
 class TupleFormatError(DecodeError):
     """A Tuple row or schema that does not fit its RecordSchema."""
+
+
+class LineTooLongError(DecodeError):
+    """A line of JSON Lines input longer than `max_line_bytes`, read past without being held whole:
+    `head` is its first bytes and `length` its size (its line break aside), for a rejects file."""
+
+    def __init__(self, reason: str, *, head: bytes = b"", length: int = 0, **where: Any) -> None:
+        super().__init__(reason, **where)
+        self.head = head
+        self.length = length

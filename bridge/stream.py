@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 from . import subscribe_pb2 as pb
 from ._wire import Assembled, Reassembler, Redelivered, entry_from_json_line
 from .blob_decode import BlobDecoder
-from .errors import BridgeError
+from .errors import BridgeError, LineTooLongError
 from .options import DEFAULT_OPTIONS, Options
 
 __all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
@@ -53,11 +53,15 @@ class Tally:
 def reject_record(err: BridgeError, raw: Any = None) -> dict:
     """A rejects-file line: where, why, and the raw input shortened (base64 when binary)."""
     out = err.to_dict()
+    length = None
+    if isinstance(raw, LineTooLongError):  # a line never held whole: its first bytes
+        raw, length = raw.head, raw.length
     if isinstance(raw, (bytes, bytearray)):
         raw = bytes(raw)
+        length = len(raw) if length is None else length
         out["raw_base64"] = base64.b64encode(raw[:4096]).decode("ascii")
-        if len(raw) > 4096:
-            out["raw_truncated_from"] = len(raw)
+        if length > 4096:
+            out["raw_truncated_from"] = length
     elif isinstance(raw, str):
         out["raw"] = raw[:4096]
     elif raw is not None:
@@ -254,10 +258,12 @@ def blob_lines_to_entries(lines: Iterable[bytes | tuple[int, bytes]], policy: Er
     def records():
         for number, item in enumerate(lines, 1):
             number, line = item if isinstance(item, tuple) else (number, item)
-            if line.strip():
+            if isinstance(line, BridgeError) or line.strip():  # (a line over max_line_bytes: read_lines)
                 yield {"line": number, "source": source} if source else {"line": number}, line, None
 
     def feed(line, where):
+        if isinstance(line, BridgeError):
+            raise line
         return decoder.feed_line(line, line=where["line"], source=source)
 
     for where, entry, _ in decoder_entries(records(), decoder, policy, feed):
