@@ -30,11 +30,11 @@ import orjson
 
 from . import observe
 from . import subscribe_pb2 as pb
-from ._wire import iter_pb_messages, pack_entries, read_dts_json, write_dts_json, write_pb
+from ._wire import iter_pb_messages, pack_entries, read_dts_json, read_lines, write_dts_json, write_pb
 from .blob_decode import decode_blob
 from .blob_encode import BlobEncoder
 from .census import Census, CountingReassembler
-from .cli_base import DEBUG_ENV, PROG, UsageError, _numbered_lines, _one_line, _Outputs
+from .cli_base import DEBUG_ENV, PROG, UsageError, _one_line, _Outputs
 from .cli_tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, TupleFiles, _tuple_input, _tuple_module, tuple_converter
 from .errors import BridgeError, DecodeError, OptionsError
 from .options import Options, option_specs
@@ -107,6 +107,7 @@ OPTION_SIDES: dict[str, frozenset] = {
     "system_time": frozenset({"blob"}),
     "db_version": frozenset({"blob"}),
     "max_message_bytes": frozenset({"pb"}),  # only Envelope output has a message size
+    "max_line_bytes": frozenset({"lines"}),  # only JSON Lines input (Blob, dts-json, Tuple) has lines
     "tuple_binary": frozenset({"tuple"}),
     "source_table": frozenset({"tuple"}),
 }
@@ -238,10 +239,10 @@ def _source_entries(side: str, framing: str, path: str, fh, policy: ErrorPolicy,
     if side == "dts" and framing == "pb":
         return dts_records_to_entries(pb_envelopes(fh, policy, source), policy, raw=raw)
     if side == "dts":
-        return dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
+        return dts_json_lines_to_entries(read_dts_json(fh, source, options.max_line_bytes), policy, source)
     if side == "blob":
-        return blob_lines_to_entries(_numbered_lines(fh), policy, options, source)
-    (schema, table, columns), rows = _tuple_input(framing, path, fh, args)
+        return blob_lines_to_entries(read_lines(fh, options.max_line_bytes, source), policy, options, source)
+    (schema, table, columns), rows = _tuple_input(framing, path, fh, args, options.max_line_bytes)
     try:
         decoder = _tuple_module().TupleDecoder(schema, options, table=table, columns=columns)
     except BridgeError as err:
@@ -333,7 +334,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     src_side, src_framing = resolve_format(args.input, args.from_, "--from")
     dst_side, dst_framing = resolve_format(args.output.replace(TABLE_PLACEHOLDER, "t"), args.to, "--to")
     _check_convert_args(args, (src_side, src_framing), (dst_side, dst_framing))
-    options = options_from(args, {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set()))
+    options = options_from(args, {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set())
+                           | ({"lines"} if src_framing in ("json", "jsonl") else set()))
     on_error = getattr(args, "opt_on_error", "fail")
     source = "<stdin>" if args.input == "-" else args.input
     label = f"{PROG} convert {source}"
@@ -349,7 +351,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         try:
             entries = _source_entries(src_side, src_framing, args.input, fh, policy, options, source, args,
                                       raw=dst_side == "blob")
-            convert = (BlobEncoder(options).convert_lines if dst_side == "blob" else
+            # stream_lines: the lines of an Entry are never all held (one Entry can give gigabytes)
+            convert = (BlobEncoder(options).stream_lines if dst_side == "blob" else
                        tuple_converter(options, args.table) if dst_side == "tuple" else lambda entry: [entry])
             if src_side == "dts":
                 items = entries_to_messages(entries, convert, policy)
@@ -401,9 +404,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         fh = _open_input(args.input, stack)
         if side == "blob":
-            for number, line in Progress(tally, f"{PROG} inspect {source}").wrap(_numbered_lines(fh)):
+            for number, line in Progress(tally, f"{PROG} inspect {source}").wrap(read_lines(fh, source=source)):
                 tally.input += 1
                 try:
+                    if isinstance(line, BridgeError):  # longer than the default max_line_bytes
+                        raise line
                     census.blob(decode_blob(line, line=number))
                 except BridgeError as err:
                     policy.reject(err, line)
@@ -442,10 +447,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         progress = stack.enter_context(observe.progress(
             unit="messages", enabled=False if args.no_progress else None, desc=f"{PROG} validate {source}",
             describe=lambda: f"{invalid:,} invalid"))
-        for number, line in progress.wrap(_numbered_lines(fh)):
+        for number, line in progress.wrap(read_lines(fh, source=source)):
             messages += 1
             try:
-                problems = iter_blob_errors(orjson.loads(line))
+                problems = [line.reason] if isinstance(line, BridgeError) else iter_blob_errors(orjson.loads(line))
             except orjson.JSONDecodeError as err:
                 problems = [f"invalid JSON ({err.msg})"]
             if problems:

@@ -1,11 +1,11 @@
 """What the command-line modules share: the usage error, output files renamed into place on
-success, numbered input lines and one-line messages."""
+success and one-line messages (numbered input lines come from `_wire.read_lines`)."""
 from __future__ import annotations
 
 import os
 import pathlib
 import sys
-from typing import Any, Iterator
+from typing import Any
 
 PROG = "dts-bridge"
 DEBUG_ENV = "DTS_BRIDGE_DEBUG"  # set: unexpected exceptions keep their traceback (the tests set it)
@@ -63,12 +63,6 @@ class _Outputs:
             if tmp is not None:
                 tmp.unlink(missing_ok=True)
         self._open.clear()
-
-
-def _numbered_lines(stream) -> Iterator[tuple[int, bytes]]:
-    for number, line in enumerate(stream, 1):
-        if line.strip():
-            yield number, line
 
 
 def _one_line(text: str) -> str:

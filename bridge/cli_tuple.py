@@ -15,7 +15,8 @@ import orjson
 from google.protobuf import json_format
 
 from . import subscribe_pb2 as pb
-from .cli_base import UsageError, _numbered_lines, _one_line, _Outputs
+from ._wire import read_lines
+from .cli_base import UsageError, _one_line, _Outputs
 from .errors import BridgeError, DecodeError
 from .options import Options
 
@@ -161,7 +162,7 @@ def tuple_converter(options: Options, only: str | None) -> Callable[[pb.Entry], 
     return convert
 
 
-def _tuple_input(framing: str, path: str, fh, args):
+def _tuple_input(framing: str, path: str, fh, args, max_line_bytes: int | None = None):
     """((RecordSchema, table, DTS columns), row reader) of a Tuple file. The RecordSchema comes
     from --schema, else NAME.schema.json next to the file, else (Parquet) the file's metadata."""
     tup = _tuple_module()
@@ -191,6 +192,8 @@ def _tuple_input(framing: str, path: str, fh, args):
     except BridgeError as err:
         raise UsageError(f"invalid RecordSchema: {err}") from None
     readers = {"jsonl": _tuple_jsonl_rows, "csv": _tuple_csv_rows, "parquet": _tuple_parquet_rows}
+    if framing == "jsonl":
+        return (schema, table, columns), _tuple_jsonl_rows(tup, fh, schema, fields, max_line_bytes)
     return (schema, table, columns), readers[framing](tup, fh if framing != "parquet" else path, schema, fields)
 
 
@@ -212,8 +215,11 @@ def pyarrow_parquet():
 
 # Tuple readers yield (row number, row or the BridgeError that row gave): one bad row is one rejected record.
 
-def _tuple_jsonl_rows(tup, fh, schema, fields):
-    for number, line in _numbered_lines(fh):
+def _tuple_jsonl_rows(tup, fh, schema, fields, max_line_bytes: int | None = None):
+    for number, line in read_lines(fh, max_line_bytes):
+        if isinstance(line, BridgeError):  # over max_line_bytes: read past, a rejected row
+            yield number, line
+            continue
         try:
             yield number, tup.coerce_row(orjson.loads(line), fields, line=number)
         except orjson.JSONDecodeError as err:

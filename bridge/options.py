@@ -38,6 +38,8 @@ class Options:
     on_error: str = _opt("fail", "bad records: fail on the first, skip and count them, or keep them with the error",
                          ("fail", "skip", "keep"))
     max_message_bytes: int = _opt(1 << 20, "largest Envelope message written; larger Entries are split into segments")
+    max_line_bytes: int = _opt(64 << 20, "longest line of JSON Lines input (Blob, dts-json, Tuple); a longer one is "
+                                         "a rejected record, read past without being held")
     db_version: str = _opt("", "schema.source.dbVersion written when the input does not carry one")
     tuple_binary: str = _opt("base64", "how binary values are written into Tuple STRING fields", ("base64", "hex"))
     source_table: bool = _opt(False, "add the _source_table_ meta column to Tuple rows (topics that take several tables)")
@@ -55,6 +57,9 @@ class Options:
         if not isinstance(self.max_message_bytes, int) or not 64 <= self.max_message_bytes <= 1 << 30:
             raise OptionsError("option 'max_message_bytes' must be an integer between 64 and 1 GiB",
                                value=self.max_message_bytes)
+        if type(self.max_line_bytes) is not int or not 1 <= self.max_line_bytes <= 1 << 40:
+            raise OptionsError("option 'max_line_bytes' must be an integer between 1 and 1 TiB",
+                               value=self.max_line_bytes)
         try:
             ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError, TypeError):

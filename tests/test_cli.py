@@ -328,6 +328,121 @@ def test_dts_json_input_accounts_for_every_line(run, tmp_path, target):
     assert failed.code == 1 and "line 6" in failed.error_line()
 
 
+# ---- issue 21, 4: a line over --max-line-bytes, and an Entry whose lines are never all held --------
+
+def _long_lines(run, kind: str, tmp_path) -> tuple[list[bytes], pathlib.Path]:
+    """Good lines of one JSON Lines input kind, and the path to write them to."""
+    if kind == "blob":
+        return list(GOOD_BLOB), tmp_path / "in.jsonl"
+    if kind == "dts-json":
+        return (SAMPLES / "mariadb.dts.jsonl").read_bytes().splitlines()[:6], tmp_path / "in.dts.jsonl"
+    src, rows = _tuple_input(run, tmp_path)  # (its RecordSchema next to it)
+    return rows[:6], src
+
+
+@pytest.mark.parametrize("kind", ["blob", "dts-json", "tuple"])
+def test_a_line_over_max_line_bytes_is_one_rejected_record_named_by_its_line(run, tmp_path, kind):
+    """The line is rejected under the skip policy with its number (the rejects file keeps its first
+    4 KiB and its length), the lines after it are converted, and under fail it stops the run."""
+    lines, src = _long_lines(run, kind, tmp_path)
+    source = kind
+    limit = max(len(line) for line in lines)
+    long_line = b'{"x":"' + b"y" * (3 * limit + 10_000) + b'"}'
+    data = lines[:2] + [long_line] + lines[2:]
+    src.write_bytes(b"\n".join(data) + b"\n")
+    target = "tuple" if kind != "tuple" else "dts"
+    out, rejects = tmp_path / OUTPUTS[target], tmp_path / "r.jsonl"
+    result = run("convert", src, "--from", source, "-o", out, "--to", target, "--max-line-bytes", limit,
+                 "--on-error", "skip", "--rejects", rejects)
+    assert result.counts()["rejected"] == 1 and result.counts()["input"] == len(data), result.err
+    [record] = [r for r in json_lines(rejects.read_bytes()) if r["kind"] == "LineTooLongError"]
+    assert record["line"] == 3 and record["raw_truncated_from"] == len(long_line)
+    assert base64_decode(record["raw_base64"]) == long_line[:min(4096, limit + 1)]
+    assert f"max_line_bytes ({limit})" in record["reason"]
+    fine = run("convert", src, "--from", source, "-o", out, "--to", target, "--max-line-bytes", len(long_line),
+               "--on-error", "skip")
+    assert fine.counts()["input"] == len(data)  # the same line under a limit it fits: read, then judged
+    failed = run("convert", src, "--from", source, "-o", out, "--to", target, "--max-line-bytes", limit)
+    assert failed.code == 1 and "line 3" in failed.error_line() and "max_line_bytes" in failed.error_line()
+
+
+def base64_decode(text: str) -> bytes:
+    import base64
+    return base64.b64decode(text)
+
+
+def test_max_line_bytes_applies_to_json_lines_input_only(run, tmp_path):
+    result = run("convert", SAMPLES / "mixed.pb", "-o", tmp_path / "x.jsonl", "--max-line-bytes", "100")
+    assert result.code == 2 and "--max-line-bytes" in result.error_line()
+
+
+class _EndlessLine(io.RawIOBase):
+    """A stream whose second line is `size` bytes long, made up as it is read; it records the
+    largest read asked of it."""
+
+    def __init__(self, size: int) -> None:
+        self.first, self.left, self.largest = b'{"a":1}\n', size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readline(self, size: int = -1) -> bytes:
+        self.largest = max(self.largest, size)
+        if self.first:
+            line, self.first = self.first, b""
+            return line
+        if self.left <= 0:
+            return b""
+        take = min(self.left, size)
+        self.left -= take
+        return b"z" * take + (b"\n" if self.left == 0 else b"")
+
+
+def test_a_long_line_is_read_past_in_chunks_never_held_whole():
+    """1 GiB of line read with a 1 MiB limit: no read asks for more than the limit and a chunk."""
+    from bridge._wire import read_lines
+    stream = _EndlessLine(1 << 30)
+    items = list(read_lines(stream, 1 << 20, "s"))
+    assert items[0] == (1, b'{"a":1}\n')
+    number, err = items[1]
+    assert number == 2 and err.length == 1 << 30 and err.where == {"line": 2, "source": "s"}
+    assert stream.largest <= (1 << 20) + 1
+
+
+def _wide_entry(columns: int, rows: int) -> pb.Entry:
+    """The issue's amplifier: one Entry, many int columns, empty rows (each message repeats the schema)."""
+    e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=T0,
+                                  schemaName="db", tableName="wide", seqId=1))
+    dml_event = e.event.dmlEvent
+    for i in range(columns):
+        dml_event.columns.add(name=f"c{i}", originalType="int(11)")
+    for _ in range(rows):
+        dml_event.rows.add()
+    return e
+
+
+def test_convert_streams_an_entry_s_messages_in_flat_memory(tmp_path):
+    """An Entry of 2,000 int columns and 4,000 empty rows (the issue's 90 KB input, a fifth of its
+    rows) gives 325 MB of Blob lines, which held at once peak near 370 MB; `convert` writes them
+    as it makes them, under 300 MB whatever the output size (the whole input: 1.6 GB, 122 MB)."""
+    src = tmp_path / "wide.pb"
+    with open(src, "wb") as fh:
+        cli.write_pb(fh, cli.pack_entries([_wide_entry(2000, 4000)]))
+    out = tmp_path / "wide.jsonl"
+    code = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+            "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    argv = [sys.executable, "-m", "bridge", "convert", str(src), "-o", str(out), "--to", "blob"]
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+    status, peak_kib = map(int, done.stdout.split())
+    assert status == 0, done.stderr
+    assert peak_kib < 300 * 1024, f"peak RSS {peak_kib // 1024} MiB"
+    with open(out, "rb") as fh:
+        first = fh.readline()
+        count = 1 + sum(1 for _ in fh)
+    assert count == 4000 and len(first) > 60_000
+    assert orjson.loads(first)["dts"]["row"] == [0, 4000]
+
+
 # ---- round trips and the committed samples -------------------------------------------------------
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
@@ -382,7 +497,7 @@ def test_strict_and_other_options_reach_the_library(run, tmp_path):
 def _non_default(name: str, type_name: str, default, choices):
     if type_name == "bool":
         return not default, [f"--{'no-' if default else ''}{name.replace('_', '-')}"]
-    value = {"timezone": "Asia/Shanghai", "max_message_bytes": 4096}.get(name)
+    value = {"timezone": "Asia/Shanghai", "max_message_bytes": 4096, "max_line_bytes": 4096}.get(name)
     if value is None:
         value = next((c for c in (cli.CLI_CHOICES.get(name) or choices or ()) if c != default), "8.0.32")
     return value, [f"--{name.replace('_', '-')}", str(value)]
@@ -393,7 +508,7 @@ def test_every_option_has_a_flag_that_sets_it(spec):
     name, type_name, default, choices, _ = spec
     value, flags = _non_default(name, type_name, default, choices)
     args = cli.build_parser().parse_args(["convert", "in.pb", "-o", "out.jsonl", *flags])
-    options = cli.options_from(args, {"blob", "tuple", "pb"})
+    options = cli.options_from(args, {"blob", "tuple", "pb", "lines"})
     assert getattr(options, name) == value and options == Options(**{name: value})
 
 
