@@ -368,11 +368,17 @@ class DataHubWriter:
         finally:
             self.stop()
 
-    def stop(self) -> None:
-        """End the workers; records not yet acknowledged are abandoned (a restart resends them)."""
+    def stop(self, wait: float | None = None) -> None:
+        """End the workers; records not yet acknowledged are abandoned (a restart resends them).
+        `wait` (seconds): also wait for the requests in flight to come back, so that nothing of this
+        writer lands after `stop` returns (a retry that is due gives up instead)."""
         with self._cv:
             self._closing = True
             self._cv.notify_all()
+        if wait is not None:
+            deadline = time.monotonic() + wait
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _raise_pending(self) -> None:
         with self._cv:
@@ -612,6 +618,8 @@ class DataHubWriter:
                 raise DataHubError(f"{name} failed: {code}: {exc}") from None
 
     def _wait(self, attempt: int, reason: str, code=None) -> int:
+        if self._closing:
+            raise DataHubError(f"writer stopped: {reason}")
         if attempt >= self.max_retries:
             raise DataHubError(f"giving up after {attempt} retries: {reason}")
         self.retries += 1
