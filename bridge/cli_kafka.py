@@ -631,8 +631,8 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         latency = (total - seen[1]) / (count - seen[0]) if count > seen[0] else None  # since the last line
         seen[:] = [count, total]
         throttles = write_requests("datahub_throttles_total")
-        text = (f"line {state.line + tally.input:,}, {sent:,} records delivered "
-                f"({observe.rate_text(status.rate('out', sent))}), {tally.rejected:,} rejected, "
+        text = (f"{sent:,} records sent ({observe.rate_text(status.rate('out', sent))}), acknowledged to line "
+                f"{state.line:,}, {tally.rejected:,} rejected, "
                 f"{int(count):,} requests, {sink.retries if sink else 0:,} retries, {int(throttles):,} throttled")
         return text + (f", latency {latency * 1000:.0f} ms" if latency is not None else "")
 

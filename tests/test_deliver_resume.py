@@ -190,6 +190,6 @@ def test_metrics_and_status_line(standin, tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert 'dts_bridge_datahub_request_seconds_bucket{' in body and "dts_bridge_records_in_total" in body
-    status = [line for line in err.splitlines() if "records delivered" in line]
+    status = [line for line in err.splitlines() if "records sent" in line and "acknowledged to line" in line]
     assert status and "requests" in status[0] and "retries" in status[0], err
     assert landed(standin) == expected(lines)
