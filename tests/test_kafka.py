@@ -306,6 +306,27 @@ def test_consume_killed_many_times(broker, tmp_path, to, seed):
     _kill_test(broker, tmp_path, to, kills=8, seed=seed, times=12)
 
 
+def test_tuple_restarts_continue_the_version_file_being_written(broker, tmp_path):
+    """mixed.pb three times over switches shop.orders between two RecordSchemas (v1, v2, v3, ...);
+    runs stopped every two Envelopes must continue the version each table was writing, not the
+    first one whose RecordSchema matches."""
+    path = _repeated(tmp_path, ROOT / "samples" / "mixed.pb", 3)
+    topic = create_topic(broker, 1)
+    produce(broker, topic, [path])
+    ref = tmp_path / "ref"
+    assert main(["convert", str(path), "-o", str(ref / "{table}.jsonl"), "--to", "tuple", "--on-error", "skip"]) == 0
+    assert (ref / "shop.orders.v3.jsonl").exists()
+    out = tmp_path / "out" / "{table}.jsonl"
+    for _ in range(len(list(kafka.read_pb(path))) // 2 + 1):
+        assert consume(broker, topic, out, "--group", "g-versions", "--to", "tuple", "--on-error", "skip",
+                       "--max-messages", "2") == 0
+    got = {p.name: p.read_bytes() for p in (tmp_path / "out").glob("*.json*") if "consume-state" not in p.name}
+    want = {p.name: p.read_bytes() for p in ref.glob("*.json*")}
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].splitlines() == want[name].splitlines(), name
+
+
 def test_state_file_records_lengths_and_a_stale_tail_is_cut(broker, tmp_path, capsys):
     """What a killed run leaves (bytes after the committed length, a file created after the last
     commit) is undone before the next run writes."""
