@@ -251,7 +251,7 @@ class ConsumeReport:
     def lag(self) -> dict[int, int]:
         """Per partition: messages between the committed (else the read) offset and the high watermark."""
         out = {}
-        for p, high in self.high.items():
+        for p, high in list(self.high.items()):  # a status thread reads it while the run fills it
             base = self.committed.get(p, self.position.get(p, self.started.get(p)))
             if base is not None and high >= 0:
                 out[p] = max(0, high - base)
