@@ -520,11 +520,14 @@ DELIVER_STATE_SUFFIX = ".deliver-state.json"
 _HEAD_BYTES = 65536  # the input's first bytes, hashed: a file replaced by another is not resumed
 
 
-def _input_identity(path: str) -> dict:
+def _input_identity(path: str, head_bytes: int = _HEAD_BYTES) -> dict:
+    """Path, size, mtime and a hash of the first `head_bytes` (all of a smaller file): a file that
+    grew keeps its identity, one replaced by another does not."""
     st = os.stat(path)
     with open(path, "rb") as fh:
-        head = hashlib.sha256(fh.read(_HEAD_BYTES)).hexdigest()
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "head_sha256": head}
+        head = fh.read(head_bytes)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "head_bytes": len(head), "head_sha256": hashlib.sha256(head).hexdigest()}
 
 
 class _DeliverState:
@@ -545,11 +548,11 @@ class _DeliverState:
         except (OSError, orjson.JSONDecodeError) as err:
             raise UsageError(f"cannot read the state file {self.path}: {_one_line(err)} (pass --restart to "
                              "deliver from the first line)") from None
-        now = _input_identity(self.input_path)
         then = doc.get("input", {})
+        now = _input_identity(self.input_path, int(then.get("head_bytes", _HEAD_BYTES)))
         offset = int(doc.get("offset", 0))
         changed = (then.get("path") != now["path"] or then.get("head_sha256") != now["head_sha256"]
-                   or now["size"] < offset or (then.get("size") != now["size"] and now["size"] < then.get("size", 0)))
+                   or now["size"] < max(offset, int(then.get("size", 0))))  # grown is fine, shrunk is not
         if changed:
             raise UsageError(f"{self.input_path} is not the file {self.path} was written for (size, first bytes or "
                              "name differ): pass --restart to deliver it from the first line")

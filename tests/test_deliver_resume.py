@@ -138,6 +138,12 @@ def test_rerun_after_a_complete_run_sends_nothing_and_restart_is_checked(standin
     state = str(path) + DELIVER_STATE_SUFFIX
     assert main([*argv[:1], str(other), *argv[2:], "--state", state]) == 2
     assert "--restart" in capsys.readouterr().err
+    # the same file grown (lines appended): resumed, only the new lines go
+    with open(path, "ab") as fh:
+        fh.write(lines[0] + b"\n")
+    assert main(argv) == 0
+    assert "delivered 1 of 1 records" in capsys.readouterr().err
+    assert landed(standin) == expected(lines + lines[:1])
     # another topic under the same state is refused too
     assert main([*argv[:-2], "--topic", "u", "--status-interval", "0"]) == 2
     assert "not p/u" in capsys.readouterr().err
