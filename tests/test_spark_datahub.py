@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import shutil
+import time
 
 import orjson
 import pytest
@@ -127,3 +128,91 @@ def test_batch_blob_write_equals_the_file_conversion_per_shard(spark, datahub, t
     assert (summary["outcome"], summary["rows"], summary["written"], summary["skipped"]) == \
         ("commit", len(lines), len(lines), 0)
     assert summary["requests"] >= len(lines) // 7
+
+
+def test_batch_blob_write_is_exact_through_throttling_5xx_and_lost_answers(spark, datahub, tmp_path):
+    lines = blob_lines(tmp_path)
+    datahub.faults.chaos(11, p_5xx=0.1, p_throttle=0.1, p_reset=0.05, p_ack_lost=0.15)
+    sink(bs.dts_to_blob(kafka_df(spark, envelopes())), datahub, batchSize=5, workers=3).save()
+    assert datahub.faults.count("chaos-ack-lost") >= 1  # records landed whose answer was lost
+    assert datahub.faults.count() >= 4
+    assert landed(datahub) == expected_per_shard(lines)  # each once, in order
+
+
+def test_a_batch_write_run_again_with_its_epoch_writes_only_what_did_not_land(spark, datahub, tmp_path):
+    """The first run dies when an answer is lost (maxRetries 0) after some requests landed; the
+    same write with the same epoch finds those records on the shards' tails and skips them."""
+    lines = blob_lines(tmp_path)
+    log = tmp_path / "commits.jsonl"
+    df = bs.dts_to_blob(kafka_df(spark, envelopes()))
+    datahub.faults.chaos(7, p_ack_lost=0.1)  # the 13th PutRecordsByShard lands and loses its answer
+    with pytest.raises(Exception, match="giving up"):
+        sink(df, datahub, batchSize=5, maxRetries=0, epoch=3, commitLog=log).save()
+    first = len(datahub.records("p", "t"))
+    assert 0 < first < len(lines)
+    datahub.faults.chaos(None)
+    sink(df, datahub, batchSize=5, epoch=3, commitLog=log).save()
+    assert landed(datahub) == expected_per_shard(lines)
+    *_, summary = commits(log)
+    assert (summary["outcome"], summary["skipped"], summary["written"]) == ("commit", first, len(lines) - first)
+    assert {r["attributes"]["dts.epoch"] for r in datahub.records("p", "t")} == {"3"}
+
+
+def test_a_task_run_again_with_its_epoch_writes_only_the_rest():
+    """The task's write function itself, without Spark: Arrow batches of dts_to_blob rows; the first
+    attempt dies while reading its input (as a killed task does), the second writes the rest."""
+    import pyarrow as pa
+
+    from bridge._spark_jobs import BLOB_COLUMNS
+    from bridge.spark_datahub import write_batches
+
+    raws = envelopes()
+    kafka = pa.RecordBatch.from_pydict({"topic": [TOPIC] * len(raws), "partition": [0] * len(raws),
+                                        "offset": list(range(len(raws))), "value": raws})
+    rows = pa.Table.from_batches(list(bs.dts_to_blob_batches(arrow=True)(iter([kafka])))).to_batches(max_chunksize=10)
+    lines = [v.encode() for b in rows for v in b.column("blob").to_pylist()]
+    with StandInDataHub() as server:
+        server.create_topic("p", "t", shard_count=3)
+        config = configure(dict(endpoint=server.endpoint, project="p", topic="t", accessId="i", accessKey="k",
+                                batchSize="4"), BLOB_COLUMNS, streaming=True)
+
+        def dies_after(n):
+            yield from rows[:n]
+            while len(server.records("p", "t")) < 10:  # dies once a part of what it put landed
+                time.sleep(0.01)
+            raise RuntimeError("task killed")
+        with pytest.raises(RuntimeError, match="task killed"):
+            write_batches(config, dies_after(6), epoch=8)
+        first = len(server.records("p", "t"))
+        assert 0 < first < len(lines)
+        report = write_batches(config, iter(rows), epoch=8)
+        assert (report["skipped"], report["written"], report["epoch"]) == (first, len(lines) - first, 8)
+        assert landed(server) == expected_per_shard(lines)
+        positions_in_order(server)
+
+
+def test_tuple_batch_write_to_a_created_topic_per_table(spark, datahub, tmp_path):
+    folder = tmp_path / "tuple"
+    main(["convert", str(MIXED), "-o", str(folder / "{table}.jsonl"), "--to", "tuple", "--on-error", "skip",
+          "--no-progress"])
+    side = json.loads((folder / "hr.employees.schema.json").read_text())
+    fields = [(f["name"], f["type"]) for f in side["fields"]]
+    rows = [coerce_row(json.loads(line), fields) for line in (folder / "hr.employees.jsonl").read_text().splitlines()]
+    keys = [c["name"] for c in side["dtsColumns"] if c.get("isKey")]
+    df = bs.dts_to_tuple(kafka_df(spark, envelopes()), "hr.employees", {"fields": side["fields"]}, positions=True)
+    sink(df, datahub, topic="{db}_{table}", table="hr.employees", keyColumns=",".join(keys), createTopics="true",
+         shards=3, batchSize=3).save()
+    (project,) = datahub.dump_state()["projects"]
+    (topic,) = [t for t in project["topics"] if t["name"] == "hr_employees"]
+    assert [(f["name"], f["type"].upper()) for f in topic["fields"]] == fields  # created from the Spark types
+    assert len(topic["shards"]) == 3
+    want: dict[str, list] = {}
+    for row in rows:
+        want.setdefault(shard_for(tuple_shard_key(row, "hr.employees", keys), SHARDS), []).append(
+            [row[name] for name, _ in fields])
+    got: dict[str, list] = {}
+    for record in datahub.records("p", "hr_employees"):
+        got.setdefault(record["shard"], []).append(record["values"])
+    assert got == want
+    assert len(got) > 1  # the key spreads the table over shards
+    positions_in_order(datahub, "hr_employees")
