@@ -209,6 +209,29 @@ class DataHubWriter:
             for topic in self._topics.values():
                 topic.scanned = False
 
+    def covered(self, offsets: dict[int, int]) -> bool:
+        """Whether committing `offsets` is safe: no record found in a shard's tail (landed after the
+        last commit, not yet put again) lies at or past them. Committing past such a record before
+        the run reached it again would put newer committed records after it in the shard, where the
+        next restart's tail scan would stop before finding it. Those below `offsets` are dropped:
+        the commit covers them."""
+        with self._cv:
+            for topic in self._topics.values():
+                for key in list(topic.landed or ()):
+                    pos = Position.parse(key)
+                    limit = offsets.get(pos[0]) if pos else None
+                    if limit is None:
+                        continue
+                    if pos[1] >= limit:
+                        return False
+            for topic in self._topics.values():
+                for key in list(topic.landed or ()):
+                    pos = Position.parse(key)
+                    limit = offsets.get(pos[0]) if pos else None
+                    if limit is not None and pos[1] < limit:
+                        topic.landed.discard(key)
+        return True
+
     def topic(self, name: str, record_schema: dict | None = None) -> _Topic:
         """The topic's facts, read once (its type and, for Tuple, its RecordSchema); with
         `create_topics` a missing topic is created (Tuple with `record_schema`)."""
@@ -547,6 +570,8 @@ class DataHubWriter:
                 pos = Position.parse(attrs.get(ATTR_POS, ""))
                 if pos is None:
                     continue
+                if self._epoch is None and self._committed and pos[0] not in self._committed:
+                    continue  # a partition another process owns: neither ours to skip nor a boundary
                 if self._epoch is not None:
                     epoch = attrs.get(ATTR_EPOCH, "")
                     if not epoch.lstrip("-").isdigit() or int(epoch) < self._epoch:

@@ -242,6 +242,7 @@ class ConsumeReport:
     reread: int | None = 0
     held: int = 0
     commits: int = 0
+    deferred: int = 0  # commits a sink held back (`sink.may_commit`)
     committed: dict = field(default_factory=dict)
     started: dict = field(default_factory=dict)
     stopped: str = "end"
@@ -305,6 +306,7 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
     committed: dict[int, int] = {}
     checkpoint = [False]
     mark_sink = getattr(sink, "mark", None)
+    may_commit = getattr(sink, "may_commit", None)  # a sink may hold a commit back (bridge.sync)
 
     last_commit = [time.monotonic()]
 
@@ -316,6 +318,9 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
             held = reassembler.held_from(p)
             safe[p] = nxt if held is None else held
         changed = {p: off for p, off in safe.items() if committed.get(p) != off}
+        if changed and may_commit is not None and not may_commit({**committed, **changed}):
+            report.deferred += 1  # the sink cannot vouch for these offsets yet: commit later
+            return
         if mark_sink is not None:
             mark_sink({**committed, **changed})
         if changed:
