@@ -25,8 +25,8 @@ class CountingReassembler(Reassembler):
         super().__init__()
         self.bundles = self.split = self.segments = 0
 
-    def feed(self, partition, offset: int, value: bytes) -> list:
-        out = super().feed(partition, offset, value)
+    def feed(self, partition, offset: int, value: bytes, headers=None) -> list:
+        out = super().feed(partition, offset, value, headers)
         for item in out:
             if isinstance(item, Assembled):
                 self.bundles += 1
