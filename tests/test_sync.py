@@ -56,6 +56,12 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), DATAHUB_ACCESS_ID="test-id", DATAHU
 CHAOS_OPS = ("PutRecords", "PutRecordsByShard", "GetCursor", "GetRecords", "ListShard", "GetTopic", "CreateTopic")
 
 
+# `make test` and `make test-deep` both run every test; the long variants run only under the deep
+# profile (make test-deep sets HYPOTHESIS_PROFILE=deep) or with SYNC_TEST_DEEP=1.
+deep = pytest.mark.skipif(os.environ.get("HYPOTHESIS_PROFILE") != "deep" and os.environ.get("SYNC_TEST_DEEP") != "1",
+                          reason="long kill loop: make test-deep (HYPOTHESIS_PROFILE=deep) or SYNC_TEST_DEEP=1")
+
+
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -192,7 +198,10 @@ def compare(topic: str, got: dict, positions: dict, expected: dict, context: str
             f"(duplicated or foreign){'; same records, other order: REORDERED' if not lost and not twice else ''}\n"
             f"    landed:   {_short(have[first]) if first < len(have) else '(end)'}\n"
             f"    expected: {_short(want[first]) if first < len(want) else '(end)'}")
-    assert not problems, f"{context}\n" + "\n".join(problems[:20])
+    # the per-(shard, partition) verdicts first, then the positions that repeat or go backwards
+    problems.sort(key=lambda text: "landed twice" in text or "not increasing" in text)
+    assert not problems, f"{context}\n" + "\n".join(problems[:20]) + \
+        (f"\n... and {len(problems) - 20} more" if len(problems) > 20 else "")
     return sum(len(v) for v in expected.values())
 
 
@@ -414,6 +423,7 @@ def test_sync_blob_kill_loop(kafka_broker, tmp_path):
 
 
 @pytest.mark.deep
+@deep
 def test_sync_blob_kill_loop_deep(kafka_broker, tmp_path):
     """20+ kills, bigger streams (the samples packed again under 800 and 1200 byte messages,
     several times over), more chaos."""
@@ -524,6 +534,7 @@ def test_sync_tuple_kill_loop(kafka_broker, tmp_path):
 
 
 @pytest.mark.deep
+@deep
 def test_sync_tuple_kill_loop_deep(kafka_broker, tmp_path):
     files = {}
     for n in ("mixed", "types", "large"):
@@ -635,3 +646,253 @@ def test_sigterm_drains_commits_and_a_rerun_writes_nothing_new(kafka_broker, tmp
         assert third["written"] == 0 and third["envelopes"] == 0, f"the rerun wrote or read again: {third}"
         assert server.records(PROJECT, "blob") == snapshot, "the rerun changed DataHub"
         assert committed_offsets(kafka_broker, topic, "g-term", [0, 1]) == ends
+
+
+# ---- TDSQL: ShardId / ps headers ---------------------------------------------------------------
+
+def entries_groups(path: pathlib.Path) -> list[bytes]:
+    """Each Entries message of a .pb file (the unit DTS packs and splits), as bytes, in order."""
+    reassembler, out = Reassembler(), []
+    for number, _, raw in read_pb(path):
+        for item in reassembler.feed(0, number, raw):
+            assert isinstance(item, Assembled), f"{path}: {item}"
+            out.append(item.entries.SerializeToString())
+    return out
+
+
+def tdsql_stream(seed: int, tmp_path: pathlib.Path) -> tuple[list[dict], dict[str, list[bytes]]]:
+    """Two database shards' Entries, cut into segments, interleaved at random in one partition:
+    [{"shard", "ps", "group" (index into the shard's Entries), "index", "total", "value"}] and
+    {shard: [Entries bytes]}. s1 carries large.pb's Entries, s2 mixed.pb's repacked under 2000 bytes."""
+    groups = {"s1": entries_groups(SAMPLES / "large.pb"),
+              "s2": entries_groups(repack(SAMPLES / "mixed.pb", tmp_path / "mixed-2000.pb", 2000))}
+    queues = {}
+    for shard, items in groups.items():
+        queue = []
+        for g, data in enumerate(items):
+            envs = split_entries(data, 1500)
+            queue += [dict(shard=shard, group=g, index=e.index, total=e.total, value=e.SerializeToString())
+                      for e in envs]
+        queues[shard] = queue
+    assert sum(1 for r in queues["s1"] if r["index"] > 0) >= 5 and sum(1 for r in queues["s2"] if r["index"] > 0) >= 2
+    rng = random.Random(seed)
+    records, ps = [], {"s1": 0, "s2": 0}
+    while queues["s1"] or queues["s2"]:
+        shard = rng.choice([s for s in ("s1", "s2") if queues[s]])
+        record = queues[shard].pop(0)
+        ps[shard] += 1
+        records.append(dict(record, ps=ps[shard]))
+    # the two shards' segments really interleave: some Entries of one shard is open while the other's go by
+    open_spans = 0
+    for i, r in enumerate(records):
+        if r["index"] == 0 and r["total"] > 1:
+            end = next(j for j in range(i, len(records)) if records[j]["shard"] == r["shard"]
+                       and records[j]["group"] == r["group"] and records[j]["index"] == r["total"] - 1)
+            open_spans += any(records[j]["shard"] != r["shard"] for j in range(i, end))
+    assert open_spans >= 3, "the seed did not interleave multi-segment Entries"
+    return records, groups
+
+
+def expected_tdsql_lines(records: list[dict], groups: dict, tmp_path: pathlib.Path, leave_out=()) -> list[bytes]:
+    """The Blob lines of every Entries (but `leave_out`: (shard, group) pairs) in the order of
+    its first segment in the partition: `dts-bridge convert` of those Entries written whole."""
+    order = [(r["shard"], r["group"]) for r in records if r["index"] == 0 and (r["shard"], r["group"]) not in leave_out]
+    assert len(order) == len(set(order))
+    path = tmp_path / f"tdsql-expected-{uuid.uuid4().hex[:6]}.pb"
+    with open(path, "wb") as out:
+        write_pb(out, [env for shard, g in order for env in split_entries(groups[shard][g], 1 << 20)])
+    return convert_blob(path, tmp_path)
+
+
+def produce_tdsql(broker, topic: str, records: list[dict]) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    for r in records:
+        producer.produce(topic, value=r["value"], partition=0,
+                         headers=[("ShardId", r["shard"].encode()), ("ps", str(r["ps"]).encode())])
+    assert producer.flush(30) == 0
+
+
+def test_tdsql_interleaved_shards_and_a_redelivery(kafka_broker, tmp_path):
+    """Two TDSQL shards' multi-segment Entries interleaved in one partition, one record delivered
+    again (same ps, three records later): each shard's Entries land whole, in first-segment order,
+    the redelivery is dropped and counted."""
+    records, groups = tdsql_stream(SEED, tmp_path)
+    expected = expected_tdsql_lines(records, groups, tmp_path)
+    # redeliver a middle segment of s1, three records after it
+    k = next(i for i, r in enumerate(records) if r["shard"] == "s1" and 0 < r["index"] < r["total"] - 1
+             and i > 10)
+    stream = records[:k + 4] + [records[k]] + records[k + 4:]
+    topic = kafka_broker.create_topic(_name("sync-tdsql"), partitions=1)
+    warm_group_coordinator(kafka_broker, topic)
+    produce_tdsql(kafka_broker, topic, stream)
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "one", shard_count=1)  # one shard: the whole output order is checked
+        sync = Sync(tmp_path, kafka_broker, topic, "g-tdsql", server, "--to", "blob", "--datahub-topic", "one",
+                    "--idle-timeout", "2")
+        code, report, err = sync.run()
+        no_traceback(err, "sync of the TDSQL stream")
+        assert code == 0, err[-3000:]
+        assert report["redelivered"] == 1, report
+        assert "dropped 1 redelivered" in err, err[-2000:]
+        assert report["rejected"] == 0 and report["held_segments"] == 0, report
+        got = [r["data"] for r in server.records(PROJECT, "one")]
+        positions = [_pos(r) for r in server.records(PROJECT, "one")]
+        compare("one", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
+                f"TDSQL stream of {len(stream)} records (seed {SEED}), redelivered: #{k} (s1 ps {records[k]['ps']})")
+        # positions: the offset of each Entries' first segment; the output is in that order
+        assert [p[1] for p in positions] == sorted(p[1] for p in positions)
+        assert committed_offsets(kafka_broker, topic, "g-tdsql", [0]) == {0: len(stream)}
+
+
+def test_tdsql_ps_gap_is_an_error_naming_partition_shard_and_both_numbers(kafka_broker, tmp_path):
+    """A ps gap in each shard: s2 loses a whole Entries, s1 loses a middle segment of a
+    multi-segment Entries. Under --on-error fail: exit 1 naming partition, shard and both ps
+    numbers. Under skip: both gaps in the rejects file; the two Entries that lost records are
+    missing and every other Entries lands whole, in order."""
+    records, groups = tdsql_stream(SEED + 1, tmp_path)
+    lost_s2 = next(r for r in records[len(records) // 3:] if r["shard"] == "s2" and r["total"] == 1)
+    lost_s1 = next(r for r in records[len(records) // 2:] if r["shard"] == "s1" and 0 < r["index"] < r["total"] - 1)
+    stream = [r for r in records if r is not lost_s2 and r is not lost_s1]
+    first_gap = min((lost_s1, lost_s2), key=records.index)
+    expected = expected_tdsql_lines(records, groups, tmp_path,
+                                    leave_out={("s2", lost_s2["group"]), ("s1", lost_s1["group"])})
+    topic = kafka_broker.create_topic(_name("sync-tdsql-gap"), partitions=1)
+    warm_group_coordinator(kafka_broker, topic)
+    produce_tdsql(kafka_broker, topic, stream)
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "fail", shard_count=1)
+        server.create_topic(PROJECT, "skip", shard_count=1)
+        # 1. --on-error fail
+        sync = Sync(tmp_path, kafka_broker, topic, "g-gap-fail", server, "--to", "blob", "--datahub-topic", "fail",
+                    "--idle-timeout", "2")
+        code, _, err = sync.run()
+        no_traceback(err, "sync --on-error fail")
+        assert code == 1, f"a ps gap under --on-error fail must end the run with 1, got {code}: {err[-2000:]}"
+        gap = first_gap
+        message = err.strip().splitlines()[-1] if err.strip() else ""
+        for needle in (gap["shard"], str(gap["ps"] - 1), str(gap["ps"] + 1), "partition 0"):
+            assert needle in err, f"the error must name partition 0, shard {gap['shard']} and ps {gap['ps'] - 1} " \
+                                  f"-> {gap['ps'] + 1}; missing {needle!r} in: {err[-2000:]}"
+        got = [r["data"] for r in server.records(PROJECT, "fail")]
+        assert got == expected[:len(got)], "what landed before the failure is not a prefix of the expected output"
+        assert committed_offsets(kafka_broker, topic, "g-gap-fail", [0])[0] <= records.index(gap), \
+            f"the failed run committed past the gap: {message}"
+        # 2. --on-error skip --rejects FILE
+        rejects = tmp_path / "rejects.jsonl"
+        sync = Sync(tmp_path, kafka_broker, topic, "g-gap-skip", server, "--to", "blob", "--datahub-topic", "skip",
+                    "--idle-timeout", "2", "--on-error", "skip", "--rejects", str(rejects))
+        code, report, err = sync.run()
+        no_traceback(err, "sync --on-error skip")
+        lines = [json.loads(line) for line in rejects.read_text().splitlines()]
+        for lost in (lost_s2, lost_s1):
+            hits = [doc for doc in lines if lost["shard"] in json.dumps(doc) and str(lost["ps"] - 1) in json.dumps(doc)
+                    and str(lost["ps"] + 1) in json.dumps(doc)]
+            assert hits, f"no reject names shard {lost['shard']} and ps {lost['ps'] - 1} -> {lost['ps'] + 1}: {lines}"
+            assert any(doc.get("partition") == 0 for doc in hits), f"the gap's reject names no partition: {hits}"
+        assert report["rejected"] >= 1 and code == 1, \
+            f"a ps gap under skip must be counted (rejected) and reported, got exit {code}, {report}"
+        got = [r["data"] for r in server.records(PROJECT, "skip")]
+        positions = [_pos(r) for r in server.records(PROJECT, "skip")]
+        compare("skip", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
+                f"TDSQL gaps: s2 lost ps {lost_s2['ps']} (a whole Entries), s1 lost ps {lost_s1['ps']} "
+                f"(segment {lost_s1['index']} of {lost_s1['total']}); rejects: {lines}")
+
+
+def test_tdsql_gap_of_whole_entries_under_skip_is_counted_and_reported(kafka_broker, tmp_path):
+    """The gap alone (s2 loses one whole single-segment Entries, nothing is abandoned): under
+    --on-error skip it must still be counted (the run's rejected count, exit 1) and listed."""
+    records, groups = tdsql_stream(SEED + 2, tmp_path)
+    lost = next(r for r in records[len(records) // 3:] if r["shard"] == "s2" and r["total"] == 1)
+    stream = [r for r in records if r is not lost]
+    expected = expected_tdsql_lines(records, groups, tmp_path, leave_out={("s2", lost["group"])})
+    topic = kafka_broker.create_topic(_name("sync-tdsql-gap1"), partitions=1)
+    warm_group_coordinator(kafka_broker, topic)
+    produce_tdsql(kafka_broker, topic, stream)
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "skip", shard_count=1)
+        rejects = tmp_path / "rejects.jsonl"
+        sync = Sync(tmp_path, kafka_broker, topic, "g-gap1", server, "--to", "blob", "--datahub-topic", "skip",
+                    "--idle-timeout", "2", "--on-error", "skip", "--rejects", str(rejects))
+        code, report, err = sync.run()
+        no_traceback(err, "sync --on-error skip")
+        got = [r["data"] for r in server.records(PROJECT, "skip")]
+        positions = [_pos(r) for r in server.records(PROJECT, "skip")]
+        compare("skip", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
+                f"TDSQL gap: s2 lost ps {lost['ps']} (a whole Entries)")
+        lines = [json.loads(line) for line in rejects.read_text().splitlines()]
+        assert [(d.get("partition"), d.get("shard"), d.get("last_ps"), d.get("ps")) for d in lines] == \
+            [(0, "s2", lost["ps"] - 1, lost["ps"] + 1)], lines
+        summary = err.strip().splitlines()[-1]
+        on_stderr = "jumps" in err or "gap" in err
+        assert report["rejected"] >= 1 and code == 1, \
+            f"a ps gap under --on-error skip (s2 ps {lost['ps'] - 1} -> {lost['ps'] + 1}, one Entries lost) is " \
+            f"listed in the rejects file but not counted: exit {code}, rejected {report['rejected']} in the JSON " \
+            f"report, {'' if on_stderr else 'nothing about it on stderr, '}summary: {summary!r}"
+
+
+def test_first_sync_on_a_fresh_broker(tmp_path):
+    """A broker that just started answers NOT_COORDINATOR (or COORDINATOR_LOAD_IN_PROGRESS) for
+    a moment while its group coordinator loads; `sync`'s first read of the group's offsets
+    must wait that out (GroupOffsets retries retriable answers), not exit 1."""
+    from support.kafka_broker import BrokerStartError, KafkaBroker, missing
+    if missing():
+        pytest.skip(missing())
+    for attempt in range(3):
+        try:
+            broker = KafkaBroker(tmp_path / f"fresh-broker-{attempt}")
+            break
+        except BrokerStartError as err:  # a cluster id drawn with a leading '-' reads as a flag to StorageTool
+            if attempt == 2 or "--cluster-id" not in str(err):
+                raise
+    with broker, StandInDataHub() as server:
+        topic = broker.create_topic(_name("sync-fresh"), partitions=1)
+        produce(broker, topic, SAMPLES / "mixed.pb", 0)
+        server.create_topic(PROJECT, "blob", shard_count=1)
+        sync = Sync(tmp_path, broker, topic, "g-fresh", server, "--to", "blob", "--datahub-topic", "blob",
+                    "--idle-timeout", "1")
+        code, report, err = sync.run()
+        no_traceback(err, "sync on a fresh broker")
+        assert code == 0, f"sync on a broker that started {broker.startup_seconds:.1f} s ago exited {code}: " \
+                          f"{err.strip()[-1500:]}"
+        assert [r["data"] for r in server.records(PROJECT, "blob")] == convert_blob(SAMPLES / "mixed.pb", tmp_path)
+
+
+def test_restart_after_crashes_that_advanced_partitions_unevenly(kafka_broker, tmp_path):
+    """Deterministic form of what the deep kill loop hit. Two partitions share one DataHub shard.
+    1. A run reads partition 0 only (--partitions 0; a stream without CHECKPOINT entries, so no
+       commit), its records land, and it is killed: they landed past partition 0's commit (none).
+    2. A run reads partition 1 only, to its end, and commits it: its records land after those
+       of step 1 in the shard, all below partition 1's commit.
+    3. A run over both partitions must recognise step 1's records as already there (its tail scan
+       has to look past partition 1's committed records to partition 0's), not write them again."""
+    topic = kafka_broker.create_topic(_name("sync-uneven"), partitions=2)
+    warm_group_coordinator(kafka_broker, topic)
+    no_checkpoint = tmp_path / "mixed-no-checkpoint.pb"
+    with open(no_checkpoint, "wb") as out:
+        write_pb(out, pack_entries([e for e in entries_of(SAMPLES / "mixed.pb") if e.header.messageType != pb.CHECKPOINT],
+                                   1200))
+    expected_lines = {0: convert_blob(no_checkpoint, tmp_path), 1: convert_blob(SAMPLES / "large.pb", tmp_path)}
+    produce(kafka_broker, topic, no_checkpoint, 0)
+    produce(kafka_broker, topic, SAMPLES / "large.pb", 1)
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "blob", shard_count=1)
+        sync = Sync(tmp_path, kafka_broker, topic, "g-uneven", server, "--to", "blob", "--datahub-topic", "blob")
+        proc, _, err = sync.start("--partitions", "0")
+        _wait_for(lambda: _shard_total(server, "blob") >= len(expected_lines[0]), proc, 60,
+                  "partition 0's records in DataHub", err)
+        time.sleep(0.3)
+        proc.kill()
+        proc.wait()
+        assert _shard_total(server, "blob") == len(expected_lines[0])
+        assert committed_offsets(kafka_broker, topic, "g-uneven", [0, 1]) == {0: -1001, 1: -1001}
+        code, report, err_text = sync.run("--partitions", "1", "--idle-timeout", "1")
+        assert code == 0 and report["committed"] == {"1": end_offsets(kafka_broker, topic, [1])[1]}, \
+            (code, report, err_text[-2000:])
+        code, report, err_text = sync.run("--idle-timeout", "1")
+        no_traceback(err_text, "the run over both partitions")
+        assert code == 0, err_text[-2000:]
+        expected = {("0", p): lines for p, lines in expected_lines.items()}
+        got, positions = landed_by_shard_partition(server, "blob", topic, lambda r: r["data"])
+        compare("blob", got, positions, expected,
+                f"third run: {report['written']} written, {report['already_landed']} found already there; "
+                f"partition 0's {len(expected_lines[0])} records had landed in step 1")
