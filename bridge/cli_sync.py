@@ -13,7 +13,7 @@ import orjson
 
 from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink
 from .cli_base import PROG, UsageError
-from .cli_kafka import _add_kafka_flags, _graceful_stop, _kafka_config
+from .cli_kafka import _add_kafka_flags, _add_watch_flags, _graceful_stop, _kafka_config, _watching
 from .stream import ErrorPolicy, Tally
 
 __all__ = ["register", "cmd_sync"]
@@ -32,27 +32,51 @@ def cmd_sync(args: argparse.Namespace) -> int:
     if args.to == "tuple" and "{table}" not in args.datahub_topic:
         raise UsageError("--to tuple writes one topic per table: --datahub-topic needs {table} (e.g. '{db}_{table}')")
     options = options_from(args, {"dts", args.to})
+    label = f"{PROG} sync {args.topic} -> {args.project}"
     metrics = observe.Metrics()
-    if args.metrics_port is not None:
-        port = metrics.serve(args.metrics_port)
-        print(f"{PROG} sync: metrics on http://127.0.0.1:{port}/metrics", file=sys.stderr)
-    client = metrics.timed_datahub_client(make_client(args.datahub_endpoint, compress=args.compress))
+    client = make_client(args.datahub_endpoint, compress=args.compress)
     creating = None if args.no_create_topics else {"shards": args.shards, "lifecycle": args.lifecycle}
     writer = DataHubWriter(client, args.project, batch_records=args.batch_size, workers=args.workers,
-                           max_retries=args.max_retries, create_topics=creating)
+                           max_retries=args.max_retries, create_topics=creating, observer=metrics.datahub_observer())
     config = _kafka_config(args)
     config.update({"group.id": args.group or "dts-bridge", "enable.auto.commit": False,
                    "enable.auto.offset.store": False, "enable.partition.eof": True,
                    "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-                   "logger": observe.kafka_logger(verbose=args.verbose)})
+                   "logger": observe.kafka_logger(verbose=args.verbose, prefix=f"{label}: ")})
     ck = kafka.confluent()
     tally = Tally()
+    report = kafka.ConsumeReport()
     try:
         consumer = ck.Consumer(config)
     except ck.KafkaException as exc:
         raise UsageError(f"invalid Kafka settings: {exc.args[0]}") from None
     rejects = open(args.rejects, "ab") if args.rejects else None
-    label = f"{PROG} sync {args.topic} -> {args.project}"
+    seen = [0.0, 0.0]  # PutRecordsByShard count and seconds at the last status line
+
+    def refresh(metrics: observe.Metrics) -> None:
+        metrics.count_tally(tally)
+        metrics.count_to(metrics.envelopes_in, report.envelopes)
+        for p, off in list(report.committed.items()):
+            metrics.committed_offset.labels(topic=args.topic, partition=str(p)).set(off)
+        for p, lag in report.lag().items():
+            metrics.lag.labels(topic=args.topic, partition=str(p)).set(lag)
+
+    def render(status) -> str:
+        count = metrics.value("datahub_request_seconds_count", request="PutRecordsByShard") or 0
+        total = metrics.value("datahub_request_seconds_sum", request="PutRecordsByShard") or 0.0
+        latency = (total - seen[1]) / (count - seen[0]) if count > seen[0] else None
+        seen[:] = [count, total]
+        lag = report.lag()
+        parts = [f"{report.envelopes:,} Envelopes ({observe.rate_text(status.rate('in', report.envelopes))})",
+                 f"{sink.written:,} records to DataHub ({observe.rate_text(status.rate('out', sink.written))})",
+                 f"{tally.rejected:,} rejected", f"{writer.retries:,} DataHub retries ({writer.throttled:,} throttled)",
+                 f"{writer.skipped:,} found already there"]
+        if latency is not None:
+            parts.append(f"latency {latency * 1000:.0f} ms")
+        if lag:
+            parts.append("lag " + " ".join(f"{p}:{n:,}" for p, n in sorted(lag.items())))
+        return ", ".join(parts)
+
     try:
         policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally,
                              sink=rejects_sink(rejects, tally), keep_records=False)
@@ -64,33 +88,19 @@ def cmd_sync(args: argparse.Namespace) -> int:
             convert = tuple_converter(options, None)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
-        metrics.on_collect(lambda: metrics.count_tally(tally))
-
-        def render(status) -> str:
-            metrics.refresh()
-            return (f"{tally.input} Entries in ({observe.rate_text(status.rate('in', tally.input))}/s), "
-                    f"{sink.written} records to DataHub ({observe.rate_text(status.rate('out', sink.written))}/s), "
-                    f"{tally.rejected} rejected, {writer.retries} DataHub retries, {writer.skipped} already there")
         bar = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
                                describe=lambda: f"{tally.rejected:,} rejected, {writer.retries:,} retries")
-        write = sink.write
-
-        def counted(where, outputs) -> None:
-            write(where, outputs)
-            bar.update(sink.size(outputs))
-        sink.write = counted
-        with contextlib.closing(bar), _graceful_stop() as stop, \
-                observe.StatusLine(args.status_interval, label=label, render=render):
+        with contextlib.closing(bar), _graceful_stop() as stop, _watching(args, label, metrics, render, refresh):
+            bar.follow(lambda: sink.written)
             report = sync.run(consumer, args.topic, store, writer, sink, convert, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
-                              raw=args.to == "blob", commit_interval=args.commit_interval or None)
+                              raw=args.to == "blob", commit_interval=args.commit_interval or None, report=report)
     finally:
         with contextlib.suppress(Exception):
             consumer.close()
         if rejects is not None:
             rejects.close()
-        metrics.close()
     committed = ", ".join(f"{p}:{o}" for p, o in sorted(report.committed.items())) or "nothing new"
     if args.json:
         doc = {"topic": args.topic, "input": tally.input, "converted": tally.converted, "rejected": tally.rejected,
@@ -149,11 +159,7 @@ def register(commands) -> None:
     parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                         help="stop once every partition is read to its end and no message came for this long")
     parser.add_argument("--rejects", metavar="PATH", help="with --on-error skip: append one JSON line per rejected record")
-    parser.add_argument("--status-interval", type=float, default=30.0, metavar="SECONDS",
-                        help="a one-line status on stderr this often (0: never; default: 30)")
-    parser.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
-    parser.add_argument("--no-progress", action="store_true", help="no progress display (it shows only on a terminal)")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more of librdkafka's log")
+    _add_watch_flags(parser, kafka=True)
     parser.add_argument("--json", action="store_true", help="print the run's counts as one JSON document")
     add_option_flags(parser)
     parser.set_defaults(run=cmd_sync)
