@@ -27,6 +27,7 @@ import bridge  # noqa: E402
 import bridge.spark as bs  # noqa: E402
 from bridge import shard_key  # noqa: E402
 from bridge.cli import main  # noqa: E402
+from bridge._wire import pack_entries  # noqa: E402
 from bridge.datahub_sink import Position, shard_for, tuple_shard_key  # noqa: E402
 from bridge.errors import OptionsError  # noqa: E402
 from bridge.spark_datahub import configure  # noqa: E402
@@ -216,3 +217,97 @@ def test_tuple_batch_write_to_a_created_topic_per_table(spark, datahub, tmp_path
     assert got == want
     assert len(got) > 1  # the key spreads the table over shards
     positions_in_order(datahub, "hr_employees")
+
+
+# ---- streaming ------------------------------------------------------------------------------
+
+def entries_starts(raws) -> list[int]:
+    """The offsets where an Entries begins (its first Envelope segment)."""
+    entries = dts_records_to_entries([(0, n, raw) for n, raw in enumerate(raws)], ErrorPolicy("fail"))
+    return sorted({where["offset"] for where, _ in entries})
+
+
+def small_envelopes() -> list[bytes]:
+    """mixed.pb's Entries packed into Envelopes of at most 2 KB (16 Kafka records, where the sample
+    has 2): the same Blob messages, with room to cut the stream between Entries."""
+    entries = dts_records_to_entries([(0, n, raw) for n, raw in enumerate(envelopes())], ErrorPolicy("fail"))
+    return [env.SerializeToString() for env in pack_entries([entry for _, entry in entries], 2048)]
+
+
+def kafka_files(folder: pathlib.Path, raws, parts: int) -> int:
+    """The records as `parts` parquet files of Kafka-shaped rows, cut where an Entries begins, with
+    increasing modification times (the file source's order): one micro-batch each."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    starts = entries_starts(raws)
+    cuts = sorted({min(starts, key=lambda s: abs(s - len(raws) * k // parts)) for k in range(1, parts)} - {0})
+    folder.mkdir()
+    stamp = datetime.datetime(2021, 5, 17, tzinfo=datetime.timezone.utc)
+    for i, (lo, hi) in enumerate(zip([0] + cuts, cuts + [len(raws)])):
+        table = pa.table({"key": pa.array([None] * (hi - lo), pa.binary()), "value": pa.array(raws[lo:hi], pa.binary()),
+                          "topic": [TOPIC] * (hi - lo), "partition": pa.array([0] * (hi - lo), pa.int32()),
+                          "offset": pa.array(range(lo, hi), pa.int64()),
+                          "timestamp": pa.array([stamp] * (hi - lo), pa.timestamp("us", tz="UTC"))})
+        path = folder / f"part-{i:03d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (1_700_000_000 + i * 10, 1_700_000_000 + i * 10))
+    return len(cuts) + 1
+
+
+def run_stream(spark, server, folder, checkpoint, **options):
+    stream = spark.readStream.schema(bs.KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(folder))
+    # Each file ends where an Entries ends, so the per-partition function alone converts each
+    # micro-batch exactly (dts_to_blob on a stream adds the state that carries unfinished Entries
+    # from one micro-batch to the next, tested in tests/test_spark.py, and costs a shuffle).
+    blob = stream.select("topic", "partition", "offset", "value").mapInArrow(
+        bs.dts_to_blob_batches(arrow=True), bs.blob_schema())
+    writer = blob.writeStream.format("datahub").option("checkpointLocation", str(checkpoint))
+    for key, value in dict(endpoint=server.endpoint, project="p", topic="t", accessId="test-id",
+                           accessKey="test-secret", **options).items():
+        writer = writer.option(key, str(value))
+    query = writer.trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(240), "the stream did not finish"
+    finally:
+        query.stop()
+
+
+def test_streaming_write_over_several_micro_batches(spark, datahub, tmp_path):
+    lines = blob_lines(tmp_path)
+    files = kafka_files(tmp_path / "in", small_envelopes(), 4)
+    log = tmp_path / "commits.jsonl"
+    run_stream(spark, datahub, tmp_path / "in", tmp_path / "ckpt", batchSize=6, commitLog=log)
+    assert landed(datahub) == expected_per_shard(lines)
+    summaries = commits(log)
+    assert [s["batch"] for s in summaries] == list(range(files)) and files == 4
+    assert all(s["outcome"] == "commit" and s["written"] > 0 and s["skipped"] == 0 for s in summaries)
+    assert sum(s["written"] for s in summaries) == len(lines)
+    # each record carries its micro-batch: the batches' offsets follow one another
+    epochs = [(int(r["attributes"]["dts.epoch"]), Position.parse(r["attributes"]["dts.pos"])[1])
+              for r in datahub.records("p", "t")]
+    assert {e for e, _ in epochs} == set(range(files))
+    for e in range(files - 1):
+        assert max(o for b, o in epochs if b == e) < min(o for b, o in epochs if b == e + 1)
+
+
+def test_a_micro_batch_replayed_after_a_failure_lands_nothing_twice(spark, datahub, tmp_path):
+    """The query dies in its third micro-batch after a part of it landed (an answer lost, no
+    retries); restarted from its checkpoint, Spark runs that micro-batch again with the same id and
+    rows, and the writer skips what the failed attempt wrote."""
+    lines = blob_lines(tmp_path)
+    kafka_files(tmp_path / "in", small_envelopes(), 4)
+    log = tmp_path / "commits.jsonl"
+    datahub.faults.chaos(14, p_ack_lost=0.1)  # the 15th PutRecordsByShard lands and loses its answer
+    with pytest.raises(Exception, match="giving up"):
+        run_stream(spark, datahub, tmp_path / "in", tmp_path / "ckpt", batchSize=5, maxRetries=0, commitLog=log)
+    done = [s for s in commits(log) if s["outcome"] == "commit"]
+    before = len(datahub.records("p", "t"))
+    assert 0 < len(done) < 4 and sum(s["written"] for s in done) < before < len(lines)
+    failed = len(done)  # the id of the micro-batch that failed
+    datahub.faults.chaos(None)
+    run_stream(spark, datahub, tmp_path / "in", tmp_path / "ckpt", batchSize=5, commitLog=log)
+    assert landed(datahub) == expected_per_shard(lines)
+    replayed = [s for s in commits(log) if s["outcome"] == "commit" and s["batch"] == failed]
+    assert len(replayed) == 1 and replayed[0]["skipped"] == before - sum(s["written"] for s in done) > 0
+    assert [s["batch"] for s in commits(log) if s["outcome"] == "commit"] == [0, 1, 2, 3]
+    positions_in_order(datahub)
