@@ -293,7 +293,7 @@ class _TableCodec:
     text: list  # per column: is it text whose charset must travel
     columns: list = field(default_factory=list)  # (name, to_blob, text, index) per column, for the hot loop
     foreign_default: bool = False  # the columns are what a message without extension decodes to
-    fast_image: Any = None  # compiled converter of canonical images (blob_rows)
+    fast_image: Any = None  # compiled converter of canonical images (blob_rows), built when first needed
     native: Any = None  # C converter of canonical images on an Entry's bytes (blob_rows.native_plan)
 
     def plain_extension_redundant(self, nrows: int, ext_header: dict) -> bool:
@@ -787,13 +787,16 @@ class BlobEncoder:
     # -- parts -------------------------------------------------------------------------------
     def _image(self, table: _TableCodec, datas, lossless: bool):
         """(dataColumn dict, raw Data by column index for inexact values, charsets by column)."""
+        if not datas:
+            return {}, None, None
+        fast = table.fast_image
+        if fast is None:  # compiled on first use: a table the C path takes never needs it
+            fast = table.fast_image = compile_image(table.names, table.codecs)
         try:
-            return table.fast_image(datas), None, None
+            return fast(datas), None, None
         except MISSES:
             pass  # not all canonical: the per-value path below decides value by value
         if len(datas) != len(table.names):
-            if not datas:
-                return {}, None, None
             raise ConversionError(f"row image has {len(datas)} values for {len(table.names)} columns")
         values = {}
         raws = None
@@ -859,7 +862,6 @@ class BlobEncoder:
             foreign["properties"] = foreign_props
         columns = [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, text))]
         table = _TableCodec(names, codecs, schema_columns, pkey, ext, text, columns, ext == foreign)
-        table.fast_image = compile_image(names, codecs)
         table.native = native_plan(names, codecs, self.options.timezone == "UTC")
         return table
 

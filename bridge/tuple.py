@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
+from ._wire import read_lines
 from .errors import BridgeError, TupleFormatError
 from .tuple_decode import (FIELD_CHECKS, FIELD_COLUMNS, FROM_TUPLE, OP_IMAGES, TupleDecoder,
                            tuples_to_entries)
@@ -84,13 +85,14 @@ def write_tuple_jsonl(rows: Iterable[dict], fh) -> int:
     return count
 
 
-def read_tuple_jsonl(fh, schema=None) -> Iterator[tuple[int, dict]]:
+def read_tuple_jsonl(fh, schema=None, max_line_bytes: int | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, row) of a JSON Lines file; with a schema, values are checked and DECIMAL
-    strings become Decimal. Blank lines are skipped."""
+    strings become Decimal. Blank lines are skipped; a line over `max_line_bytes` (default 64 MiB)
+    raises LineTooLongError, read past without being held."""
     fields = _fields(schema) if schema is not None else None
-    for number, line in enumerate(fh, 1):
-        if not line.strip():
-            continue
+    for number, line in read_lines(fh, max_line_bytes):
+        if isinstance(line, BridgeError):
+            raise line
         try:
             row = orjson.loads(line)
         except orjson.JSONDecodeError as exc:

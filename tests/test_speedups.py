@@ -709,3 +709,92 @@ def test_a_streamed_entry_goes_from_c_to_python_at_the_first_row_c_is_not_sure_o
     finally:
         blob_encode._PIECE_BYTES, blob_encode._FIRST_PIECE = saved
     assert firsts and firsts[0] == 3  # rows 0..2 from C, then Python (twice over: check, then write)
+
+
+# ---- the fuzz seeds of issue 21 (tests/fuzz_seeds/README.md), through both paths -------------------
+
+SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_seeds")
+_SEED_ROWS = 20  # a seed's Entry of more rows is compared on its first rows (they repeat one another)
+
+
+def _seed_entries(path: str) -> list[bytes]:
+    """The bytes of each Entry of a `.pb` seed, as the readers hand them to the converters."""
+    from bridge.stream import ErrorPolicy, dts_records_to_entries
+    records = [(0, number, value) for number, _, value in bridge.read_pb(path)]
+    out = []
+    for _, entry, raw in dts_records_to_entries(records, ErrorPolicy("fail"), raw=True):
+        if len(entry.event.dmlEvent.rows) > _SEED_ROWS:
+            del entry.event.dmlEvent.rows[_SEED_ROWS:]
+            raw = entry.SerializeToString()
+        out.append(raw)
+    return out
+
+
+def _sink_lines(raw: bytes) -> list[bytes] | None:
+    """The Blob lines `_speedups.Sink` writes for one Entry, or None when it leaves it to Python."""
+    from array import array
+
+    from bridge._native import speedups
+    key = speedups.table_key(raw)
+    if key is None:
+        return None
+    entry = pb.Entry.FromString(raw)
+    try:
+        record = bridge.BlobEncoder().sink_table(entry, raw)
+    except BridgeError:
+        return None
+    if record is None:
+        return None
+    sink = speedups.Sink()
+    if sink.entries([raw], 0, {key: record}, 0, 0, True, bridge.blob_encode.FORMAT_VERSION.encode())[1] != 1:
+        return None
+    taken = sink.take()
+    ends = array("i", taken[1])
+    return [taken[2][ends[i]:ends[i + 1]] for i in range(len(ends) - 1)]
+
+
+@needs_native
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(SEEDS) if n.endswith(".pb")))
+def test_every_seed_gives_the_same_on_both_paths(name):
+    """Each `.pb` seed, Entry by Entry: the four faces of the encoder (C vs Python), stream_lines,
+    the sink (where it takes the Entry) and Blob -> DTS with and without C give the same output
+    and the same error, in lossless and strict mode."""
+    for raw in _seed_entries(os.path.join(SEEDS, name)):
+        for options in OPTIONS[:2]:
+            messages = assert_same(raw, options)
+            expected = messages if _is_error(messages) else [orjson.dumps(m) for m in messages]
+            streamed = _outcome(lambda: _streamed(bridge.BlobEncoder(options, line_budget=0), pb.Entry.FromString(raw),
+                                                  raw))
+            assert_outcomes(streamed, expected, "stream_lines")
+            if options is OPTIONS[0]:
+                sunk = _sink_lines(raw)
+                assert sunk is None or sunk == expected
+            if not _is_error(messages):
+                outcomes = assert_decoders_agree(messages, options)
+                if options.lossless and messages:
+                    back = [e for out in outcomes[:-1] for e in out]
+                    assert back == [pb.Entry.FromString(raw).SerializeToString()]
+
+
+@needs_native
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(SEEDS) if n.endswith(".blob.jsonl")))
+def test_every_blob_seed_gives_the_same_on_both_paths(name):
+    with open(os.path.join(SEEDS, name), "rb") as fh:
+        messages = [orjson.loads(line) for line in fh if line.strip()]
+    for options in OPTIONS[:2]:
+        outcomes = assert_decoders_agree(messages, options)
+        assert _is_error(outcomes[0]) and "not in schema.dataColumn" in outcomes[0][2]
+
+
+def test_the_long_line_seed_is_one_rejected_record_read_past():
+    import gzip
+
+    from bridge._wire import read_lines
+    from bridge.stream import ErrorPolicy, Tally, blob_lines_to_entries
+    tally = Tally()
+    policy = ErrorPolicy("skip", tally=tally)
+    with gzip.open(os.path.join(SEEDS, "long-line.blob.jsonl.gz"), "rb") as fh:
+        assert list(blob_lines_to_entries(read_lines(fh, source="seed"), policy)) == []
+    assert (tally.input, tally.rejected) == (1, 1)
+    [record] = policy.rejects
+    assert record["kind"] == "LineTooLongError" and record["line"] == 1 and record["raw_truncated_from"] == 100_000_001

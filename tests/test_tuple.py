@@ -734,3 +734,13 @@ def test_samples_pass_pydatahub(path):
     pytest.importorskip("datahub")
     for (_, schema_json), (rows, _) in _sample_tables(path)[0].items():
         _sdk_round_trips(json.loads(schema_json), rows)
+
+
+def test_read_tuple_jsonl_stops_at_a_line_over_max_line_bytes():
+    """Issue 21, 4: a line longer than the limit raises LineTooLongError naming it, read past."""
+    from bridge.errors import LineTooLongError
+    data = io.BytesIO(b'{"a": 1}\n\n' + b'{"b": "' + b"x" * 5000 + b'"}\n{"c": 3}\n')
+    rows = read_tuple_jsonl(data, max_line_bytes=1000)
+    assert next(rows) == (1, {"a": 1})
+    with pytest.raises(LineTooLongError, match=r"line of 5009 bytes .* \(1000\) \(line 3\)"):
+        next(rows)

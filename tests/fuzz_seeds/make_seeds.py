@@ -1,0 +1,128 @@
+"""Writes the seed inputs of this folder (issue 21's hostile inputs); see README.md.
+
+    .venv/bin/python tests/fuzz_seeds/make_seeds.py
+
+Deterministic: running it again gives the same bytes.
+"""
+from __future__ import annotations
+
+import gzip
+import pathlib
+
+import orjson
+
+import bridge
+from bridge import pb
+
+HERE = pathlib.Path(__file__).resolve().parent
+T0 = 1_700_000_000
+
+
+def _header(seq_id: int, **fields) -> pb.Header:
+    fields = {"schemaName": "shop", "tableName": "orders", **fields}
+    return pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=T0, seqId=seq_id, **fields)
+
+
+def _dml(seq_id: int, dml_type: int = pb.INSERT, rows: int = 2, **fields) -> pb.Entry:
+    entry = pb.Entry(header=_header(seq_id, **fields))
+    dml = entry.event.dmlEvent
+    dml.dmlEventType = dml_type
+    dml.columns.add(name="id", originalType="bigint(20)", isKey=True)
+    dml.columns.add(name="name", originalType="varchar(32)")
+    for i in range(rows):
+        row = dml.rows.add()
+        images = {pb.INSERT: (row.newColumns,), pb.DELETE: (row.oldColumns,),
+                  pb.UPDATE: (row.oldColumns, row.newColumns)}[dml_type]
+        for image in images:
+            image.add(dataType=pb.INT64, sv=str(seq_id * 10 + i))
+            image.add(dataType=pb.STRING, charset="utf8mb4", bv=f"n{i}".encode())
+    return entry
+
+
+def _write_pb(name: str, entries: list, per_envelope: bool = True) -> None:
+    groups = [[e] for e in entries] if per_envelope else [entries]
+    with open(HERE / name, "wb") as fh:
+        bridge.write_pb(fh, [env for group in groups for env in bridge.pack_entries(group)])
+
+
+def _blob(name: str, messages: list) -> None:
+    (HERE / name).write_bytes(b"".join(orjson.dumps(m) + b"\n" for m in messages))
+
+
+def _repeated_name_message(op: str) -> dict:
+    image = {"dataColumn": {"k": 1, "hidden": 42}}
+    payload = {"before" if op in ("UPDATE_BEFOR", "DELETE") else "after": image, "op": op,
+               "sequenceId": "5000000", "timestamp": {"eventTime": T0 * 1000, "checkpointTime": T0 * 1000}}
+    return {"schema": {"dataColumn": [{"name": "k", "type": "LONG"}, {"name": "k", "type": "LONG"}],
+                       "primaryKey": [], "source": {"dbType": "MySQL", "dbName": "d", "schemaName": "d",
+                                                    "tableName": "t"}},
+            "payload": payload, "version": "0.0.1"}
+
+
+def _wrong_image(seq_id: int, dml_type: int) -> pb.Entry:
+    entry = _dml(seq_id, dml_type)
+    row = entry.event.dmlEvent.rows[1]
+    (row.oldColumns if dml_type == pb.INSERT else row.newColumns).extend(
+        row.newColumns if dml_type == pb.INSERT else row.oldColumns)
+    return entry
+
+
+def main() -> None:
+    # 1. Blob -> DTS: a repeated column name and a key no column has
+    _blob("repeated-column-insert.blob.jsonl", [_repeated_name_message("INSERT")])
+    _blob("repeated-column-update-half.blob.jsonl", [_repeated_name_message("UPDATE_BEFOR")])
+    # 2. one bad Entry between two good ones, one Envelope each (Spark's skip modes)
+    for name, change in (("unknown-source-type", lambda e: setattr(e.header, "sourceType", 4)),
+                         ("unknown-column-type", lambda e: setattr(e.event.dmlEvent.columns[1], "originalType",
+                                                                   "frobnicate(3)")),
+                         ("unparsable-column-type", lambda e: setattr(e.event.dmlEvent.columns[1], "originalType",
+                                                                      "varchar(x)"))):
+        middle = _dml(2)
+        change(middle)
+        _write_pb(f"{name}-middle.pb", [_dml(1), middle, _dml(3)])
+    # 3. an image the op must not carry, with a second defect
+    defects = {"bad-timestamp": lambda e: setattr(e.header, "timestamp", 5),
+               "unknown-source-type": lambda e: setattr(e.header, "sourceType", 9),
+               "unknown-column-type": lambda e: setattr(e.event.dmlEvent.columns[1], "originalType", "frobnicate(3)")}
+    for op, dml_type in (("insert-with-before", pb.INSERT), ("delete-with-after", pb.DELETE)):
+        entries = []
+        for seq_id, change in enumerate(defects.values(), 10):
+            entry = _wrong_image(seq_id, dml_type)
+            change(entry)
+            entries.append(entry)
+        _write_pb(f"{op}-and-a-second-defect.pb", entries)
+    # 4. amplification: 2,000 int columns, 20,000 empty rows; a 100 MB line of Blob input
+    wide = pb.Entry(header=_header(1, tableName="wide"))
+    dml = wide.event.dmlEvent
+    for i in range(2000):
+        dml.columns.add(name=f"c{i}", originalType="int(11)")
+    for _ in range(20_000):
+        dml.rows.add()
+    _write_pb("wide-empty-rows.pb", [wide])
+    with gzip.GzipFile(HERE / "long-line.blob.jsonl.gz", "wb", mtime=0) as fh:
+        fh.write(b"[" + b"0," * (50 * 1000 * 1000 - 1) + b"0]\n")
+    # 5. the sink on Entries with seqId 0
+    entries = []
+    for dml_type in (pb.INSERT, pb.UPDATE, pb.DELETE):
+        entry = _dml(0, dml_type)
+        entry.header.seqId = 0
+        entries.append(entry)
+    _write_pb("seq-id-0.pb", entries, per_envelope=False)
+    # 6. unknown fields in every kind of message of a DML Entry and of a BEGIN
+    entry = _dml(7, pb.UPDATE)
+    entry.MergeFromString(b"\x30\x05")
+    entry.header.MergeFromString(b"\x80\x01\x07")
+    entry.event.MergeFromString(b"\x45\x01\x02\x03\x04")
+    entry.event.dmlEvent.MergeFromString(b"\x22\x01x")
+    entry.event.dmlEvent.columns[1].MergeFromString(b"\xab\x02\x08\x01\xac\x02")  # a group
+    entry.event.dmlEvent.rows[0].MergeFromString(b"\x28\x02")
+    entry.event.dmlEvent.rows[0].oldColumns[0].MergeFromString(b"\x28\x03")
+    entry.event.dmlEvent.rows[1].newColumns[1].MergeFromString(b"\x0d\x00\x00\x80\x3f")
+    begin = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.BEGIN, timestamp=T0, seqId=6))
+    begin.event.beginEvent.transactionId = "t1"
+    begin.event.beginEvent.MergeFromString(b"\x18\x96\x81\x80\x00")  # an overlong varint, kept as it came
+    _write_pb("unknown-fields.pb", [begin, entry], per_envelope=False)
+
+
+if __name__ == "__main__":
+    main()
