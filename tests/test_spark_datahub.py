@@ -311,3 +311,58 @@ def test_a_micro_batch_replayed_after_a_failure_lands_nothing_twice(spark, datah
     assert len(replayed) == 1 and replayed[0]["skipped"] == before - sum(s["written"] for s in done) > 0
     assert [s["batch"] for s in commits(log) if s["outcome"] == "commit"] == [0, 1, 2, 3]
     positions_in_order(datahub)
+
+
+# ---- options, checked on the driver before any task runs ------------------------------------
+
+BLOB_INPUT = [(n, "string") for n in ("topic", "shard_key", "blob")] + [("partition", "int"), ("offset", "bigint"),
+                                                                          ("entry", "int"), ("row", "int")]
+TUPLE_INPUT = [("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("entry", "int"), ("row", "int"),
+               ("id", "bigint"), ("at", "timestamp"), ("price", "decimal(10,2)"), ("error", "string")]
+BASE = {"endpoint": "http://127.0.0.1:9", "project": "p", "topic": "t"}
+
+
+@pytest.mark.parametrize("options, columns, streaming, overwrite, message", [
+    ({}, BLOB_INPUT, False, True, "only appends"),
+    ({"epoch": "4"}, BLOB_INPUT, True, False, "option 'epoch' is for batch writes"),
+    ({"batchsise": "10"}, BLOB_INPUT, False, False, "did you mean 'batchSize'"),
+    ({"routing": "partition-key"}, BLOB_INPUT, False, False, "option 'routing'"),
+    ({"maxRetries": "-1"}, BLOB_INPUT, False, False, "option 'maxRetries'"),
+    ({"createTopics": "yes"}, BLOB_INPUT, False, False, "option 'createTopics'"),
+    ({}, BLOB_INPUT[1:3], False, False, "position columns"),
+    ({"topic": "{db}_{table}"}, BLOB_INPUT, False, False, "Blob rows go to one topic"),
+    ({"keyColumns": "id"}, BLOB_INPUT, False, False, "for Tuple rows"),
+    ({}, TUPLE_INPUT, False, False, "option 'keyColumns'"),
+    ({"keyColumns": "id,nope"}, TUPLE_INPUT, False, False, "columns the rows do not have"),
+    ({"topic": "{db}_{table}", "keyColumns": "id"}, TUPLE_INPUT, False, False, "set option 'table'"),
+    ({"table": "orders"}, TUPLE_INPUT, False, False, "db.table"),
+    ({"table": "shop.orders"}, TUPLE_INPUT + [("tags", "array<string>")], False, False, "no DataHub field type"),
+])
+def test_options_are_checked_up_front(options, columns, streaming, overwrite, message):
+    with pytest.raises(OptionsError, match=message):
+        configure({**BASE, **options}, columns, streaming=streaming, overwrite=overwrite)
+
+
+def test_tuple_rows_take_their_fields_from_the_columns():
+    config = configure({**BASE, "TOPIC": "{db}_{table}", "table": "shop.orders", "KeyColumns": "id"}, TUPLE_INPUT,
+                       streaming=True)
+    assert config.kind == "TUPLE" and config.template and config.options["keyColumns"] == ("id",)
+    assert config.record_schema == {"fields": [{"name": "id", "type": "BIGINT"}, {"name": "at", "type": "TIMESTAMP"},
+                                               {"name": "price", "type": "DECIMAL"}]}
+    assert config.timestamps == ("at",)
+    with pytest.raises(OptionsError, match="needs the option 'endpoint'"):
+        configure({"project": "p", "topic": "t"}, BLOB_INPUT, streaming=False)
+
+
+def test_doctests():
+    import doctest
+
+    import bridge.spark_datahub
+    assert doctest.testmod(bridge.spark_datahub).failed == 0
+
+
+def test_import_does_not_load_pyspark():
+    import subprocess
+    import sys
+    code = "import sys, bridge.spark_datahub; assert 'pyspark' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
