@@ -379,7 +379,9 @@ _COUNTED = ("rows", "written", "skipped", "rejected", "requests", "retries", "th
 def summarize(reports: list[dict | None], batch_id: int | None, outcome: str) -> dict:
     """The tasks' counts added up (tasks that failed send none)."""
     done = [r for r in reports if r is not None]
-    out: dict[str, Any] = {"outcome": outcome, "batch": batch_id, "tasks": len(reports), "reported": len(done)}
+    epoch = batch_id if batch_id is not None else next((r.get("epoch") for r in done), None)
+    out: dict[str, Any] = {"outcome": outcome, "batch": batch_id, "epoch": epoch, "tasks": len(reports),
+                           "reported": len(done)}
     for name in _COUNTED:
         out[name] = sum(r.get(name, 0) for r in done)
     out["offsets"] = {k: v for r in done for k, v in sorted(r.get("offsets", {}).items())}

@@ -155,7 +155,8 @@ def test_a_batch_write_run_again_with_its_epoch_writes_only_what_did_not_land(sp
     sink(df, datahub, batchSize=5, epoch=3, commitLog=log).save()
     assert landed(datahub) == expected_per_shard(lines)
     *_, summary = commits(log)
-    assert (summary["outcome"], summary["skipped"], summary["written"]) == ("commit", first, len(lines) - first)
+    assert (summary["outcome"], summary["epoch"], summary["skipped"], summary["written"]) == \
+        ("commit", 3, first, len(lines) - first)
     assert {r["attributes"]["dts.epoch"] for r in datahub.records("p", "t")} == {"3"}
 
 
