@@ -198,12 +198,13 @@ def _positions(topic: str, document: dict | None) -> dict[int, int]:
     return {int(p): int(off) for p, off in inner.items()}
 
 
-def _watermarks(config: dict, topic: str, partitions: tuple | None) -> dict[int, tuple[int, int]]:
-    """{partition: (low, high)} as the broker has them now."""
+def _watermarks(config: dict, topic: str, partitions: tuple | None, consumer=None) -> dict[int, tuple[int, int]]:
+    """{partition: (low, high)} as the broker has them now (through `consumer`, else a new one)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     from .kafka import partitions_of
-    consumer = Consumer(config)
+    own = consumer is None
+    consumer = Consumer(config) if own else consumer
     try:
         known = partitions_of(consumer, topic)
         ids = list(partitions) if partitions is not None else known
@@ -216,7 +217,8 @@ def _watermarks(config: dict, topic: str, partitions: tuple | None) -> dict[int,
         except KafkaException as exc:
             raise KafkaError(f"{NAME}: cannot read the watermarks of topic {topic!r}: {exc.args[0]}") from None
     finally:
-        consumer.close()
+        if own:
+            consumer.close()
 
 
 def _resolve(name: str, spec, marks: dict[int, tuple[int, int]], default: int) -> dict[int, int]:
@@ -237,18 +239,19 @@ def _resolve(name: str, spec, marks: dict[int, tuple[int, int]], default: int) -
     return out
 
 
-def _lost(opts: SourceOptions, partition: int, expected: int, available: int, stop: int) -> int:
+def _lost(opts: SourceOptions, partition: int, expected: int, available: int, stop: int,
+          why: str = "deleted by retention or DeleteRecords") -> int:
     """Offsets [expected, available) are gone from the broker while the read was to start at
     `expected` (and end before `stop`): DataLossError under failOnDataLoss, else the number of
     offsets skipped, logged."""
     if opts.fail_on_data_loss:
         raise DataLossError(f"{NAME}: data loss in topic {opts.topic} partition {partition}: offset {expected} "
-                            f"was expected but the earliest available offset is {available} (deleted by "
-                            f"retention or DeleteRecords); {available - expected} offsets are gone. Set "
+                            f"was expected but the earliest available offset is {available} ({why}); "
+                            f"{available - expected} offsets are gone. Set "
                             "failOnDataLoss=false to skip them.")
     skipped = min(available, stop) - expected
-    log.warning("%s: skipped %d offsets [%d, %d) of topic %s partition %d: deleted before they were read "
-                "(failOnDataLoss=false)", NAME, skipped, expected, min(available, stop), opts.topic, partition)
+    log.warning("%s: skipped %d offsets [%d, %d) of topic %s partition %d: gone before they were read, %s "
+                "(failOnDataLoss=false)", NAME, skipped, expected, min(available, stop), opts.topic, partition, why)
     return skipped
 
 
@@ -317,7 +320,9 @@ def _read_range(opts: SourceOptions, partition: int, start: int, end: int) -> It
                 if err.code() == Codes._PARTITION_EOF:
                     if msg.offset() >= end:
                         return  # the offsets left hold no record (transaction markers, compaction)
-                    _lost(opts, partition, max(expected, msg.offset()), end, end)  # the partition shrank
+                    # the partition now ends before `end` (truncated, e.g. an unclean leader election)
+                    _lost(opts, partition, max(expected, msg.offset()), end, end,
+                          f"the partition now ends at {msg.offset()}")
                     return
                 if err.code() in (Codes._AUTO_OFFSET_RESET, Codes.OFFSET_OUT_OF_RANGE):
                     low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
@@ -386,13 +391,20 @@ class StreamPlanner:
         self.skipped = 0
         self._committer = None
         self._committed: dict | None = None  # the last offsets committed to groupId
+        self._metadata = None  # one consumer for the watermarks, for the query's life
+
+    def _marks(self) -> dict[int, tuple[int, int]]:
+        if self._metadata is None:
+            from confluent_kafka import Consumer
+            self._metadata = Consumer(self.opts.config)
+        return _watermarks(self.opts.config, self.opts.topic, self.opts.partitions, self._metadata)
 
     def initial(self) -> dict:
-        marks = _watermarks(self.opts.config, self.opts.topic, self.opts.partitions)
+        marks = self._marks()
         return offsets_document(self.opts.topic, _resolve("startingOffsets", self.opts.starting, marks, EARLIEST))
 
     def prepare_available_now(self) -> None:
-        marks = _watermarks(self.opts.config, self.opts.topic, self.opts.partitions)
+        marks = self._marks()
         self.target = {p: high for p, (_, high) in marks.items()}
 
     def latest(self, start: dict | None, max_offsets: int | None) -> dict:
@@ -401,7 +413,7 @@ class StreamPlanner:
             # commit(end) only when it plans the batch after: without this, the last batch of a
             # run (AvailableNow) would never reach the group
             self.commit(start)
-        marks = _watermarks(self.opts.config, self.opts.topic, self.opts.partitions)
+        marks = self._marks()
         given = _positions(self.opts.topic, start)
         # a partition new to the query starts at its earliest offset, as in Spark's source
         begin = {p: max(given.get(p, low), low) for p, (low, _) in marks.items()}
@@ -414,11 +426,11 @@ class StreamPlanner:
         return offsets_document(self.opts.topic, {p: max(until[p], given.get(p, until[p])) for p in until})
 
     def reported(self) -> dict:
-        marks = _watermarks(self.opts.config, self.opts.topic, self.opts.partitions)
+        marks = self._marks()
         return offsets_document(self.opts.topic, {p: high for p, (_, high) in marks.items()})
 
     def ranges(self, start: dict, end: dict) -> list[tuple[int, int, int]]:
-        marks = _watermarks(self.opts.config, self.opts.topic, self.opts.partitions)
+        marks = self._marks()
         first, last = _positions(self.opts.topic, start), _positions(self.opts.topic, end)
         out = []
         for p, stop in sorted(last.items()):
@@ -438,7 +450,8 @@ class StreamPlanner:
         if not self.opts.group_id or end == self._committed:
             return
         from confluent_kafka import Consumer, KafkaException, TopicPartition
-        offsets = [TopicPartition(self.opts.topic, p, off) for p, off in sorted(_positions(self.opts.topic, end).items())]
+        positions = sorted(_positions(self.opts.topic, end).items())
+        offsets = [TopicPartition(self.opts.topic, p, off) for p, off in positions]
         try:
             if self._committer is None:
                 self._committer = Consumer({**self.opts.config, "group.id": self.opts.group_id})
@@ -451,9 +464,10 @@ class StreamPlanner:
             log.warning("%s: could not commit %s to consumer group %r: %s", NAME, end, self.opts.group_id, exc)
 
     def stop(self) -> None:
-        if self._committer is not None:
-            self._committer.close()
-            self._committer = None
+        for client in (self._committer, self._metadata):
+            if client is not None:
+                client.close()
+        self._committer = self._metadata = None
 
 
 # ---- Spark classes ---------------------------------------------------------------------------------

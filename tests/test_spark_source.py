@@ -159,7 +159,8 @@ def test_the_reader_reports_or_skips_offsets_deleted_under_it(kafka_broker, capl
 @pytest.mark.spark
 def test_max_offsets_per_trigger_available_now_and_group_commits(spark, kafka_broker, tmp_path):
     topic = kafka_broker.create_topic(_name("admit"), partitions=2)
-    _produce(kafka_broker, topic, [(0, b"a%d" % i, None) for i in range(20)] + [(1, b"b%d" % i, None) for i in range(6)])
+    _produce(kafka_broker, topic,
+             [(0, b"a%d" % i, None) for i in range(20)] + [(1, b"b%d" % i, None) for i in range(6)])
     group = _name("g-admit")
     late = []
 
