@@ -20,3 +20,14 @@ settings.register_profile(
     "deep", max_examples=10_000, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`deep` tests (long kill loops, many rounds) run only under HYPOTHESIS_PROFILE=deep (make test-deep)."""
+    if os.environ.get("HYPOTHESIS_PROFILE") == "deep":
+        return
+    import pytest
+    skip = pytest.mark.skip(reason="long-running: make test-deep")
+    for item in items:
+        if "deep" in item.keywords:
+            item.add_marker(skip)
