@@ -89,9 +89,9 @@ class SourceOptions:
                 given["topic"] = value
             elif lower in _BY_LOWER:
                 given[_BY_LOWER[lower]] = value
-            elif lower not in ("path",):
+            elif lower not in ("path",):  # no value in the message: it may be a misplaced secret
                 raise OptionsError(f"the {NAME} source has no option {key!r}; it takes "
-                                   + ", ".join(OPTIONS) + " and kafka.<librdkafka setting>", value=value)
+                                   + ", ".join(OPTIONS) + " and kafka.<librdkafka setting>")
         for name, (_, where, _) in OPTIONS.items():
             if name in given and where == ("batch" if streaming else "stream"):
                 raise OptionsError(f"option {name!r} applies to {where} reads only "
@@ -102,8 +102,9 @@ class SourceOptions:
             raise OptionsError(f"the {NAME} source needs the options 'brokers' and 'topic'")
         if "," in topic:
             raise OptionsError(f"the {NAME} source reads one topic ('topic')", value=topic)
-        config = {"group.id": "dts-bridge-spark", **config, "bootstrap.servers": brokers,
-                  "enable.auto.commit": False}
+        # read_uncommitted as in Spark's source (librdkafka's default is read_committed)
+        config = {"group.id": "dts-bridge-spark", "isolation.level": "read_uncommitted", **config,
+                  "bootstrap.servers": brokers, "enable.auto.commit": False}
         wanted = given.get("partitions")
         starting = _offsets_spec("startingOffsets", given.get("startingOffsets", "earliest"), topic)
         ending = _offsets_spec("endingOffsets", given.get("endingOffsets", "latest"), topic)
@@ -320,10 +321,11 @@ def _read_range(opts: SourceOptions, partition: int, start: int, end: int) -> It
                 if err.code() == Codes._PARTITION_EOF:
                     if msg.offset() >= end:
                         return  # the offsets left hold no record (transaction markers, compaction)
-                    # the partition now ends before `end` (truncated, e.g. an unclean leader election)
-                    _lost(opts, partition, max(expected, msg.offset()), end, end,
-                          f"the partition now ends at {msg.offset()}")
-                    return
+                    _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                    if high < end:  # truncated below the planned end (e.g. an unclean leader election)
+                        _lost(opts, partition, max(expected, high), end, end, f"the partition now ends at {high}")
+                        return
+                    continue  # read_committed stops at an open transaction: wait for it
                 if err.code() in (Codes._AUTO_OFFSET_RESET, Codes.OFFSET_OUT_OF_RANGE):
                     low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
                     if low <= expected:
