@@ -873,13 +873,16 @@ def test_first_sync_on_a_fresh_broker(tmp_path):
 
 
 def test_restart_after_crashes_that_advanced_partitions_unevenly(kafka_broker, tmp_path):
-    """Deterministic form of what the deep kill loop hit. Two partitions share one DataHub shard.
-    1. A run reads partition 0 only (--partitions 0; a stream without CHECKPOINT entries, so no
-       commit), its records land, and it is killed: they landed past partition 0's commit (none).
-    2. A run reads partition 1 only, to its end, and commits it: its records land after those
-       of step 1 in the shard, all below partition 1's commit.
+    """Two processes with disjoint --partitions sets (the layout docs/kafka.md allows) write one
+    DataHub topic; later one process takes both partitions over. Two partitions share one shard.
+    1. The process of partition 0 (--partitions 0; a stream without CHECKPOINT entries, so no
+       commit) lands its records and is killed: they landed past partition 0's commit (none).
+    2. The process of partition 1 reads it to its end and commits: its records land after those of
+       step 1 in the shard, all below partition 1's commit.
     3. A run over both partitions must recognise step 1's records as already there (its tail scan
-       has to look past partition 1's committed records to partition 0's), not write them again."""
+       has to look past partition 1's committed records to partition 0's), not write them again.
+    (The deep kill loop found the same duplicates without --partitions; rule 3 of docs/kafka.md's
+    tail-scan invariant now prevents that path, but not this one.)"""
     topic = kafka_broker.create_topic(_name("sync-uneven"), partitions=2)
     warm_group_coordinator(kafka_broker, topic)
     no_checkpoint = tmp_path / "mixed-no-checkpoint.pb"
