@@ -945,3 +945,63 @@ def test_tuple_restart_after_a_ddl_added_a_column(kafka_broker, tmp_path):
                 f"sync run {n + 1} (the stream {'after' if n else 'up to'} the DDL of shop.orders at Entry {ddl}) " \
                 f"exited {code}: {err.strip()[-1500:]}"
         check_tuple_topics(server, topic, converted, f"{tmp_path}", shards=1)
+
+
+def test_tdsql_restart_at_a_held_commit_point(kafka_broker, tmp_path):
+    """TDSQL: shard s2's Entries B starts first and completes while s1's Entries A, which started
+    after B's first segment, is still open. B is handed out (it started first), A holds the commit
+    point at A's first segment, which lies before B's later segments. The next run starts there:
+    B's remaining segments arrive without their first one, yet B already landed whole. The rerun
+    must end with every Entries exactly once, in first-segment order, and nothing rejected."""
+    s1 = entries_groups(SAMPLES / "large.pb")
+    s2 = entries_groups(repack(SAMPLES / "mixed.pb", tmp_path / "mixed-2000.pb", 2000))
+    group_a = next(g for g in s1 if len(split_entries(g, 1500)) >= 3)
+    group_b = max(s2, key=len)
+    seg_a, seg_b = split_entries(group_a, 1500), split_entries(group_b, max(600, len(group_b) // 3 + 64))
+    assert len(seg_a) >= 3 and len(seg_b) >= 2, (len(seg_a), len(seg_b))
+    tail_s2, tail_s1 = s2[:2], s1[:2]  # whole Entries after them, one segment each at most 1 MB
+    plan = [("s2", "B", seg_b[0]), ("s1", "A", seg_a[0])] + [("s2", "B", e) for e in seg_b[1:]] + \
+           [("s1", "A", e) for e in seg_a[1:]] + \
+           [("s2", f"C{i}", e) for i, g in enumerate(tail_s2) for e in split_entries(g, 1 << 20)] + \
+           [("s1", f"D{i}", e) for i, g in enumerate(tail_s1) for e in split_entries(g, 1 << 20)]
+    ps = collections.Counter()
+    records = []
+    for shard, name, env in plan:
+        ps[shard] += 1
+        records.append(dict(shard=shard, group=name, index=env.index, total=env.total,
+                            value=env.SerializeToString(), ps=ps[shard]))
+    groups = {"s1": {"A": group_a, **{f"D{i}": g for i, g in enumerate(tail_s1)}},
+              "s2": {"B": group_b, **{f"C{i}": g for i, g in enumerate(tail_s2)}}}
+    expected = expected_tdsql_lines(records, groups, tmp_path)
+    topic = kafka_broker.create_topic(_name("sync-tdsql-held"), partitions=1)
+    warm_group_coordinator(kafka_broker, topic)
+    produce_tdsql(kafka_broker, topic, records)
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "one", shard_count=1)
+        sync = Sync(tmp_path, kafka_broker, topic, "g-held", server, "--to", "blob", "--datahub-topic", "one")
+        # run 1 stops right after B's last segment: B landed, A is open from offset 1
+        code, report, err = sync.run("--max-messages", str(1 + len(seg_b)))
+        no_traceback(err, "run 1")
+        assert code == 0 and report["stopped"] == "max-messages", (code, report, err[-2000:])
+        b_lines = len(convert_blob_bytes(group_b, tmp_path))
+        assert _shard_total(server, "one") == b_lines, "run 1 must hand B out whole (it started first)"
+        assert committed_offsets(kafka_broker, topic, "g-held", [0]) == {0: 1}, \
+            "the commit must stop at A's first segment (offset 1)"
+        # run 2 starts at offset 1: B's later segments come again, without B's first segment
+        code, report, err = sync.run("--idle-timeout", "1")
+        no_traceback(err, "run 2")
+        got = [r["data"] for r in server.records(PROJECT, "one")]
+        positions = [_pos(r) for r in server.records(PROJECT, "one")]
+        compare("one", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
+                f"run 2 after a commit held at A's first segment: exit {code}, {report.get('rejected')} rejected, "
+                f"stderr: {err.strip()[-800:]}")
+        assert code == 0 and report["rejected"] == 0, \
+            f"run 2 re-read B's later segments (offsets 2..{len(seg_b)}) behind the held commit and " \
+            f"treated them as errors: exit {code}, {report}, {err.strip()[-1500:]}"
+
+
+def convert_blob_bytes(entries_bytes: bytes, tmp_path: pathlib.Path) -> list[bytes]:
+    path = tmp_path / f"one-{uuid.uuid4().hex[:6]}.pb"
+    with open(path, "wb") as out:
+        write_pb(out, split_entries(entries_bytes, 1 << 20))
+    return convert_blob(path, tmp_path)
