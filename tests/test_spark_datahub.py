@@ -367,3 +367,62 @@ def test_import_does_not_load_pyspark():
     import sys
     code = "import sys, bridge.spark_datahub; assert 'pyspark' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+# ---- kill -9 --------------------------------------------------------------------------------
+
+DRIVER = """
+import sys
+import bridge.spark as bs
+endpoint, folder, checkpoint, log = sys.argv[1:5]
+spark = bs.local_session("datahub-kill")
+spark.sparkContext.setLogLevel("OFF")
+bs.register(spark)
+stream = spark.readStream.schema(bs.KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(folder)
+blob = stream.select("topic", "partition", "offset", "value").mapInArrow(bs.dts_to_blob_batches(arrow=True),
+                                                                         bs.blob_schema())
+query = (blob.writeStream.format("datahub").option("checkpointLocation", checkpoint)
+         .option("endpoint", endpoint).option("project", "p").option("topic", "t").option("accessId", "i")
+         .option("accessKey", "k").option("batchSize", 2).option("commitLog", log)
+         .trigger(availableNow=True).start())
+query.awaitTermination()
+print("finished", flush=True)
+"""
+
+@pytest.mark.deep  # two Spark drivers, a minute or more: make test-deep
+def test_a_streaming_query_killed_with_sigkill_and_restarted_lands_every_record_once(datahub, tmp_path):
+    """The whole driver (Python, JVM, Python workers) killed with SIGKILL once records of the
+    stream started landing, then started again on its checkpoint: every record once, in order."""
+    import signal
+    import subprocess
+    import sys
+    lines = blob_lines(tmp_path)
+    files = kafka_files(tmp_path / "in", small_envelopes(), 8)
+    script, log = tmp_path / "driver.py", tmp_path / "commits.jsonl"
+    script.write_text(DRIVER)
+    args = [sys.executable, str(script), datahub.endpoint, str(tmp_path / "in"), str(tmp_path / "ckpt"), str(log)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    datahub.faults.delay("PutRecordsByShard", 0.1)  # a window to kill in
+    first = subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while len(datahub.records("p", "t")) < 40 and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        first.wait()
+    at_kill = len(datahub.records("p", "t"))
+    committed = [s["batch"] for s in commits(log) if s["outcome"] == "commit"]
+    assert 0 < at_kill < len(lines) and len(committed) < files, (at_kill, committed)
+    datahub.faults.clear()
+    second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert "finished" in second.stdout, second.stderr[-3000:]
+    assert landed(datahub) == expected_per_shard(lines)
+    positions_in_order(datahub)
+    after = [s for s in commits(log) if s["outcome"] == "commit"]
+    assert sorted({s["batch"] for s in after}) == list(range(files))
+    # every record landed once: written by a committed attempt, or by the killed one and skipped by its replay
+    assert sum(s["written"] + s["skipped"] for s in after) == len(lines)
+    print(f"\n[killed with {at_kill} records landed, after micro-batches {committed}; the replay skipped "
+          f"{sum(s['skipped'] for s in after)}]")
