@@ -292,8 +292,8 @@ def test_streaming_write_over_several_micro_batches(spark, datahub, tmp_path):
 
 
 def test_a_micro_batch_replayed_after_a_failure_lands_nothing_twice(spark, datahub, tmp_path):
-    """The query dies in its third micro-batch after a part of it landed (an answer lost, no
-    retries); restarted from its checkpoint, Spark runs that micro-batch again with the same id and
+    """The query dies in a micro-batch after a part of it landed (an answer lost, no retries);
+    restarted from its checkpoint, Spark runs that micro-batch again with the same id and
     rows, and the writer skips what the failed attempt wrote."""
     lines = blob_lines(tmp_path)
     kafka_files(tmp_path / "in", small_envelopes(), 4)
@@ -303,7 +303,8 @@ def test_a_micro_batch_replayed_after_a_failure_lands_nothing_twice(spark, datah
         run_stream(spark, datahub, tmp_path / "in", tmp_path / "ckpt", batchSize=5, maxRetries=0, commitLog=log)
     done = [s for s in commits(log) if s["outcome"] == "commit"]
     before = len(datahub.records("p", "t"))
-    assert 0 < len(done) < 4 and sum(s["written"] for s in done) < before < len(lines)
+    # which micro-batch holds the 15th request depends on how full the requests were; some landed
+    assert len(done) < 4 and sum(s["written"] for s in done) < before < len(lines)
     failed = len(done)  # the id of the micro-batch that failed
     datahub.faults.chaos(None)
     run_stream(spark, datahub, tmp_path / "in", tmp_path / "ckpt", batchSize=5, commitLog=log)
