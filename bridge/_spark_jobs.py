@@ -247,6 +247,10 @@ class _FromDts(_Job):
         self.nvalues = len(value_columns)
         self.width = len(self.columns)  # positions, values (and error): what `chunks` gives
         self.reassemblers: dict[Any, Reassembler] = {}
+        self.lazy = False  # how `_topics` builds its Reassemblers (True where `chunks` reads raw Entry bytes)
+        # None: the end of the input ends every Entries (a batch job); a streaming job's
+        # `settle(topic, reassembler, policy)` keeps what is open for the next micro-batch instead
+        self.streaming = None
         self._out: list[list] = []
 
     def convert(self, entry: pb.Entry) -> list[tuple]:
@@ -273,14 +277,20 @@ class _FromDts(_Job):
         if self._out[0]:
             yield self._out
 
-    def _topics(self, records, lazy: bool = False) -> Iterator[tuple]:
+    def _topics(self, records) -> Iterator[tuple]:
         """(topic, its complete Entries) per run of one topic's records, reassembled per topic
-        across runs; at the end each topic again, its unfinished Entries reported."""
+        across runs; at the end each topic again: its unfinished Entries reported (batch), or
+        settled by `streaming` (kept for the next micro-batch, or dead-lettered past its limits)."""
         for topic, run in itertools.groupby(records, key=itemgetter(0)):
-            reassembler = self.reassemblers.setdefault(topic, Reassembler(lazy=lazy))
+            reassembler = self.reassemblers.get(topic)
+            if reassembler is None:
+                reassembler = self.reassemblers[topic] = Reassembler(lazy=self.lazy)
             yield topic, dts_records_to_assembled((r[1:] for r in run), self.policy, reassembler, finish=False)
         for topic, reassembler in self.reassemblers.items():
-            yield topic, dts_records_to_assembled((), self.policy, reassembler)
+            if self.streaming is not None:
+                yield topic, self.streaming.settle(topic, reassembler, self.policy)
+            else:
+                yield topic, dts_records_to_assembled((), self.policy, reassembler)
 
     def _chunks(self, topic, entries) -> Iterator[list]:
         try:
@@ -341,6 +351,7 @@ class _DtsToBlob(_FromDts):
         self.encoder = BlobEncoder(options)
         self.options = options
         self.sink = speedups.Sink() if speedups is not None and self.use_sink and not options.system_time else None
+        self.lazy = self.sink is not None  # the sink reads each Entry's bytes, parsed only when it cannot
         self.tables: dict[bytes, tuple] = {}  # Sink table key -> BlobEncoder.sink_table record
         self._pieces: list = []  # output batches not yet given, in order
         self._held = 0  # their rows
@@ -357,7 +368,7 @@ class _DtsToBlob(_FromDts):
         import pyarrow as pa
         self._schema = pa.schema([(name, _arrow_type(kind)) for name, kind in self.columns])
         self._out = [[] for _ in range(self.width)]
-        for topic, items in self._topics(records, lazy=True):
+        for topic, items in self._topics(records):
             yield from self._assembled(topic, items)
         self._hold_rows()
         yield from self._give()

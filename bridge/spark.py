@@ -24,6 +24,7 @@ import sys
 from . import subscribe_pb2 as pb
 from .errors import OptionsError
 from .options import DEFAULT_OPTIONS, Options
+from ._spark_streaming import DEFAULT_MAX_OPEN_OFFSETS, PROVIDER_CONF, ROCKSDB
 from ._spark_jobs import (BLOB_COLUMNS, BLOB_SCHEMA, DTS_COLUMNS, DTS_SCHEMA, FIELD_TYPES_OF_SPARK,
                           KAFKA_SCHEMA, KEYS, MODES, POSITION_COLUMNS, SparkTally, _BlobToDts, _ColumnSets,
                           _DtsToBlob, _DtsToTuple, _TupleToDts, _batch_function, _ddl, _pack_columns,
@@ -65,13 +66,25 @@ def kafka_order(df, *extra: str):
     return df.repartition(parallelism, *keys).sortWithinPartitions(*keys, "offset", *extra)
 
 
+def _dts_columns(df):
+    """The Kafka columns the DTS converters read (`headers`: TDSQL's ShardId and ps)."""
+    return df.select(*[c for c in ("topic", "partition", "offset", "value", "headers") if c in df.columns])
+
+
 def _dts_input(df, ordered: bool = False):
     """The Kafka columns the DTS converters read, in Kafka order: put there (`kafka_order`, a
     shuffle) unless `ordered` says the input already is."""
     if not isinstance(ordered, bool):
         raise OptionsError("ordered must be True or False", value=ordered)
-    columns = df.select(*[c for c in ("topic", "partition", "offset", "value") if c in df.columns])
+    columns = _dts_columns(df)
     return columns if ordered else kafka_order(columns)
+
+
+def _streaming(df, make_job, output_ddl: str, tally, max_open_offsets, max_open_seconds):
+    """A streaming DataFrame: reassembly per Kafka (topic, partition) kept in Spark state across
+    micro-batches (bridge/_spark_streaming.py; docs/spark.md, "Streaming")."""
+    from ._spark_streaming import stream_transform
+    return stream_transform(_dts_columns(df), make_job, output_ddl, tally, max_open_offsets, max_open_seconds)
 
 
 def dts_to_blob_batches(options: Options | None = None, mode: str = "FAILFAST", *,
@@ -84,7 +97,8 @@ def dts_to_blob_batches(options: Options | None = None, mode: str = "FAILFAST", 
 
 
 def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
-                tally: SparkTally | None = None, ordered: bool = False):
+                tally: SparkTally | None = None, ordered: bool = False,
+                max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None):
     """Kafka-shaped DTS DataFrame -> one row per Blob message (`blob_schema(mode)`).
 
     `offset` is the first segment of the Entries, `entry` the Entry's index in it and `row` the
@@ -93,7 +107,18 @@ def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
     has each Kafka partition's records in one Spark partition, in offset order (a batch read of
     Spark's Kafka source without `minPartitions`), so the shuffle of `kafka_order` is skipped; input
     that is not reports framing errors with partition and offset (docs/spark.md, "Ordering").
+
+    A streaming DataFrame (`df.isStreaming`) keeps the segments of unfinished Entries in Spark
+    state per Kafka partition (transformWithStateInPandas, RocksDB state store), so an Entries cut
+    by a micro-batch boundary is emitted whole, once, when it completes; one left open more than
+    `max_open_offsets` offsets (or `max_open_seconds`) behind its partition is a dead letter
+    under `mode` (docs/spark.md, "Streaming"). A batch read reports what is unfinished at its end.
     """
+    options = options or DEFAULT_OPTIONS
+    if df.isStreaming:
+        _policy_name(mode)
+        return _streaming(df, lambda: _DtsToBlob(options, mode), blob_schema(mode), tally,
+                          max_open_offsets, max_open_seconds)
     fn = dts_to_blob_batches(options, mode, tally=tally, arrow=True)
     return _dts_input(df, ordered).mapInArrow(fn, blob_schema(mode))
 
@@ -135,20 +160,30 @@ def table_columns(df, table: str, *, ordered: bool = False, options: Options | N
 
 
 def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mode: str = "FAILFAST", *,
-                 columns=None, positions: bool = False, tally: SparkTally | None = None, ordered: bool = False):
+                 columns=None, positions: bool = False, tally: SparkTally | None = None, ordered: bool = False,
+                 max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None):
     """Kafka-shaped DTS DataFrame -> typed Tuple rows of one table ("db.table").
 
     `schema` is the DataHub RecordSchema (dict, JSON text or pydatahub RecordSchema); without it,
     it is `bridge.tuple.record_schema` of `columns`, and without those, of `table_columns(df,
-    table)` (one more Spark job). Entries of other tables and non-DML entries give no rows and
-    count as not emitted. `positions=True` adds topic, partition, offset, entry, row in front.
-    `ordered=True` skips the shuffle into Kafka order, as in `dts_to_blob`.
+    table)` (one more Spark job; a streaming DataFrame needs `schema` or `columns`). Entries of
+    other tables and non-DML entries give no rows and count as not emitted. `positions=True` adds
+    topic, partition, offset, entry, row in front. `ordered=True` skips the shuffle into Kafka
+    order, and a streaming DataFrame keeps unfinished Entries in state, as in `dts_to_blob`.
     """
     options = options or DEFAULT_OPTIONS
     if schema is None:
         from .tuple import record_schema
+        if columns is None and df.isStreaming:
+            raise OptionsError("a streaming dts_to_tuple needs schema= or columns= (table_columns reads "
+                               "a batch DataFrame, e.g. the same topic read with spark.read)")
         columns = columns if columns is not None else table_columns(df, table, ordered=ordered, options=options)
         schema = record_schema(columns, options)
+    if df.isStreaming:
+        fields = _tuple_fields(schema, columns)
+        output = tuple_schema(schema, columns, mode, positions)
+        return _streaming(df, lambda: _DtsToTuple(options, mode, table, fields, positions), output, tally,
+                          max_open_offsets, max_open_seconds)
     fn = dts_to_tuple_batches(table, schema, options, mode, columns=columns, positions=positions,
                               tally=tally, arrow=True)
     return _dts_input(df, ordered).mapInArrow(fn, tuple_schema(schema, columns, mode, positions))
@@ -263,7 +298,7 @@ def register(spark) -> None:
 
 def local_session(app_name: str = "dts-bridge", conf: dict | None = None):
     """A `local[2]` SparkSession for demos and tests: no UI or progress bar, 2 shuffle partitions,
-    and Python workers running this interpreter unless PYSPARK_PYTHON says otherwise
+    the RocksDB state store (what streaming `dts_to_blob` / `dts_to_tuple` need), and Python workers running this interpreter unless PYSPARK_PYTHON says otherwise
     (getOrCreate: an existing session is reused)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -271,7 +306,9 @@ def local_session(app_name: str = "dts-bridge", conf: dict | None = None):
     builder = (SparkSession.builder.master("local[2]").appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2"))
+               .config("spark.sql.shuffle.partitions", "2")
+               # streaming dts_to_blob / dts_to_tuple keep reassembly in transformWithStateInPandas state
+               .config(PROVIDER_CONF, ROCKSDB))
     for name, value in (conf or {}).items():
         builder = builder.config(name, str(value))
     return builder.getOrCreate()

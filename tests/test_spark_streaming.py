@@ -1,0 +1,394 @@
+"""Streaming `dts_to_blob` / `dts_to_tuple` (docs/spark.md, "Streaming"): an Entries whose segments
+fall into two micro-batches is kept in Spark state and emitted whole, once, in order.
+
+The stream is Kafka-shaped rows in Parquet files read with `readStream` and `maxFilesPerTrigger=1`,
+so each file is one micro-batch; the cuts between files fall inside split Entries of both Kafka
+partitions. Every streaming result is compared with the batch conversion of the same rows, record
+for record, per Kafka partition in the order the sink got them. One local[2] session serves every
+test (getOrCreate, as tests/test_spark.py).
+"""
+import os
+import shutil
+
+import pytest
+
+import bridge
+from bridge import pb
+from bridge._wire import Assembled, Reassembler
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+pytest.importorskip("pandas")
+
+import bridge.spark as bs  # noqa: E402
+from bridge import _spark_streaming as st  # noqa: E402
+
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "samples")
+TOPIC = "dts"
+GARBAGE = b"\xff\xff\xff not an Envelope"
+
+
+def envelopes(name) -> list[bytes]:
+    return [raw for _, _, raw in bridge.read_pb(os.path.join(SAMPLES, f"{name}.pb"))]
+
+
+def splits(raws) -> list[tuple[int, int]]:
+    """(first, last) offset of each Entries cut into several Envelopes."""
+    out, first = [], None
+    for n, raw in enumerate(raws):
+        if raw == GARBAGE:
+            continue
+        env = pb.Envelope.FromString(raw)
+        if env.total > 1 and env.index == 0:
+            first = n
+        if env.total > 1 and env.index == env.total - 1:
+            out.append((first, n))
+    return out
+
+
+# Partition 0: large.pb (Entries split 1-4, 6-11, 15-18); partition 1: types, mixed, then large
+# (split 6-9, 11-16, 20-23). The dirty stream drops a middle segment (partition 0) and puts a
+# record that is no Envelope in front of large (partition 1). Cuts: each file's first offset.
+CLEAN = ({0: envelopes("large"), 1: envelopes("types") + envelopes("mixed") + envelopes("large")},
+         {0: [0, 2, 8, 16, 19, 21], 1: [0, 4, 9, 13, 21, 26]})
+_large = envelopes("large")
+DIRTY = ({0: _large[:8] + _large[9:], 1: envelopes("types") + envelopes("mixed") + [GARBAGE] + _large},
+         {0: [0, 2, 7, 15, 18, 20], 1: [0, 4, 10, 14, 22, 27]})
+
+
+def straddles(stream) -> int:
+    """How many cuts between files fall inside a split Entries."""
+    parts, cuts = stream
+    return sum(first < cut <= last for p, raws in parts.items() for cut in cuts[p][1:-1]
+               for first, last in splits(raws))
+
+
+def write_files(folder, stream, files=None) -> None:
+    """File f holds offsets cuts[f] .. cuts[f+1]-1 of every partition; modification times in file
+    order, so the file source takes them in that order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    parts, cuts = stream
+    os.makedirs(folder, exist_ok=True)
+    for f in files if files is not None else range(len(cuts[0]) - 1):
+        rows = [(p, o, raws[o]) for p, raws in parts.items() for o in range(cuts[p][f], cuts[p][f + 1])]
+        table = pa.table({
+            "key": pa.array([None] * len(rows), pa.binary()),
+            "value": pa.array([r[2] for r in rows], pa.binary()),
+            "topic": pa.array([TOPIC] * len(rows), pa.string()),
+            "partition": pa.array([r[0] for r in rows], pa.int32()),
+            "offset": pa.array([r[1] for r in rows], pa.int64()),
+            "timestamp": pa.array([1_600_000_000_000_000 + r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+        })
+        path = os.path.join(folder, f"part-{f:03d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_600_000_000 + f, 1_600_000_000 + f))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17")
+    session = bs.local_session("bridge-tests")
+    session.sparkContext.setLogLevel("OFF")
+    session.conf.set(st.PROVIDER_CONF, st.ROCKSDB)  # a session made before local_session set it
+    return session
+
+
+def read_stream(spark, folder):
+    return spark.readStream.schema(bs.KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(folder)
+
+
+class Sink:
+    """foreachBatch target: each micro-batch's rows by batch id (a replayed batch replaces its
+    first attempt, as an idempotent sink would); `fail_at` fails that batch once."""
+
+    def __init__(self, fail_at=None) -> None:
+        self.batches: dict = {}
+        self.fail_at = fail_at
+
+    def __call__(self, df, batch_id) -> None:
+        rows = df.collect()
+        if batch_id == self.fail_at:
+            self.fail_at = None
+            raise RuntimeError(f"sink fails batch {batch_id} once")
+        self.batches[batch_id] = rows
+
+    def rows(self) -> list:
+        return [row for b in sorted(self.batches) for row in self.batches[b]]
+
+
+def run(out, sink, checkpoint) -> None:
+    query = out.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint) \
+        .trigger(availableNow=True).start()
+    query.awaitTermination()
+
+
+def per_partition(rows) -> dict:
+    """Rows per Kafka partition in the order given (error rows of no partition under None)."""
+    out: dict = {}
+    for row in rows:
+        out.setdefault(row.partition, []).append(tuple(row))
+    return out
+
+
+# ---- no query needed --------------------------------------------------------------------------
+
+def test_the_streams_cut_inside_split_entries():
+    assert straddles(CLEAN) >= 5 and straddles(DIRTY) >= 4
+
+
+def _feed_all(reassembler, records):
+    out = []
+    for partition, offset, value, headers in records:
+        out += reassembler.feed(partition, offset, value, headers)
+    return out
+
+
+def _tdsql_records():
+    """Two TDSQL shards interleaved in partition 3: shard a's split Entries open while shard b's
+    complete Entries wait behind it."""
+    big = bridge.split_entries(pb.Entries(items=[pb.Entry(header=pb.Header(seqId=i, tableName="t" * 40))
+                                                 for i in range(6)]).SerializeToString(), 64)
+    small = [pb.Envelope(version=1, total=1, index=0, data=pb.Entries(items=[pb.Entry(header=pb.Header(seqId=100 + i))])
+                         .SerializeToString()) for i in range(3)]
+    records, ps = [], {"a": 0, "b": 0}
+    sequence = [("a", big[0]), ("b", small[0]), ("a", big[1]), ("b", small[1])] + \
+        [("a", env) for env in big[2:]] + [("b", small[2])]
+    for offset, (shard, env) in enumerate(sequence):
+        ps[shard] += 1
+        records.append((3, 100 + offset, env.SerializeToString(),
+                        [("ShardId", shard.encode()), ("ps", str(ps[shard]).encode())]))
+    return records
+
+
+def _summary(items) -> list:
+    return [(i.first_offset, i.last_offset, [e.header.seqId for e in i.entries.items]) if isinstance(i, Assembled)
+            else (type(i).__name__, str(i)) for i in items]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("records", [
+    [(0, n, raw, None) for n, raw in enumerate(_large)],
+    _tdsql_records(),
+], ids=["plain", "tdsql"])
+def test_state_round_trip_is_invisible(records, lazy):
+    """Cut the records anywhere, carry the Reassembler through dump_state / load_state: the same
+    Entries (and errors) as one Reassembler fed everything."""
+    whole = _summary(_feed_all(Reassembler(lazy=lazy), records))
+    partition = records[0][0]
+    for cut in range(1, len(records)):
+        first = Reassembler(lazy=lazy)
+        got = _feed_all(first, records[:cut])
+        state = st.dump_state(first, partition, {}, 5)
+        second, opened = st.load_state(state, partition, lazy)
+        assert set(opened) == {buf.first_offset for buf in first._open.values()}
+        got += _feed_all(second, records[cut:])
+        assert _summary(got) == whole, cut
+    # a redelivery after the cut is still known as one (last offset and ps survive the state)
+    again = Reassembler(lazy=lazy)
+    _feed_all(again, records[:4])
+    restored, _ = st.load_state(st.dump_state(again, partition, {}, 0), partition, lazy)
+    assert restored.feed(*records[3])[0].__class__.__name__ in ("FramingError", "Redelivered")
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "9"])
+def test_limits_are_checked(value):
+    with pytest.raises(bridge.OptionsError, match="max_open_offsets"):
+        st.check_limits(value, None)
+    if not isinstance(value, (float, str)) or value == "9":
+        with pytest.raises(bridge.OptionsError, match="max_open_seconds"):
+            st.check_limits(None, value)
+
+
+# ---- streaming queries ------------------------------------------------------------------------
+
+def _blob_reference(spark, folder, mode):
+    tally = bs.SparkTally(spark)
+    rows = bs.dts_to_blob(spark.read.parquet(folder), mode=mode, tally=tally).collect()
+    return rows, tally.value
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode", ["FAILFAST", "PERMISSIVE", "DROPMALFORMED"])
+def test_blob_stream_across_micro_batches_equals_batch(spark, tmp_path, mode):
+    stream = CLEAN if mode == "FAILFAST" else DIRTY
+    folder = str(tmp_path / "in")
+    write_files(folder, stream)
+    tally = bs.SparkTally(spark)
+    sink = Sink()
+    run(bs.dts_to_blob(read_stream(spark, folder), mode=mode, tally=tally), sink, str(tmp_path / "ck"))
+    assert sorted(sink.batches) == list(range(len(stream[1][0]) - 1))  # one micro-batch per file
+    expected, expected_tally = _blob_reference(spark, folder, mode)
+    got = per_partition(sink.rows())
+    assert got == per_partition(expected)
+    assert tally.value == expected_tally and tally.value.balanced()
+    if mode == "FAILFAST":
+        assert tally.value.rejected == 0 and len(got[0]) > 100
+    else:
+        assert tally.value.rejected > 0
+        errors = {(r.partition, r.offset) for r in sink.rows() if mode == "PERMISSIVE" and r.error is not None}
+        # the missing segment (partition 0, in a straddled Entries) and the record that is no Envelope
+        assert errors >= ({(0, 8), (1, 5)} if mode == "PERMISSIVE" else set())
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode", ["FAILFAST", "PERMISSIVE", "DROPMALFORMED"])
+def test_tuple_stream_across_micro_batches_equals_batch(spark, tmp_path, mode):
+    stream = CLEAN if mode == "FAILFAST" else DIRTY
+    folder = str(tmp_path / "in")
+    write_files(folder, stream)
+    batch = spark.read.parquet(folder)
+    table = "media.attachments"  # in both partitions, its Entries split and not
+    columns = bs.table_columns(batch, table)
+    tally = bs.SparkTally(spark)
+    sink = Sink()
+    out = bs.dts_to_tuple(read_stream(spark, folder), table, columns=columns, mode=mode, positions=True,
+                          tally=tally)
+    run(out, sink, str(tmp_path / "ck"))
+    reference = bs.SparkTally(spark)
+    expected = bs.dts_to_tuple(batch, table, columns=columns, mode=mode, positions=True, tally=reference).collect()
+    got = per_partition(sink.rows())
+    assert got == per_partition(expected)
+    assert len(got[0]) > 10 and len(got[1]) > 10
+    assert tally.value == reference.value and tally.value.balanced()
+
+
+@pytest.mark.spark
+def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
+    """The query stops with an Entries open in state (availableNow over the first three files), a
+    restart fails one micro-batch in the sink (Spark replays it from the checkpoint), and a third
+    start reads the rest: the sink's rows equal the batch conversion of all files."""
+    folder, checkpoint = str(tmp_path / "in"), str(tmp_path / "ck")
+    write_files(folder, CLEAN, files=range(3))
+    parts, cuts = CLEAN
+    assert any(first < cuts[0][3] <= last for first, last in splits(parts[0]))  # open at the stop
+    sink = Sink(fail_at=3)
+
+    def start():
+        run(bs.dts_to_blob(read_stream(spark, folder)), sink, checkpoint)
+    start()
+    assert sorted(sink.batches) == [0, 1, 2]
+    write_files(folder, CLEAN, files=range(3, 5))
+    with pytest.raises(Exception, match="sink fails batch 3 once"):
+        start()
+    start()
+    assert sorted(sink.batches) == [0, 1, 2, 3, 4]
+    expected, _ = _blob_reference(spark, folder, "FAILFAST")
+    assert per_partition(sink.rows()) == per_partition(expected)
+    positions = [(r.partition, r.offset, r.entry, r.row) for r in sink.rows()]
+    assert len(set(positions)) == len(positions)
+
+
+HEADERS_SCHEMA = bs.KAFKA_SCHEMA + ", `headers` ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+
+def write_tdsql_files(folder, records, cuts) -> None:
+    """(offset, shard, Envelope bytes) of partition 0 with TDSQL headers (ShardId, ps), cut into files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    os.makedirs(folder, exist_ok=True)
+    ps: dict = {}
+    headers = []
+    for _, shard, _ in records:
+        ps[shard] = ps.get(shard, 0) + 1
+        headers.append([{"key": "ShardId", "value": shard.encode()}, {"key": "ps", "value": str(ps[shard]).encode()}])
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    for f in range(len(cuts) - 1):
+        part = range(cuts[f], cuts[f + 1])
+        table = pa.table({
+            "key": pa.array([None] * len(part), pa.binary()),
+            "value": pa.array([records[o][2] for o in part], pa.binary()),
+            "topic": pa.array([TOPIC] * len(part), pa.string()),
+            "partition": pa.array([0] * len(part), pa.int32()),
+            "offset": pa.array([records[o][0] for o in part], pa.int64()),
+            "timestamp": pa.array([None] * len(part), pa.timestamp("us", tz="UTC")),
+            "headers": pa.array([headers[o] for o in part], header_type),
+        })
+        path = os.path.join(folder, f"part-{f:03d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_600_000_000 + f, 1_600_000_000 + f))
+
+
+# TDSQL shard a opens the Entries of large.pb's offsets 1..4 and never sends its last segment;
+# shard b's Entries (large.pb's unsplit ones) go on in the same partition, held behind it.
+DEAD = [(0, "a", _large[1]), (1, "b", _large[0]), (2, "a", _large[2]), (3, "b", _large[5]),
+        (4, "a", _large[3]), (5, "b", _large[12]), (6, "b", _large[13]), (7, "b", _large[14]),
+        (8, "b", _large[19]), (9, "b", _large[20])]
+DEAD_CUTS = [0, 3, 6, 10]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode, limit", [("FAILFAST", {"max_open_offsets": 4}),
+                                         ("PERMISSIVE", {"max_open_offsets": 4}),
+                                         ("DROPMALFORMED", {"max_open_offsets": 4}),
+                                         ("PERMISSIVE", {"max_open_seconds": 0.001})],
+                         ids=["FAILFAST", "PERMISSIVE", "DROPMALFORMED", "PERMISSIVE-seconds"])
+def test_an_entries_open_too_long_is_a_dead_letter(spark, tmp_path, mode, limit):
+    """The open Entries goes at the end of the first micro-batch past the limit (the second), under
+    the mode; the Entries held behind it go on, in order, as the batch conversion gives them."""
+    folder = str(tmp_path / "in")
+    write_tdsql_files(folder, DEAD, DEAD_CUTS)
+    stream = spark.readStream.schema(HEADERS_SCHEMA).option("maxFilesPerTrigger", 1).parquet(folder)
+    tally = bs.SparkTally(spark)
+    sink = Sink()
+    out = bs.dts_to_blob(stream, mode=mode, tally=tally, **limit)
+    if mode == "FAILFAST":
+        with pytest.raises(Exception) as caught:
+            run(out, sink, str(tmp_path / "ck"))
+        text = str(caught.value)
+        assert "dead letter: Entries unfinished 5 offsets after its first segment (max_open_offsets 4)" in text
+        assert "partition 0, offset 0, shard a, last_offset 5, topic dts" in text
+        assert sorted(sink.batches) == [0] and sink.batches[0] == []  # Entries of b wait behind a
+        return
+    run(out, sink, str(tmp_path / "ck"))
+    rows = sink.rows()
+    good = [tuple(r) for r in rows if mode == "DROPMALFORMED" or r.error is None]
+    reference = spark.read.schema(HEADERS_SCHEMA).parquet(folder)
+    expected = [tuple(r) for r in bs.dts_to_blob(reference, mode=mode).collect()
+                if mode == "DROPMALFORMED" or r.error is None]
+    assert good == expected and sorted({r[2] for r in good}) == [1, 3, 5, 6, 7, 8, 9]
+    assert tally.value.rejected == 3 and tally.value.balanced()  # shard a's three Envelopes
+    assert [len(sink.batches[b]) > 0 for b in range(3)] == [False, True, True]
+    if mode == "PERMISSIVE":
+        errors = [r for r in rows if r.error is not None]
+        assert [(r.partition, r.offset) for r in errors] == [(0, 0)] and rows[0].error is not None
+        assert "dead letter" in errors[0].error and next(iter(limit)) in errors[0].error
+
+
+# ---- batch reads ending inside an Entries --------------------------------------------------------
+
+@pytest.mark.spark
+@pytest.mark.parametrize("mode", ["FAILFAST", "PERMISSIVE", "DROPMALFORMED"])
+def test_a_batch_read_ending_inside_an_entries_reports_the_tail(spark, mode):
+    """A batch read whose end falls inside an Entries (offsets 15..17 of 15..18): never silent."""
+    raws = _large[:18]
+    rows = [(None, raw, TOPIC, 0, n, None) for n, raw in enumerate(raws)]
+    df = spark.createDataFrame(rows, bs.KAFKA_SCHEMA)
+    tally = bs.SparkTally(spark)
+    if mode == "FAILFAST":
+        with pytest.raises(Exception) as caught:
+            bs.dts_to_blob(df, mode=mode).collect()
+        assert "unfinished Entries at end of input: 3 of 4 segments (partition 0, offset 15, topic dts)" \
+            in str(caught.value)
+        return
+    got = bs.dts_to_blob(df, mode=mode, tally=tally).collect()
+    assert tally.value.rejected == 3 and tally.value.balanced()  # the tail's three Envelopes
+    tail = [r for r in got if mode == "PERMISSIVE" and r.error is not None]
+    assert max(r.offset for r in got if r not in tail) < 15
+    if mode == "PERMISSIVE":
+        assert [(r.partition, r.offset) for r in tail] == [(0, 15)] and "unfinished" in tail[0].error
+
+
+@pytest.mark.spark
+def test_streaming_needs_the_rocksdb_state_store(spark, tmp_path):
+    folder = str(tmp_path / "in")
+    write_files(folder, CLEAN, files=[0])
+    spark.conf.set(st.PROVIDER_CONF, "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    try:
+        with pytest.raises(bridge.OptionsError, match="RocksDBStateStoreProvider"):
+            bs.dts_to_blob(read_stream(spark, folder))
+    finally:
+        spark.conf.set(st.PROVIDER_CONF, st.ROCKSDB)
+    with pytest.raises(bridge.OptionsError, match="schema= or columns="):
+        bs.dts_to_tuple(read_stream(spark, folder), "shop.orders")
