@@ -13,8 +13,16 @@ while the two partitions interleave freely, so each shard is split by the partit
 record's `dts.pos` attribute ("partition:offset:entry:row") and the positions are checked to be
 strictly increasing (hence unique) per (shard, partition), and unique across the whole topic.
 
+Also here: SIGTERM drains (exit 0, commit, a rerun writes nothing); TDSQL streams (ShardId/ps
+headers: two shards' multi-segment Entries interleaved in one partition, a redelivery, ps gaps
+under fail and skip, a restart at a commit point held by an open Entries); restarts that used
+to write records twice (partitions owned by different processes, then by one); a Tuple restart
+after a DDL added a column; the first sync on a freshly started broker.
+
 Seeds: SYNC_TEST_SEED=N changes the seed of the kill points and of the chaos (default 1729);
-a failure message names the seed and keeps the runs' stderr in the test's tmp_path.
+a failure message names the seed and keeps the runs' stderr in the test's tmp_path. The long
+variants (22 kills, bigger streams, more chaos; marked deep) run under `make test-deep`
+(HYPOTHESIS_PROFILE=deep) or with SYNC_TEST_DEEP=1, as `make test` runs every marker.
 """
 from __future__ import annotations
 
