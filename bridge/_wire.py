@@ -34,6 +34,7 @@ __all__ = [
     "Reassembler",
     "Assembled",
     "Redelivered",
+    "ResumedTail",
     "tdsql_headers",
     "write_pb",
     "read_pb",
@@ -151,6 +152,17 @@ class Redelivered:
     last: int
 
 
+@dataclass(frozen=True)
+class ResumedTail:
+    """A TDSQL segment read again after a restart at a committed offset: the tail of an Entries
+    that started before that offset and was handed out whole before the commit (the commit point
+    is the first segment of the oldest open Entries, and other shards' Entries interleave past it).
+    Dropped and counted, never an error."""
+    partition: object
+    offset: int
+    shard: str
+
+
 SHARD_HEADER = "ShardId"
 SEQUENCE_HEADER = "ps"
 
@@ -187,8 +199,8 @@ class Reassembler:
     is complete (or abandoned), so the output stays in first-segment order and no converted record
     starts after the commit point (`held_from`). `ps` (the shard's sequence, from 1, growing by one)
     not above the last seen is a redelivery: a `Redelivered` item, dropped; a gap is a FramingError
-    naming the partition, the shard and both numbers (count 0: the lost records never arrived),
-    and any Entries of that shard still open is abandoned with it.
+    naming the partition, the shard and both numbers (its count is the number of records lost, so
+    input and rejected both show them), and any Entries of that shard still open is abandoned.
     """
 
     def __init__(self, lazy: bool = False) -> None:
@@ -199,7 +211,15 @@ class Reassembler:
         self._ps: dict[tuple, int] = {}
         self._waiting: dict[object, list[Assembled]] = {}  # complete, behind an earlier open Entries
         self._sharded: set = set()  # partitions that carried a ShardId
+        self._resumed: set = set()  # partitions read from a committed offset (`resume_at`)
+        self._started: set = set()  # (partition, shard) whose first segment came since then
         self.lazy = lazy
+
+    def resume_at(self, partition) -> None:
+        """`partition` is read from a committed offset: a TDSQL shard's segments that come before
+        its first first-segment there are tails of Entries handed out before the commit
+        (`ResumedTail`), not errors."""
+        self._resumed.add(partition)
 
     @property
     def open_partitions(self) -> list:
@@ -233,8 +253,10 @@ class Reassembler:
                     return [Redelivered(partition, offset, shard, seq, seen)]
                 self._ps[(partition, shard)] = seq
                 if seen is not None and seq != seen + 1:
+                    # counted as the records that never came, so that a skip policy's tally shows them
                     err = _error(FramingError, f"TDSQL shard {shard}: ps jumps from {seen} to {seq} "
-                                 f"({seq - seen - 1} record(s) lost)", partition, offset, 0, shard=shard)
+                                 f"({seq - seen - 1} record(s) lost)", partition, offset, seq - seen - 1,
+                                 shard=shard)
                     err.where.update(last_ps=seen, ps=seq)
                     results.append(err)
                     key = _ShardKey(partition, shard)
@@ -242,6 +264,17 @@ class Reassembler:
                         results.append(self._abandon(key, offset, f"TDSQL shard {shard}: Entries from offset "
                                                      f"{self._open[key].first_offset} lost segments in the ps gap"))
         key = partition if shard is None else _ShardKey(partition, shard)
+        if shard is not None and partition in self._resumed and (partition, shard) not in self._started:
+            env = pb.Envelope()
+            try:
+                env.ParseFromString(value)
+            except (_PbDecodeError, TypeError):
+                env = None
+            if env is not None and env.version == ENVELOPE_VERSION and 0 < env.index < env.total \
+                    and key not in self._open:
+                results.append(ResumedTail(partition, offset, shard))
+                return results
+            self._started.add((partition, shard))
         results.extend(self._feed(key, partition, offset, value))
         if partition in self._sharded:
             results = self._in_order(partition, results)

@@ -189,13 +189,15 @@ class DataHubWriter:
         self._source: str | None = None
         self._committed: dict[int, int | None] = {}
         self._epoch: int | None = None
+        self._since: int | None = None
         self._threads = [threading.Thread(target=self._work, name=f"datahub-writer-{i}", daemon=True)
                          for i in range(workers)]
         for thread in self._threads:
             thread.start()
 
     # -- set-up ---------------------------------------------------------------------------------
-    def resume(self, source: str, committed: dict[int, int | None] | None = None, epoch: int | None = None) -> None:
+    def resume(self, source: str, committed: dict[int, int | None] | None = None, epoch: int | None = None,
+               since_ms: int | None = None) -> None:
         """Records of `source` put again after a restart that already landed are dropped: a shard's
         tail is read back to the first record of `source` below its partition's committed offset
         (`committed[partition]`; None or absent: nothing of that partition was committed).
@@ -203,9 +205,15 @@ class DataHubWriter:
         With `epoch` (a Spark micro-batch id) every record also carries `dts.epoch`, and the tail is
         read back to the first record of `source` from an earlier epoch instead: a micro-batch
         replayed after a failure finds what its earlier attempt wrote (every record of an earlier
-        epoch landed before any of this one, as Spark runs the batches one after another)."""
+        epoch landed before any of this one, as Spark runs the batches one after another).
+
+        With `since_ms` (the earliest time, DataHub's clock, at which a record landed after the last
+        commit could have been written: the oldest partition's commit time less a margin for clock
+        skew) the tail is read back to the first record older than that instead, whoever wrote the
+        records in between: exact whatever process owned which partition before."""
         with self._cv:
             self._source, self._committed, self._epoch = source, dict(committed or {}), epoch
+            self._since = since_ms
             for topic in self._topics.values():
                 topic.scanned = False
 
@@ -250,10 +258,17 @@ class DataHubWriter:
         if kind == "TUPLE" and schema is None:
             raise DataHubError(f"Tuple topic {self.project}/{name} has no RecordSchema")
         if kind == "TUPLE" and record_schema is not None:
-            want = [(f["name"], f["type"].upper()) for f in record_schema["fields"]]
-            have = [(f.name, str(getattr(f.type, "value", f.type)).upper()) for f in schema.field_list]
-            if want != have[:len(want)] or any(not getattr(f, "allow_null", True) for f in schema.field_list[len(want):]):
-                raise DataHubError(f"topic {self.project}/{name} has RecordSchema {have}, the rows need {want}")
+            # Fields are matched by name: a field both have must have one type; one the rows lack must
+            # take NULL; one the topic lacks is the caller's to append (a column added by DDL).
+            want = {f["name"]: f["type"].upper() for f in record_schema["fields"]}
+            have = {f.name: str(getattr(f.type, "value", f.type)).upper() for f in schema.field_list}
+            clash = [n for n, t in want.items() if n in have and have[n] != t]
+            required = [f.name for f in schema.field_list if f.name not in want and not getattr(f, "allow_null", True)]
+            if clash or required:
+                raise DataHubError(f"topic {self.project}/{name} has RecordSchema {sorted(have.items())}, the rows need "
+                                   f"{sorted(want.items())} ({'types differ for ' + ', '.join(clash) if clash else ''}"
+                                   f"{'; ' if clash and required else ''}"
+                                   f"{'NOT NULL fields the rows lack: ' + ', '.join(required) if required else ''})")
         topic = _Topic(name, kind, schema)
         topic.shard_ids = self._active_shards(name)
         with self._cv:
@@ -564,6 +579,8 @@ class DataHubWriter:
             start = max(oldest, end - window + 1)
             records = self._read(topic, shard_id, start, end - start + 1)
             for record in reversed(records):
+                if self._since is not None and (getattr(record, "system_time", None) or 0) < self._since:
+                    return found  # written before the oldest commit: nothing after the commits is older
                 attrs = record.attributes or {}
                 if attrs.get(ATTR_TOPIC) != self._source:
                     continue  # another writer's record
@@ -579,6 +596,8 @@ class DataHubWriter:
                 else:
                     committed = self._committed.get(pos[0])
                     if committed is not None and pos[1] < committed:
+                        if self._since is not None:
+                            continue  # committed; the time bound ends the scan
                         return found  # everything before this landed before the last commit
                 found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
             end, window = start - 1, window * 4

@@ -124,6 +124,7 @@ class GroupOffsets:
 
     def __init__(self, consumer, topic: str, timeout: float = 10.0) -> None:
         self.consumer, self.topic, self.timeout = consumer, topic, timeout
+        self.times: dict[int, int] = {}  # when each partition was last committed (epoch ms), if kept
 
     def load(self, partitions: list[int]) -> dict[int, tuple[int | None, int | None]]:
         TopicPartition = confluent().TopicPartition
@@ -134,11 +135,15 @@ class GroupOffsets:
         for tp in got:
             offset = tp.offset if tp.offset >= 0 else None
             out[tp.partition] = (offset, _read_mark(tp.metadata))
+            at = _read_mark(tp.metadata, "at")
+            if at is not None:
+                self.times[tp.partition] = at
         return out
 
     def save(self, commit: dict[int, int], read: dict[int, int]) -> None:
         TopicPartition = confluent().TopicPartition
-        offsets = [TopicPartition(self.topic, p, off, metadata=json.dumps({"read": read[p]}))
+        at = int(time.time() * 1000)
+        offsets = [TopicPartition(self.topic, p, off, metadata=json.dumps({"read": read[p], "at": at}))
                    for p, off in sorted(commit.items())]
         result = _retrying(lambda: self.consumer.commit(offsets=offsets, asynchronous=False),
                            "offset commit failed", self.timeout)
@@ -161,9 +166,9 @@ def _retrying(call: Callable[[], Any], what: str, timeout: float):
             raise KafkaError(f"{what}: {err}") from None
 
 
-def _read_mark(metadata: str | None) -> int | None:
+def _read_mark(metadata: str | None, key: str = "read") -> int | None:
     try:
-        return int(json.loads(metadata)["read"]) if metadata else None
+        return int(json.loads(metadata)[key]) if metadata else None
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -174,6 +179,7 @@ class FileOffsets:
 
     def __init__(self, path, topic: str) -> None:
         self.path, self.topic = os.fspath(path), topic
+        self.times: dict[int, int] = {}  # when each partition was last committed (epoch ms)
 
     def load(self, partitions: list[int]) -> dict[int, tuple[int | None, int | None]]:
         try:
@@ -186,6 +192,8 @@ class FileOffsets:
         if doc.get("topic") != self.topic:
             raise KafkaError(f"the offsets file {self.path} is for topic {doc.get('topic')!r}, not {self.topic!r}")
         known = doc.get("partitions", {})
+        self.times = {p: known[str(p)]["at"] for p in partitions
+                      if isinstance(known.get(str(p), {}).get("at"), int)}
         return {p: (known[str(p)]["commit"], known[str(p)].get("read")) if str(p) in known else (None, None)
                 for p in partitions}
 
@@ -194,8 +202,9 @@ class FileOffsets:
         if os.path.exists(self.path):
             with open(self.path, "rb") as fh:
                 doc = json.load(fh)
+        at = int(time.time() * 1000)
         for p, off in commit.items():
-            doc["partitions"][str(p)] = {"commit": off, "read": read[p]}
+            doc["partitions"][str(p)] = {"commit": off, "read": read[p], "at": at}
         replace_json(self.path, doc)
 
 
@@ -302,6 +311,9 @@ def consume(consumer, topic: str, store, convert: Callable[[pb.Entry], list], si
     if any(off is not None and mark is None for off, mark in stored.values()):
         report.reread = None  # committed before, but how far that run read is unknown
     reassembler = _HoldingReassembler()
+    for p, (off, _) in stored.items():
+        if off is not None:
+            reassembler.resume_at(p)
     read: dict[int, int] = {}
     committed: dict[int, int] = {}
     checkpoint = [False]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from . import subscribe_pb2 as pb
-from ._wire import Assembled, Reassembler, Redelivered, entry_from_json_line
+from ._wire import Assembled, Reassembler, Redelivered, ResumedTail, entry_from_json_line
 from .blob_decode import BlobDecoder
 from .errors import BridgeError, LineTooLongError
 from .options import DEFAULT_OPTIONS, Options
@@ -40,6 +40,7 @@ class Tally:
     outputs: int = 0
     envelopes: int = 0
     redelivered: int = 0  # TDSQL records Kafka delivered again (ps not above the last): dropped
+    resumed_tails: int = 0  # TDSQL segments of Entries handed out before the commit a run resumed at
 
     def balanced(self) -> bool:
         return self.input == self.converted + self.rejected + self.not_emitted
@@ -110,9 +111,12 @@ def dts_records_to_assembled(records: Iterable[tuple], policy: ErrorPolicy,
                 yield item
             elif isinstance(item, Redelivered):
                 tally.redelivered += 1
+            elif isinstance(item, ResumedTail):
+                tally.resumed_tails += 1
             else:
                 tally.input += item.count
-                policy.reject(item, value if item.count == 1 else None, item.count)
+                own = item.count == 1 and "last_ps" not in item.where  # a ps gap's count is the lost records
+                policy.reject(item, value if own else None, item.count)
     if finish:
         for item in reassembler.finish():
             if isinstance(item, Assembled):

@@ -123,6 +123,33 @@ class TupleSink(_Sink):
         self._put_all(where, items)
 
 
+# How far DataHub's clock may be behind this machine's: the tail scan reads back this much further.
+CLOCK_MARGIN_MS = 5 * 60 * 1000
+
+
+class _EveryPartition:
+    """An offset store whose every save names every partition (unchanged ones with their last
+    offsets), so each partition's commit time stays recent and the tail scan short."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.commit: dict[int, int] = {}
+        self.read: dict[int, int] = {}
+
+    def load(self, partitions: list[int]) -> dict:
+        stored = self.store.load(partitions)
+        for p, (off, mark) in stored.items():
+            if off is not None:
+                self.commit[p] = off
+                self.read[p] = mark if mark is not None else off
+        return stored
+
+    def save(self, commit: dict[int, int], read: dict[int, int]) -> None:
+        self.commit.update(commit)
+        self.read.update(read)
+        self.store.save(dict(self.commit), {p: self.read.get(p, off) for p, off in self.commit.items()})
+
+
 def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Callable, policy, *,
         partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
         idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False, raw: bool = False,
@@ -130,8 +157,15 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
     """Resume the writer at the stored offsets, then `kafka.consume` into `sink`; returns its report."""
     from . import kafka
     partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)
+    store = _EveryPartition(store)
     stored = store.load(partitions)
-    writer.resume(topic, {p: stored.get(p, (None, None))[0] for p in partitions})
+    committed = {p: stored.get(p, (None, None))[0] for p in partitions}
+    times = getattr(store.store, "times", {})
+    since = None
+    if any(off is not None for off in committed.values()) and \
+            all(p in times for p, off in committed.items() if off is not None):
+        since = min(times[p] for p, off in committed.items() if off is not None) - CLOCK_MARGIN_MS
+    writer.resume(topic, committed, since_ms=since)
     try:
         return kafka.consume(consumer, topic, store, convert, sink, policy, partitions=partitions, start=start,
                              max_messages=max_messages, idle_timeout=idle_timeout, stop=stop, raw=raw,

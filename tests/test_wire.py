@@ -584,7 +584,9 @@ def test_tdsql_ps_gap_is_an_error_naming_partition_shard_and_both_numbers():
     policy = ErrorPolicy("skip")
     got = [entry.header.seqId for _, entry in dts_records_to_entries(records, policy)]
     assert got == [100, 101, 102, 200, 201, 202]  # both Entries were whole; the gap lost other records
-    assert [r["shard"] for r in policy.rejects] == ["s1"] and policy.tally.input == 6
+    lost = 100 - len(a) - 1
+    assert [r["shard"] for r in policy.rejects] == ["s1"]
+    assert policy.tally.input == 6 + lost and policy.tally.rejected == lost  # the lost records, counted
 
 
 def test_tdsql_gap_inside_an_open_entries_abandons_it():
@@ -596,7 +598,8 @@ def test_tdsql_gap_inside_an_open_entries_abandons_it():
     assert list(dts_records_to_entries(records, policy)) == []
     reasons = [r["reason"] for r in policy.rejects]
     assert any("ps jumps from 1 to 7" in x for x in reasons) and any("lost segments" in x for x in reasons)
-    assert policy.tally.input == policy.tally.rejected == 2  # the abandoned segment and the orphan after it
+    # the 5 records lost in the gap, the abandoned segment and the orphan after it
+    assert policy.tally.input == policy.tally.rejected == 7
 
 
 def test_records_without_tdsql_headers_behave_as_before():
@@ -604,3 +607,24 @@ def test_records_without_tdsql_headers_behave_as_before():
     r = Reassembler()
     out = [x for i, (value, _) in enumerate(a) for x in r.feed(0, i, value, [("other", b"x")])]
     assert [x.first_offset for x in out] == [0]
+
+
+def test_tdsql_resumed_at_a_commit_the_tails_of_entries_handed_out_before_it_are_dropped_and_counted():
+    from bridge.stream import ErrorPolicy, dts_records_to_entries
+    a, b = _segments(1, "s1", 1), _segments(2, "s2", 1)
+    # offsets: a0 b0 a1 b1 a2 b2 ...: a completes first; a commit then stops at b's first segment (1)
+    records = [x for pair in zip(a, b) for x in pair]
+    r = Reassembler()
+    out = [x for i, (v, h) in enumerate(records) for x in r.feed(0, i, v, h)]
+    assert [x.first_offset for x in out] == [0, 1]
+    # a restart at offset 1 reads b whole again and a's later segments without their first
+    again = [(0, i, v, h) for i, (v, h) in enumerate(records) if i >= 1]
+    fresh = Reassembler()
+    fresh.resume_at(0)
+    policy = ErrorPolicy("fail")
+    got = [entry.header.seqId for _, entry in dts_records_to_entries(again, policy, fresh)]
+    assert got == [200, 201, 202]
+    assert policy.tally.resumed_tails == len(a) - 1 and policy.tally.rejected == 0
+    # without resume_at the same records are framing errors
+    with pytest.raises(FramingError, match="without its first segment"):
+        list(dts_records_to_entries(again, ErrorPolicy("fail")))
