@@ -22,7 +22,7 @@ after a DDL added a column; the first sync on a freshly started broker.
 Seeds: SYNC_TEST_SEED=N changes the seed of the kill points and of the chaos (default 1729);
 a failure message names the seed and keeps the runs' stderr in the test's tmp_path. The long
 variants (22 kills, bigger streams, more chaos; marked deep) run under `make test-deep`
-(HYPOTHESIS_PROFILE=deep) or with SYNC_TEST_DEEP=1, as `make test` runs every marker.
+(tests/conftest.py skips `deep` tests unless HYPOTHESIS_PROFILE=deep).
 """
 from __future__ import annotations
 
@@ -62,12 +62,6 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT), DATAHUB_ACCESS_ID="test-id", DATAHU
 # every operation may fail: writes (PutRecordsByShard), the tail reads of a restart and the
 # answer-less-attempt check (GetCursor, GetRecords), ListShard, GetTopic, CreateTopic
 CHAOS_OPS = ("PutRecords", "PutRecordsByShard", "GetCursor", "GetRecords", "ListShard", "GetTopic", "CreateTopic")
-
-
-# `make test` and `make test-deep` both run every test; the long variants run only under the deep
-# profile (make test-deep sets HYPOTHESIS_PROFILE=deep) or with SYNC_TEST_DEEP=1.
-deep = pytest.mark.skipif(os.environ.get("HYPOTHESIS_PROFILE") != "deep" and os.environ.get("SYNC_TEST_DEEP") != "1",
-                          reason="long kill loop: make test-deep (HYPOTHESIS_PROFILE=deep) or SYNC_TEST_DEEP=1")
 
 
 def _name(prefix: str) -> str:
@@ -435,7 +429,6 @@ def test_sync_blob_kill_loop(kafka_broker, tmp_path):
 
 
 @pytest.mark.deep
-@deep
 def test_sync_blob_kill_loop_deep(kafka_broker, tmp_path):
     """20+ kills, bigger streams (the samples packed again under 800 and 1200 byte messages,
     several times over), more chaos."""
@@ -557,7 +550,6 @@ def test_sync_tuple_kill_loop(kafka_broker, tmp_path):
 
 
 @pytest.mark.deep
-@deep
 def test_sync_tuple_kill_loop_deep(kafka_broker, tmp_path):
     files = {}
     for n in ("mixed", "types", "large"):
