@@ -1007,3 +1007,45 @@ def convert_blob_bytes(entries_bytes: bytes, tmp_path: pathlib.Path) -> list[byt
     with open(path, "wb") as out:
         write_pb(out, split_entries(entries_bytes, 1 << 20))
     return convert_blob(path, tmp_path)
+
+
+def test_sync_tdsql_kill_loop(kafka_broker, tmp_path):
+    """The kill loop on TDSQL streams: each of 2 partitions carries two database shards'
+    multi-segment Entries interleaved (ShardId / ps headers) and one redelivered record; 5 SIGKILLs
+    with chaos faults, then per (DataHub shard, partition) the Blob lines equal the conversion of
+    the partition's Entries in first-segment order, exactly once."""
+    began = time.monotonic()
+    topic = kafka_broker.create_topic(_name("sync-tdsql-kill"), partitions=2)
+    warm_group_coordinator(kafka_broker, topic)
+    shards = ["0", "1", "2"]
+    expected: dict = collections.defaultdict(list)
+    for partition in (0, 1):
+        records, groups = tdsql_stream(SEED + 11 * (partition + 1), tmp_path)
+        k = next(i for i, r in enumerate(records) if r["shard"] == "s2" and i > len(records) // 2)
+        stream = records[:k + 2] + [records[k]] + records[k + 2:]
+        producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True})
+        for r in stream:
+            producer.produce(topic, value=r["value"], partition=partition,
+                             headers=[("ShardId", r["shard"].encode()), ("ps", str(r["ps"]).encode())])
+        assert producer.flush(30) == 0
+        for line in expected_tdsql_lines(records, groups, tmp_path):
+            expected[(shard_for(shard_key(orjson.loads(line)), shards), partition)].append(line)
+    log: list[str] = []
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "blob", shard_count=3)
+        chaos(server, SEED + 12)
+        sync = Sync(tmp_path, kafka_broker, topic, "g-tdsql-kill", server, "--to", "blob", "--datahub-topic", "blob",
+                    "--idle-timeout", "2")
+        killed = kill_loop(sync, server, kills=5, seed=SEED + 12, stages=[], produce_stage=None, max_delay=3.0,
+                           max_step=60, log=log)
+        code, report, err = sync.run()
+        server.faults.clear()
+        context = f"seed {SEED + 12}; runs' stderr in {tmp_path}; faults {fault_summary(server)}\n  " + "\n  ".join(log)
+        no_traceback(err, "the final sync run")
+        assert code == 0 and report["rejected"] == 0, f"final run exited {code}: {err[-3000:]}\n{context}"
+        got, positions = landed_by_shard_partition(server, "blob", topic, lambda r: r["data"])
+        compared = compare("blob", got, positions, expected, context)
+        assert committed_offsets(kafka_broker, topic, "g-tdsql-kill", [0, 1]) == end_offsets(kafka_broker, topic, [0, 1])
+        assert any(k["landed_in_run"] > 0 for k in killed), context
+        print(f"\n[sync TDSQL kill loop: {len(killed)} kills in {sync.runs} runs, {compared} records compared, "
+              f"{time.monotonic() - began:.1f} s]\n  " + "\n  ".join(log))
