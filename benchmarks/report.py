@@ -30,6 +30,10 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
     "dts_to_blob_python_vs_naive": ("(b) pure-Python path / (a) naive", None, None, "info"),
     "spark_shuffled_vs_single_process": ("(f) Spark dts_to_blob on interleaved input, which it shuffles into "
                                          "Kafka order / single-process (b)", None, None, "info"),
+    "spark_streaming_vs_batch": ("(f2) Spark streaming dts_to_blob (4 micro-batches, query start included) / the "
+                                 "batch job on the same input", ">=", 0.8, "target"),
+    "spark_streaming_running_vs_batch": ("(f2) the running streaming query's pace (micro-batches after the first) "
+                                         "/ the batch job", None, None, "info"),
     "cli_rss_growth": ("(g) CLI peak RSS, largest / smallest stream", "<=", 1.2, "target"),
     "cli_rss_largest_mib": ("(g) CLI peak RSS of the largest stream, MiB", "<", 200, "target"),
     "cli_vs_single_process": ("(g) CLI rows/s (smallest stream) / in-process (b)", None, None, "info"),
@@ -77,6 +81,10 @@ def compute_ratios(results: dict) -> dict:
             values["spark_output_floor_vs_single_process"] = [div(r["output_floor"], r["single_process"])]
             values["spark_vs_output_floor"] = [div(r["dts_to_blob"], r["output_floor"])]
         values["spark_shuffled_vs_single_process"] = [div(r.get("dts_to_blob_shuffled"), r["single_process"])]
+    streaming = results.get("spark_streaming") or {}
+    if "rows_per_s" in streaming:
+        values["spark_streaming_vs_batch"] = [streaming.get("streaming_vs_batch")]
+        values["spark_streaming_running_vs_batch"] = [streaming.get("streaming_running_vs_batch")]
     cli = results.get("cli") or {}
     if "streams" in cli:
         streams = sorted(cli["streams"].values(), key=lambda s: s["bytes"])

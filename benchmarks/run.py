@@ -11,7 +11,7 @@ import sys
 import time
 
 
-from . import cases, profiling, report, rss, spark_bench, timing, workload
+from . import cases, profiling, report, rss, spark_bench, spark_streaming_bench, timing, workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-spark", action="store_true", help="leave out (f), the Spark transform")
     p.add_argument("--spark-rows", type=int, default=None, help="rows for Spark (default: --rows)")
     p.add_argument("--spark-repeat", type=int, default=8, help="Spark rounds; the best counts (default 8)")
+    p.add_argument("--skip-spark-streaming", action="store_true",
+                   help="leave out (f2), streaming dts_to_blob against the batch job")
     p.add_argument("--skip-rss", action="store_true", help="leave out (g), the CLI's memory on large streams")
     p.add_argument("--rss-sizes", default="100,1000", help="stream sizes in MiB for (g) (default 100,1000)")
     p.add_argument("--publish", action="store_true",
@@ -229,6 +231,15 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # a broken Java install must not cost the rest of the run
             _log(f"spark failed: {type(exc).__name__}: {exc}")
             results["spark"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:500]}"}
+    if args.skip_spark or args.skip_spark_streaming:
+        results["spark_streaming"] = {"skipped": "--skip-spark" if args.skip_spark else "--skip-spark-streaming"}
+    else:
+        part = next(iter(_chunks(work.entries, args.spark_rows or args.rows)))
+        try:
+            results["spark_streaming"] = spark_streaming_bench.run(part, _rows(part), WORK_DIR, 3, _log)
+        except Exception as exc:
+            _log(f"spark streaming failed: {type(exc).__name__}: {exc}")
+            results["spark_streaming"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:500]}"}
 
     if args.skip_rss:
         results["cli"] = {"skipped": "--skip-rss"}

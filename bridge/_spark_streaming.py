@@ -174,6 +174,7 @@ def _processor(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTall
                 tally.add(self.job.policy.tally)
 
         def _run(self, key, frame, now_ms: int) -> Iterator:
+            import pandas as pd
             import pyarrow as pa
             job = self.job
             if job is None:
@@ -191,7 +192,9 @@ def _processor(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTall
             records = zip(*[_pandas_column(frame, n) if n else itertools.repeat(topic) for n in wanted])
             for columns in job.chunks(records):
                 batch = columns if isinstance(columns, pa.RecordBatch) else job.batch(columns, self.schema)
-                yield batch.to_pandas(integer_object_nulls=True)
+                # columns backed by the Arrow arrays: Spark takes them back without a Python object per
+                # value (10x faster than object columns for the Blob lines)
+                yield batch.to_pandas(types_mapper=pd.ArrowDtype)
             self.state.update(dump_state(reassembler, partition, opened, now_ms))
 
     return DtsReassembly()

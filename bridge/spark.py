@@ -298,7 +298,8 @@ def register(spark) -> None:
 
 def local_session(app_name: str = "dts-bridge", conf: dict | None = None):
     """A `local[2]` SparkSession for demos and tests: no UI or progress bar, 2 shuffle partitions,
-    the RocksDB state store (what streaming `dts_to_blob` / `dts_to_tuple` need), and Python workers running this interpreter unless PYSPARK_PYTHON says otherwise
+    the RocksDB state store with changelog checkpointing (what streaming `dts_to_blob` /
+    `dts_to_tuple` need), and Python workers running this interpreter unless PYSPARK_PYTHON says otherwise
     (getOrCreate: an existing session is reused)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -308,7 +309,8 @@ def local_session(app_name: str = "dts-bridge", conf: dict | None = None):
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                # streaming dts_to_blob / dts_to_tuple keep reassembly in transformWithStateInPandas state
-               .config(PROVIDER_CONF, ROCKSDB))
+               .config(PROVIDER_CONF, ROCKSDB)
+               .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true"))
     for name, value in (conf or {}).items():
         builder = builder.config(name, str(value))
     return builder.getOrCreate()

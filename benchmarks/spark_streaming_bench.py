@@ -1,0 +1,159 @@
+"""(f2) Streaming `bridge.spark.dts_to_blob` against the batch job on the same input, local[2].
+
+The Kafka-shaped input (as (f): topic, partitions 0..1 interleaved, offset, value) is cut into
+`FILES` Parquet files at offsets inside split Entries where there are any, so each file is one
+micro-batch (`readStream` with `maxFilesPerTrigger=1`, `availableNow`) and Entries straddle
+micro-batches. The streaming pass runs the whole query (a fresh checkpoint each round: planning,
+the state store, one micro-batch per file) into the `noop` sink, and once more with all rows in one
+file (one micro-batch). `streaming_running` is the pace of the micro-batches after the first
+(input rows over their `triggerExecution` time, from the query's progress): a running query,
+its start left out. The batch pass is
+`dts_to_blob(spark.read.parquet(...))` of the same files (it shuffles into Kafka order, as the
+streaming job groups by Kafka partition) into `noop`. Both are warmed up once; the best of
+`repeat` alternating rounds counts.
+
+    python -m benchmarks.spark_streaming_bench --rows 200000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from typing import Callable
+
+import bridge
+
+from . import spark_bench
+
+FILES = 4
+SEGMENT_BYTES = 64 << 10  # each 1 MiB Entries of (f) cut into segments of this size, as the DTS producer cuts large ones
+
+
+def _write_files(envelopes: list, folder: str, files: int = FILES) -> int:
+    """The Envelopes on two Kafka partitions (the first half of the stream and the second, cut
+    between Entries) in `files` files, each holding a range of offsets of both; returns how many
+    cuts between files fall inside a split Entries."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    mid = next(i for i in range(len(envelopes) // 2, len(envelopes)) if envelopes[i].index == 0)
+    partitions = [envelopes[:mid], envelopes[mid:]]
+    inside = 0
+    for f in range(files):
+        rows = []
+        for p, envs in enumerate(partitions):
+            first, last = len(envs) * f // files, len(envs) * (f + 1) // files
+            inside += bool(f) and envs[first].index > 0
+            rows += [(p, o, envs[o].SerializeToString()) for o in range(first, last)]
+        table = pa.table({
+            "key": pa.array([None] * len(rows), pa.binary()),
+            "value": pa.array([r[2] for r in rows], pa.binary()),
+            "topic": pa.array([spark_bench.KAFKA_TOPIC] * len(rows), pa.string()),
+            "partition": pa.array([r[0] for r in rows], pa.int32()),
+            "offset": pa.array([r[1] for r in rows], pa.int64()),
+            "timestamp": pa.array([1_700_000_000_000_000 + r[1] for r in rows], pa.timestamp("us", tz="UTC")),
+        })
+        path = os.path.join(folder, f"part-{f:03d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_700_000_000 + f, 1_700_000_000 + f))
+    return inside
+
+
+def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str], None]) -> dict:
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        return {"skipped": f"pyspark/pyarrow not installed ({exc.name}): pip install 'dts-datahub-bridge[spark]'"}
+    import bridge.spark as bs
+
+    envelopes = [segment for env in bridge.pack_entries(entries)
+                 for segment in bridge.split_entries(env.data, SEGMENT_BYTES)]
+    folder = os.path.join(work_dir, f"spark_stream_{rows}")
+    inside = _write_files(envelopes, folder)
+    whole = os.path.join(work_dir, f"spark_stream_{rows}_one_file")
+    _write_files(envelopes, whole, 1)
+    split = sum(env.total > 1 for env in envelopes)
+    log(f"spark streaming: {rows} rows in {len(envelopes)} Envelopes ({split} segments of split Entries), "
+        f"{FILES} files, {inside} cuts inside an Entries; starting local[2]")
+    spark = bs.local_session("bridge-bench")
+    checkpoints = os.path.join(work_dir, "spark_stream_checkpoints")
+    counter = iter(range(1 << 30))
+    steady: list = []  # (share of the input, seconds) of the micro-batches after the first, per streaming pass
+
+    def stream_pass(source: str) -> int:
+        checkpoint = os.path.join(checkpoints, str(next(counter)))
+        stream = spark.readStream.schema(bs.KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
+        query = (bs.dts_to_blob(stream).writeStream.format("noop").option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        progress = query.recentProgress
+        if len(progress) > 1:  # the micro-batches after the first: the running query, its start left out
+            later = progress[1:]
+            steady.append((sum(p["numInputRows"] for p in later) / sum(p["numInputRows"] for p in progress),
+                           sum(p["durationMs"]["triggerExecution"] for p in later) / 1000))
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return len(progress)
+
+    def batch_pass() -> None:
+        spark_bench._noop(bs.dts_to_blob(spark.read.parquet(folder)))
+
+    passes = {"batch": batch_pass, "streaming": lambda: stream_pass(folder),
+              "streaming_one_micro_batch": lambda: stream_pass(whole)}
+    try:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        for run_pass in passes.values():  # warm-up: workers, the state store, the JVM's compilation
+            run_pass()
+        steady.clear()
+        times: dict[str, list] = {name: [] for name in passes}
+        micro_batches = {}
+        for rep in range(repeat):
+            for name, run_pass in passes.items():
+                start = time.perf_counter()
+                micro_batches[name] = run_pass()
+                times[name].append(time.perf_counter() - start)
+            log(f"spark streaming round {rep + 1}: " +
+                ", ".join(f"{n} {rows / t[-1]:,.0f} rows/s" for n, t in times.items()))
+    finally:
+        spark.stop()
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    best = {name: min(t) for name, t in times.items()}
+    share, seconds = min(steady, key=lambda x: x[1] / x[0])
+    best["streaming_running"] = seconds / share  # the whole input at the running query's best pace
+    return {
+        "rows": rows, "envelopes": len(envelopes), "split_segments": split, "files": FILES,
+        "micro_batches": {k: v for k, v in micro_batches.items() if v is not None}, "cuts_inside_entries": inside,
+        "seconds": {name: round(t, 4) for name, t in best.items()},
+        "rows_per_s": {name: round(rows / t) for name, t in best.items()},
+        "streaming_vs_batch": round(best["batch"] / best["streaming"], 3),
+        "streaming_one_micro_batch_vs_batch": round(best["batch"] / best["streaming_one_micro_batch"], 3),
+        "streaming_running_vs_batch": round(best["batch"] / best["streaming_running"], 3),
+        "samples": times,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import workload
+    from .run import WORK_DIR, _log
+    p = argparse.ArgumentParser(prog="python -m benchmarks.spark_streaming_bench", description=__doc__.split("\n")[0],
+                                epilog="Example: python -m benchmarks.spark_streaming_bench --rows 200000 --repeat 3")
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    os.makedirs(WORK_DIR, exist_ok=True)
+    work = workload.build(args.rows, seed=args.seed)
+    result = run(work.entries, work.rows, WORK_DIR, args.repeat, _log)
+    result["load_after"] = os.getloadavg()
+    path = os.path.join(WORK_DIR, "spark_streaming.json")
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
