@@ -130,7 +130,7 @@ class GroupOffsets:
         TopicPartition = confluent().TopicPartition
         got = _retrying(lambda: self.consumer.committed([TopicPartition(self.topic, p) for p in partitions],
                                                         timeout=self.timeout),
-                        "cannot read the group's committed offsets", self.timeout)
+                        "cannot read the group's committed offsets", max(self.timeout, 30.0))
         out = {}
         for tp in got:
             offset = tp.offset if tp.offset >= 0 else None
@@ -146,7 +146,7 @@ class GroupOffsets:
         offsets = [TopicPartition(self.topic, p, off, metadata=json.dumps({"read": read[p], "at": at}))
                    for p, off in sorted(commit.items())]
         result = _retrying(lambda: self.consumer.commit(offsets=offsets, asynchronous=False),
-                           "offset commit failed", self.timeout)
+                           "offset commit failed", max(self.timeout, 30.0))
         for tp in result or []:
             _raise_for(tp.error, f"offset commit of partition {tp.partition} failed")
 
@@ -160,7 +160,11 @@ def _retrying(call: Callable[[], Any], what: str, timeout: float):
             return call()
         except confluent().KafkaException as exc:
             err = exc.args[0]
-            if getattr(err, "retriable", lambda: False)() and time.monotonic() < deadline:
+            ck = confluent()
+            moving = getattr(err, "code", lambda: None)() in (  # librdkafka does not flag these retriable
+                ck.KafkaError.NOT_COORDINATOR, ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                ck.KafkaError.COORDINATOR_NOT_AVAILABLE, ck.KafkaError._WAIT_COORD)
+            if (moving or getattr(err, "retriable", lambda: False)()) and time.monotonic() < deadline:
                 time.sleep(0.2)
                 continue
             raise KafkaError(f"{what}: {err}") from None

@@ -199,7 +199,7 @@ class KafkaBroker:
         config = self._write_config()
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        fmt = subprocess.run(self._java_cmd("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+        fmt = subprocess.run(self._java_cmd("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                                             "--config", str(config)),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=self.timeout)
         (self.workdir / "format.log").write_text(fmt.stdout)
