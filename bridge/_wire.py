@@ -282,18 +282,19 @@ class Reassembler:
 
     def _feed(self, key, partition, offset: int, value: bytes) -> list:
         results: list = []
+        shard = key.shard if isinstance(key, _ShardKey) else None
         env = pb.Envelope()
         try:
             env.ParseFromString(value)
         except (_PbDecodeError, TypeError) as exc:
-            return [_error(DecodeError, f"not an Envelope ({exc})", partition, offset, 1, value)]
+            return [_error(DecodeError, f"not an Envelope ({exc})", partition, offset, 1, value, shard=shard)]
         if env.version != ENVELOPE_VERSION:
-            return [_error(FramingError, f"unsupported Envelope version {env.version}", partition, offset, 1)]
+            return [_error(FramingError, f"unsupported Envelope version {env.version}", partition, offset, 1, shard=shard)]
         if env.total == 0:
-            return [_error(FramingError, "Envelope total is 0", partition, offset, 1)]
+            return [_error(FramingError, "Envelope total is 0", partition, offset, 1, shard=shard)]
         if env.index >= env.total:
             return [_error(FramingError, f"Envelope index {env.index} not below total {env.total}",
-                           partition, offset, 1)]
+                           partition, offset, 1, shard=shard)]
         buf = self._open.get(key)
         if env.index == 0:
             if buf is not None:
@@ -303,7 +304,7 @@ class Reassembler:
             buf = _Buffer(total=env.total, first_offset=offset)
         elif buf is None:
             return [_error(FramingError, f"segment {env.index} of {env.total} without its first segment",
-                           partition, offset, 1)]
+                           partition, offset, 1, shard=shard)]
         elif env.total != buf.total:
             err = self._abandon(key, offset, f"segment of a different total ({env.total}, buffer has "
                                 f"{buf.total}, from offset {buf.first_offset})", extra=1)
@@ -330,7 +331,7 @@ class Reassembler:
             entries.ParseFromString(data)
         except _PbDecodeError as exc:
             err = _error(DecodeError, f"segments do not parse as Entries ({exc})", partition, offset,
-                         buf.total, data)
+                         buf.total, data, shard=shard)
             err.where.setdefault("first_offset", buf.first_offset)
             results.append(err)
             return results
