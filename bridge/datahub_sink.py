@@ -45,8 +45,8 @@ import orjson
 from .blob_encode import shard_key
 from .errors import BridgeError, ConversionError
 
-__all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "Position", "shard_for", "tuple_shard_key",
-           "make_client", "ACCESS_ID_ENV", "ACCESS_KEY_ENV", "ATTR_TOPIC", "ATTR_POS", "ATTR_EPOCH"]
+__all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "OversizedRecord", "Position", "shard_for",
+           "tuple_shard_key", "make_client", "MAX_REQUEST_BYTES", "MAX_STRING_BYTES", "ACCESS_ID_ENV", "ACCESS_KEY_ENV", "ATTR_TOPIC", "ATTR_POS", "ATTR_EPOCH"]
 
 ACCESS_ID_ENV = "DATAHUB_ACCESS_ID"
 ACCESS_KEY_ENV = "DATAHUB_ACCESS_KEY"
@@ -55,11 +55,22 @@ ATTR_POS = "dts.pos"
 ATTR_EPOCH = "dts.epoch"
 # DataHub takes up to 4 MB per request; leave room for the envelope around the records.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024 - 64 * 1024
+# DataHub's documented limits (alibabacloud.com/help/en/datahub/limits): an HTTP body of 4 MB, a STRING
+# field of 2 MB, 2,000 write requests/s and 5 MB/s per shard. No other per-record limit is documented:
+# a record is oversized when it cannot fit one request, or a STRING value is over 2 MB.
+MAX_STRING_BYTES = 2 * 1024 * 1024
+SHARD_MAX_RATE = 2000.0  # requests per second DataHub allows a shard
+# A request DataHub refused for its content (a record it finds malformed), not for how it was sent.
+_MALFORMED_CODES = frozenset({"InvalidParameter", "MalformedRecord", "InvalidData"})
 _RESHARD_CODES = frozenset({"InvalidShardOperation", "ShardSealed", "NoSuchShard"})
 
 
 class DataHubError(BridgeError):
     """DataHub refused records or could not be reached within the retries."""
+
+
+class OversizedRecord(ConversionError):
+    """A record over DataHub's limits (a request of 4 MB, a STRING value of 2 MB)."""
 
 
 def _pydatahub():
@@ -125,20 +136,25 @@ class Position:
 
 
 class _Pending:
-    __slots__ = ("record", "key", "position", "seq", "size", "topic")
+    __slots__ = ("record", "key", "position", "seq", "size", "topic", "tag", "context")
 
     def __init__(self, record, key: str, position: Position | None, seq: int, size: int) -> None:
         self.record, self.key, self.position, self.seq, self.size = record, key, position, seq, size
         self.topic = None
+        self.tag = None  # the caller's label (a table): `halt(tag)` stops records so labelled
+        self.context = None  # the caller's, handed back to `on_refused`
 
 
 class _Shard:
-    __slots__ = ("topic", "shard_id", "queue", "busy")
+    __slots__ = ("topic", "shard_id", "queue", "busy", "solo", "rate", "next_at")
 
-    def __init__(self, topic: "_Topic", shard_id: str) -> None:
+    def __init__(self, topic: "_Topic", shard_id: str, rate: float) -> None:
         self.topic, self.shard_id = topic, shard_id
         self.queue: collections.deque[_Pending] = collections.deque()
         self.busy = False
+        self.solo = 0  # records still to send one per request (after a refused request)
+        self.rate = rate  # requests per second allowed (AIMD: halved on LimitExceeded, +step on success)
+        self.next_at = 0.0
 
 
 class _Topic:
@@ -166,7 +182,9 @@ class DataHubWriter:
                  max_request_bytes: int = MAX_REQUEST_BYTES, max_buffered: int = 20_000, workers: int = 4,
                  max_retries: int = 12, backoff: float = 0.1, max_backoff: float = 10.0,
                  sleep: Callable[[float], None] = time.sleep, seed: int | None = None,
-                 observer: Callable[..., None] | None = None, create_topics: dict | None = None) -> None:
+                 observer: Callable[..., None] | None = None, create_topics: dict | None = None,
+                 on_refused: Callable[[_Pending, str], None] | None = None, max_rate: float = SHARD_MAX_RATE,
+                 min_rate: float = 1.0, rate_step: float = 10.0) -> None:
         if batch_records < 1:
             raise DataHubError("batch_records must be at least 1")
         if workers < 1:
@@ -178,6 +196,13 @@ class DataHubWriter:
         self.rng = random.Random(seed)
         self.observer = observer
         self.create_topics = create_topics  # {"shards": N, "lifecycle": days} creates missing topics
+        # on_refused(record, reason): a record DataHub refused as malformed (alone in its request), or
+        # one labelled with a halted tag, is handed there and skipped (its shard's order is kept);
+        # without it a refused request stops the writer
+        self.on_refused = on_refused
+        self.max_rate, self.min_rate, self.rate_step = max_rate, min_rate, rate_step
+        self.halted: set = set()
+        self.refused = 0
         self.records = self.requests = self.retries = self.throttled = self.skipped = self.resplits = 0
         self._topics: dict[str, _Topic] = {}
         self._cv = threading.Condition()
@@ -240,9 +265,11 @@ class DataHubWriter:
                         topic.landed.discard(key)
         return True
 
-    def topic(self, name: str, record_schema: dict | None = None) -> _Topic:
+    def topic(self, name: str, record_schema: dict | None = None, check: bool = True) -> _Topic:
         """The topic's facts, read once (its type and, for Tuple, its RecordSchema); with
-        `create_topics` a missing topic is created (Tuple with `record_schema`)."""
+        `create_topics` a missing topic is created (Tuple with `record_schema`). `check`: an existing
+        Tuple topic whose fields clash with `record_schema` is an error (bridge.sync compares per row
+        under its schema-change policy instead)."""
         topic = self._topics.get(name)
         if topic is not None:
             return topic
@@ -257,7 +284,7 @@ class DataHubWriter:
         schema = info.record_schema if kind == "TUPLE" else None
         if kind == "TUPLE" and schema is None:
             raise DataHubError(f"Tuple topic {self.project}/{name} has no RecordSchema")
-        if kind == "TUPLE" and record_schema is not None:
+        if kind == "TUPLE" and record_schema is not None and check:
             # Fields are matched by name: a field both have must have one type; one the rows lack must
             # take NULL; one the topic lacks is the caller's to append (a column added by DDL).
             want = {f["name"]: f["type"].upper() for f in record_schema["fields"]}
@@ -321,7 +348,7 @@ class DataHubWriter:
         return self.put_prepared(prepared) if prepared is not None else False
 
     def prepare(self, topic: str, key: str, value, position: Position | None = None,
-                attributes: dict | None = None) -> _Pending | None:
+                attributes: dict | None = None, tag=None, context=None) -> _Pending | None:
         """Build a record and check it fits (a ConversionError if not), without queueing it; None
         when it already landed before a restart. Callers that must put all of an Entry's records or
         none prepare them all first."""
@@ -345,11 +372,16 @@ class DataHubWriter:
                 record.put_attribute(ATTR_EPOCH, str(self._epoch))
                 size += 16
         if size > self.max_request_bytes:
-            raise ConversionError(f"record of {size} bytes exceeds DataHub's request limit "
+            raise OversizedRecord(f"record of {size} bytes exceeds DataHub's request limit "
                                   f"({self.max_request_bytes} bytes)")
         pending = _Pending(record, key, position, 0, size)
-        pending.topic = info
+        pending.topic, pending.tag, pending.context = info, tag, context
         return pending
+
+    def halt(self, tag) -> None:
+        """Records labelled `tag` not yet sent go to `on_refused` instead ("halted"), in order."""
+        with self._cv:
+            self.halted.add(tag)
 
     def put_prepared(self, pending: _Pending) -> bool:
         with self._cv:
@@ -380,6 +412,10 @@ class DataHubWriter:
             raise ConversionError(f"topic {info.name} has no field for {sorted(extra)}: its RecordSchema differs "
                                   f"from the row's")
         values = [value.get(f.name) for f in names]
+        for field, v in zip(names, values):
+            if isinstance(v, str) and len(v) * 3 > MAX_STRING_BYTES and len(v.encode("utf-8")) > MAX_STRING_BYTES:
+                raise OversizedRecord(f"field {field.name} holds {len(v.encode('utf-8'))} bytes, over DataHub's "
+                                      f"STRING limit ({MAX_STRING_BYTES} bytes)")
         try:
             record = TupleRecord(schema=info.schema, values=values)
         except Exception as exc:  # noqa: BLE001 - pydatahub raises its own types for bad values
@@ -390,7 +426,7 @@ class DataHubWriter:
         shard_id = shard_for(key, info.shard_ids)
         shard = info.shards.get(shard_id)
         if shard is None:
-            shard = info.shards[shard_id] = _Shard(info, shard_id)
+            shard = info.shards[shard_id] = _Shard(info, shard_id, self.max_rate)
         return shard
 
     def flush(self) -> None:
@@ -455,11 +491,17 @@ class DataHubWriter:
                 continue
             with self._cv:
                 shard.busy = False
-                if outcome == "sent":
+                if outcome == "split":  # refused: the same records again, one per request
+                    shard.solo = len(batch)
+                    self._ready.append(shard)
+                    self._cv.notify_all()
+                    continue
+                if outcome != "reshard":
                     for _ in batch:
                         shard.queue.popleft()
                     self._buffered -= len(batch)
-                    self.records += len(batch)
+                    self.records += outcome
+                    shard.solo = max(0, shard.solo - len(batch))
                     if shard.queue:
                         self._ready.append(shard)
                     self._cv.notify_all()
@@ -467,6 +509,8 @@ class DataHubWriter:
             self._reshard(shard.topic)
 
     def _batch(self, shard: _Shard) -> list[_Pending]:
+        if shard.solo:
+            return [shard.queue[0]]
         batch, size = [], 0
         for item in shard.queue:
             if batch and (len(batch) >= self.batch_records or size + item.size > self.max_request_bytes):
@@ -475,15 +519,25 @@ class DataHubWriter:
             size += item.size
         return batch
 
-    def _send(self, shard: _Shard, batch: list[_Pending]) -> str:
-        """Put `batch` to its shard until it lands; "sent", or "reshard" when the shard is gone."""
+    def _send(self, shard: _Shard, batch: list[_Pending]):
+        """Put `batch` to its shard until it lands: the number of records that landed (halted or
+        refused ones are handed to `on_refused`), "split" when DataHub refused a request of several
+        records as malformed (they go again one per request), "reshard" when the shard is gone."""
         import requests
         from datahub import exceptions as dx
         topic, attempt, unsure = shard.topic, 0, False
+        if self.halted and self.on_refused is not None:
+            for p in batch:
+                if p.tag in self.halted:
+                    self._refuse(p, "halted")
+            batch = [p for p in batch if p.tag not in self.halted]
+            if not batch:
+                return 0
         records = [p.record for p in batch]
         while True:
             if unsure and self._landed_already(shard, batch):
-                return "sent"
+                return len(batch)
+            self._pace(shard)
             started = time.monotonic()
             code = None
             try:
@@ -491,10 +545,12 @@ class DataHubWriter:
                 self.client.put_records_by_shard(self.project, topic.name, shard.shard_id, records)
                 self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
                               records=len(batch), seconds=time.monotonic() - started, outcome="ok")
-                return "sent"
+                shard.rate = min(self.max_rate, shard.rate + self.rate_step)
+                return len(batch)
             except dx.LimitExceededException:
                 code, unsure = "LimitExceeded", False
                 self.throttled += 1
+                shard.rate = max(self.min_rate, shard.rate / 2)
             except (requests.ConnectionError, requests.Timeout, ConnectionError, dx.TimeoutException) as exc:
                 code, unsure = type(exc).__name__, True
             except dx.DatahubException as exc:
@@ -504,6 +560,14 @@ class DataHubWriter:
                     self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
                                   records=len(batch), seconds=time.monotonic() - started, outcome=code)
                     return "reshard"
+                if status < 500 and self.on_refused is not None and code in _MALFORMED_CODES:
+                    self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
+                                  records=len(batch), seconds=time.monotonic() - started, outcome=code)
+                    if len(batch) > 1:
+                        return "split"
+                    self._refuse(batch[0], f"DataHub refused the record: {code}: "
+                                           f"{getattr(exc, 'error_msg', None) or exc}")
+                    return 0
                 if status < 500 and not isinstance(exc, dx.InternalServerException):
                     first = batch[0].position
                     where = f" (first record at {first.source} {first.key})" if first else ""
@@ -513,6 +577,18 @@ class DataHubWriter:
             self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
                           records=len(batch), seconds=time.monotonic() - started, outcome=code)
             attempt = self._wait(attempt, f"PutRecordsByShard to {topic.name}/{shard.shard_id}: {code}", code)
+
+    def _refuse(self, pending: _Pending, reason: str) -> None:
+        self.refused += 1
+        self.on_refused(pending, reason)
+
+    def _pace(self, shard: _Shard) -> None:
+        """Keep the shard under its allowed request rate (AIMD, see `_Shard.rate`)."""
+        now = time.monotonic()
+        if shard.next_at > now:
+            self.sleep(shard.next_at - now)
+            now = time.monotonic()
+        shard.next_at = max(now, shard.next_at) + 1.0 / shard.rate
 
     def _landed_already(self, shard: _Shard, batch: list[_Pending]) -> bool:
         """After an answer-less attempt: the request landed whole iff the shard's last record is the
