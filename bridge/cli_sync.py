@@ -16,12 +16,46 @@ from .cli_base import PROG, UsageError
 from .cli_kafka import _add_kafka_flags, _add_watch_flags, _graceful_stop, _kafka_config, _watching
 from .stream import ErrorPolicy, Tally
 
-__all__ = ["register", "cmd_sync"]
+__all__ = ["register", "cmd_sync", "cmd_replay"]
+
+
+def _check_routing_flags(args) -> None:
+    """Flag combinations that make no sense, refused before anything starts."""
+    dlq = getattr(args, "on_table_error", None) in ("dlq", "halt-table") or getattr(args, "oversized", "fail") == "dlq"
+    if dlq and not getattr(args, "dead_letters", None):
+        raise UsageError("--on-table-error dlq|halt-table and --oversized dlq write dead letters: pass --dead-letters PATH")
+    if args.to == "tuple" and "{table}" not in args.datahub_topic:
+        raise UsageError("--to tuple writes one topic per table: --datahub-topic needs {table} (e.g. '{db}_{table}')")
+    if args.to == "blob" and "{table}" in args.datahub_topic:
+        raise UsageError("--to blob writes one topic, or one per database ({db}): --datahub-topic takes no {table}")
+    if args.to == "blob" and args.schema_change not in (None, "evolve"):
+        raise UsageError("--schema-change is for --to tuple (Blob topics carry DDL messages as they come)")
+
+
+def _sinks(args, writer, policy, source: str, options, letters, tally):
+    """(sink, gate) for --to blob|tuple with routing, the table-error policy and dead letters."""
+    from . import sync
+    from .cli_tuple import tuple_converter
+    tables = None
+    if args.on_table_error is not None:
+        tables = sync.TableErrors(args.on_table_error, letters, source, tally)
+        if args.on_table_error != "halt-all":
+            writer.on_refused = tables.record
+    routing = sync.Routing(getattr(args, "include", None), getattr(args, "exclude", None))
+    common = dict(tables=tables, oversized=args.oversized, letters=letters)
+    if args.to == "blob":
+        gate = sync.EntryGate(sync.blob_converter(options), lambda: tuple([] for _ in range(sync.BLOB_COLUMNS)),
+                              routing, tables)
+        sink = sync.BlobSink(writer, args.datahub_topic, source, policy, gate=gate, **common)
+    else:
+        gate = sync.EntryGate(tuple_converter(options, None), list, routing, tables)
+        sink = sync.TupleSink(writer, args.datahub_topic, source, policy, gate=gate,
+                              schema_change=args.schema_change or "evolve", **common)
+    return sink, gate
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
     from . import kafka, observe, sync
-    from .cli_tuple import tuple_converter
     from .datahub_sink import DataHubWriter, make_client
     if not args.group and not args.offsets_file:
         raise UsageError("pass --group GROUP (offsets in the consumer group) or --offsets-file PATH")
@@ -29,8 +63,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
     if args.max_messages is not None and args.max_messages < 1:
         raise UsageError("--max-messages must be at least 1")
-    if args.to == "tuple" and "{table}" not in args.datahub_topic:
-        raise UsageError("--to tuple writes one topic per table: --datahub-topic needs {table} (e.g. '{db}_{table}')")
+    _check_routing_flags(args)
+    from .deadletters import DeadLetters
     options = options_from(args, {"dts", args.to})
     label = f"{PROG} sync {args.topic} -> {args.project}"
     metrics = observe.Metrics()
@@ -43,6 +77,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
                    "enable.auto.offset.store": False, "enable.partition.eof": True,
                    "auto.offset.reset": "earliest" if args.from_beginning else "latest",
                    "logger": observe.kafka_logger(verbose=args.verbose, prefix=f"{label}: ")})
+    # while the writer's bounded buffer blocks the loop, librdkafka prefetches at most this much
+    config.setdefault("queued.max.messages.kbytes", 16384)
     ck = kafka.confluent()
     tally = Tally()
     report = kafka.ConsumeReport()
@@ -51,6 +87,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
     except ck.KafkaException as exc:
         raise UsageError(f"invalid Kafka settings: {exc.args[0]}") from None
     rejects = open(args.rejects, "ab") if args.rejects else None
+    letters = None
+    if args.dead_letters:
+        letters = DeadLetters(args.dead_letters, {
+            "topic": args.topic, "store": f"group {args.group}" if not args.offsets_file else f"file {args.offsets_file}",
+            "read_partitions": args.partitions})
+        letters.restore()
     seen = [0.0, 0.0]  # PutRecordsByShard count and seconds at the last status line
 
     def refresh(metrics: observe.Metrics) -> None:
@@ -80,12 +122,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     try:
         policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally,
                              sink=rejects_sink(rejects, tally), keep_records=False)
-        if args.to == "blob":
-            sink = sync.BlobSink(writer, args.datahub_topic, args.topic, policy)
-            convert = sync.blob_converter(options)
-        else:
-            sink = sync.TupleSink(writer, args.datahub_topic, args.topic, policy)
-            convert = tuple_converter(options, None)
+        sink, convert = _sinks(args, writer, policy, args.topic, options, letters, tally)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
         bar = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
@@ -96,7 +133,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
                               raw=args.to == "blob", commit_interval=args.commit_interval or None, report=report)
+    except sync.TopicNameCollision as err:
+        raise UsageError(str(err)) from None
     finally:
+        if letters is not None:
+            letters.close()
         with contextlib.suppress(Exception):
             consumer.close()
         if rejects is not None:
@@ -106,13 +147,76 @@ def cmd_sync(args: argparse.Namespace) -> int:
         doc = {"topic": args.topic, "input": tally.input, "converted": tally.converted, "rejected": tally.rejected,
                "not_emitted": tally.not_emitted, "outputs": tally.outputs, "redelivered": tally.redelivered,
                "written": sink.written, "already_landed": writer.skipped, "datahub_requests": writer.requests,
-               "datahub_retries": writer.retries, **report.as_dict()}
+               "datahub_retries": writer.retries, "dead_letters": letters.written if letters else 0,
+               "refused_by_datahub": writer.refused, "halted_tables": dict(sink.tables.halted) if sink.tables else {},
+               "schema_ignored": dict(getattr(sink, "ignored", {})),
+               "evolved": [{"topic": t, "fields": f} for t, f, _ in getattr(sink, "evolved", [])],
+               **report.as_dict()}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         sys.stdout.flush()
     print(f"{label}: {tally.summary()}; {sink.written} records written to DataHub ({writer.skipped} found already "
           f"there), {writer.requests} requests, {writer.retries} retries; read {report.envelopes} Envelopes "
-          f"({report.held} held in unfinished Entries); committed {committed}; stopped: {report.stopped}",
+          f"({report.held} held in unfinished Entries); committed {committed}; stopped: {report.stopped}"
+          + (f"; {letters.written} dead letters to {args.dead_letters}" if letters else "")
+          + (f"; halted tables: {', '.join(sorted(sink.tables.halted))}" if sink.tables and sink.tables.halted else "")
+          + "".join(f"; {t}: {c['values']} values of {c['rows']} rows left out ({', '.join(c['fields'])}: "
+                    f"--schema-change ignore)" for t, c in sorted(getattr(sink, "ignored", {}).items())),
           file=sys.stderr)
+    return 1 if tally.rejected else 0
+
+
+def _add_delivery_flags(parser) -> None:
+    parser.add_argument("--schema-change", choices=("evolve", "lenient", "ignore", "fail"), default=None,
+                        help="Tuple: a row whose columns differ from its topic's (DDL). evolve (default): new or renamed "
+                             "columns appended as nullable fields, dropped ones NULL, a changed type the Entry's "
+                             "error; lenient: a changed type goes to a STRING field <column>__<newtype>; ignore: "
+                             "the topic is never altered, values it has no field for are left out and counted; "
+                             "fail: stop, naming the table, fields and position")
+    parser.add_argument("--dead-letters", metavar="PATH",
+                        help="JSON Lines of Entries and records not delivered (the Entry's bytes, position, table, "
+                             "error, topic); fsynced before every commit, cut back to the commit on restart")
+    parser.add_argument("--on-table-error", choices=("dlq", "halt-table", "halt-all"), default=None,
+                        help="an Entry of a table that cannot be converted or written, or a record DataHub refuses "
+                             "as malformed: dlq (dead letter, go on), halt-table (dead letter it and every later "
+                             "record of its table), halt-all (stop). Default: as --on-error")
+    parser.add_argument("--oversized", choices=("fail", "dlq"), default="fail",
+                        help="a record over DataHub's limits (4 MB a request, 2 MB a STRING): stop (default) or "
+                             "dead letter its Entry")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from . import sync
+    from .datahub_sink import DataHubWriter, make_client
+    from .deadletters import read_dead_letters
+    args.include = args.exclude = None
+    args.on_table_error, args.oversized = None, "fail"
+    _check_routing_flags(args)
+    args.oversized = "policy"  # a letter still oversized is rejected under --on-error, like any other
+    letters = read_dead_letters(args.from_dlq)
+    options = options_from(args, {"dts", args.to})
+    tally = Tally()
+    rejects = open(args.rejects, "ab") if args.rejects else None
+    policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally, sink=rejects_sink(rejects, tally),
+                         keep_records=False)
+    creating = None if args.no_create_topics else {"shards": args.shards, "lifecycle": args.lifecycle}
+    writer = DataHubWriter(make_client(args.datahub_endpoint, compress=args.compress), args.project,
+                           batch_records=args.batch_size, max_retries=args.max_retries, create_topics=creating)
+    source = (letters[0]["source"] if letters else "") + sync.REPLAY_SUFFIX
+    try:
+        sink, gate = _sinks(args, writer, policy, source, options, None, tally)
+        done = sync.replay(letters, writer, sink, gate)
+    except sync.TopicNameCollision as err:
+        raise UsageError(str(err)) from None
+    finally:
+        writer.stop()
+        if rejects is not None:
+            rejects.close()
+    if args.json:
+        doc = {"input": tally.input, "converted": tally.converted, "rejected": tally.rejected,
+               "not_emitted": tally.not_emitted, "outputs": tally.outputs, **done}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    print(f"{PROG} replay {args.from_dlq}: {len(letters)} dead letters; {tally.summary()}; {done['written']} records "
+          f"written to DataHub ({done['already_landed']} found already there)", file=sys.stderr)
     return 1 if tally.rejected else 0
 
 
@@ -159,7 +263,41 @@ def register(commands) -> None:
     parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                         help="stop once every partition is read to its end and no message came for this long")
     parser.add_argument("--rejects", metavar="PATH", help="with --on-error skip: append one JSON line per rejected record")
+    parser.add_argument("--include", action="append", metavar="PATTERN",
+                        help="only tables whose db.table matches this shell pattern (repeatable; e.g. 'shop.*')")
+    parser.add_argument("--exclude", action="append", metavar="PATTERN",
+                        help="leave out tables whose db.table matches (repeatable; counted as not emitted)")
+    _add_delivery_flags(parser)
     _add_watch_flags(parser, kafka=True)
     parser.add_argument("--json", action="store_true", help="print the run's counts as one JSON document")
     add_option_flags(parser)
     parser.set_defaults(run=cmd_sync)
+
+    replay = commands.add_parser(
+        "replay", formatter_class=_Formatter, help="send the dead letters of sync to DataHub again, after a fix",
+        description=_describe(
+            "Read a dead-letter file of sync (--dead-letters), convert each Entry again with the given options and "
+            "write it (a letter of one refused record: that record only) to the topics sync would have used. "
+            "Idempotent: the records carry their position and '<Kafka topic>#dead-letters' as attributes, and a "
+            "rerun skips what an earlier replay landed. Replayed records land after newer ones of their shard."),
+        epilog=_epilog(f"{PROG} replay --from-dlq dead.jsonl --to tuple --datahub-endpoint URL --project dts "
+                       "--datahub-topic '{db}_{table}' --schema-change lenient"))
+    replay.add_argument("--from-dlq", required=True, metavar="PATH", help="the dead-letter file sync wrote")
+    replay.add_argument("--to", choices=("blob", "tuple"), default="blob", help="DataHub record type (default: blob)")
+    replay.add_argument("--datahub-endpoint", required=True, metavar="URL", help="DataHub endpoint")
+    replay.add_argument("--project", required=True, help="DataHub project")
+    replay.add_argument("--datahub-topic", required=True, metavar="NAME",
+                        help="as sync's: Blob a topic (or {db}), Tuple a template with {table}")
+    replay.add_argument("--no-create-topics", action="store_true", help="a missing DataHub topic is an error")
+    replay.add_argument("--shards", type=int, default=1, metavar="N", help="shards of a created topic (default: 1)")
+    replay.add_argument("--lifecycle", type=int, default=7, metavar="DAYS", help="lifecycle of a created topic")
+    replay.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per request at most")
+    replay.add_argument("--max-retries", type=int, default=12, metavar="N", help="retries of a transient failure")
+    replay.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
+                        help="request body compression (default: lz4)")
+    replay.add_argument("--schema-change", choices=("evolve", "lenient", "ignore", "fail"), default=None,
+                        help="as sync's (Tuple)")
+    replay.add_argument("--rejects", metavar="PATH", help="with --on-error skip: letters that still fail")
+    replay.add_argument("--json", action="store_true", help="print the counts as one JSON document")
+    add_option_flags(replay)
+    replay.set_defaults(run=cmd_replay)
