@@ -1,0 +1,473 @@
+"""`dts-bridge sync` over a whole database (issue 20): routing, schema-change policies, dead letters,
+per-table error policies, limits, `replay --from-dlq`; on a real Kafka broker and the stand-in DataHub.
+
+The stream (built with bridge.samples' Binlog, so it is what DTS emits): shop.orders goes through
+CREATE TABLE, ALTER TABLE ADD COLUMN, DROP COLUMN, RENAME COLUMN and MODIFY (INT -> VARCHAR);
+shop.customers stays plain; bad.poison has good Entries, then Entries with a column type nobody
+knows (`frobnicate(3)`: its conversion fails), then good ones again; shop.big has one row whose
+TEXT value is over DataHub's 2 MB STRING limit (--oversized dlq). The expected rows of every table
+come from `dts-bridge convert --to tuple` of the very file produced (the policies only decide which
+versions' rows land and how their fields are named); they are compared per (DataHub shard, Kafka
+partition), in order, as tests/test_sync.py does. The dead letters must hold exactly the Entries
+the policy leaves out (by the Entry's seqId, parsed back from the letter's bytes), once each.
+
+Runs are killed with SIGKILL at seeded points and restarted (test_sync.kill_loop); the deep variant
+runs every schema-change policy x table-error policy with more kills.
+"""
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import pathlib
+import time
+
+import pytest
+
+pytest.importorskip("datahub")
+pytest.importorskip("confluent_kafka")
+pytestmark = pytest.mark.datahub
+
+from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
+from test_sync import (PROJECT, SEED, Sync, _cli, _name, _run, _text, compare, convert_tuple,  # noqa: E402
+                       kill_loop, landed_by_shard_partition, no_traceback, produce, warm_group_coordinator)
+
+from bridge import subscribe_pb2 as pb  # noqa: E402
+from bridge._wire import pack_entries, write_pb  # noqa: E402
+from bridge.datahub_sink import make_client, shard_for, tuple_shard_key  # noqa: E402
+from bridge.samples import PRIMARY, Binlog, Col, Table, WORDS, insert, integer, serial, update, words  # noqa: E402
+from bridge.sync import topic_name  # noqa: E402
+
+BIG_BYTES = 2 * 1024 * 1024 + 4096  # over DataHub's 2 MB STRING limit
+
+ORDERS = Table("shop", "orders", (Col("id", "bigint(20)", serial(1), key=True), Col("qty", "int(11)", integer(1, 9)),
+                                  Col("item", "varchar(40)", words(WORDS, 1, 2))))
+CUSTOMERS = Table("shop", "customers", (Col("id", "int(11)", serial(1), key=True),
+                                        Col("name", "varchar(40)", words(WORDS, 1, 3))))
+POISON = Table("bad", "poison", (Col("id", "int(11)", serial(1), key=True), Col("v", "int(11)", integer(1, 99))))
+BIG = Table("shop", "big", (Col("id", "int(11)", serial(1), key=True), Col("body", "longtext", words(WORDS, 1, 2))))
+
+
+def _with(table: Table, cols) -> Table:
+    return Table(table.schema, table.name, tuple(cols))
+
+
+def build_stream(rounds: int = 12) -> tuple[list, dict]:
+    """The Entries, and facts the expectations need: seqIds of the bad poison Entries, of the
+    orders Entries after MODIFY, of the oversized one, and of every Entry per table."""
+    b = Binlog(PRIMARY, seed=2020)
+    facts: dict = {"poison_bad": set(), "orders_modified": set(), "big": set()}
+    for t in (ORDERS, CUSTOMERS, POISON, BIG):
+        b.ddl(t.create_sql(), schema=t.schema, table=t.name)
+    orders = ORDERS
+    phases = [
+        (None, lambda r: r),
+        ("ALTER TABLE `shop`.`orders` ADD COLUMN `note` varchar(64) DEFAULT NULL",
+         lambda t: _with(t, t.cols + (Col("note", "varchar(64)", words(WORDS, 1, 2)),))),
+        ("ALTER TABLE `shop`.`orders` DROP COLUMN `item`", lambda t: _with(t, [c for c in t.cols if c.name != "item"])),
+        ("ALTER TABLE `shop`.`orders` RENAME COLUMN `note` TO `remark`",
+         lambda t: _with(t, [Col("remark", c.type, c.gen) if c.name == "note" else c for c in t.cols])),
+        ("ALTER TABLE `shop`.`orders` MODIFY COLUMN `qty` varchar(20)",
+         lambda t: _with(t, [Col("qty", "varchar(20)", words(WORDS, 1, 1)) if c.name == "qty" else c for c in t.cols])),
+    ]
+    poison_round = 0
+    for phase, (sql, change) in enumerate(phases):
+        if sql:
+            b.ddl(sql, schema="shop", table="orders")
+            orders = change(orders)
+        for r in range(rounds):
+            rows = [b.row(orders) for _ in range(3)]
+            before = len(b.entries)
+            b.transaction(insert(orders, rows), insert(CUSTOMERS, [b.row(CUSTOMERS)]), insert(POISON, [b.row(POISON)]))
+            b.transaction(update(orders, [(rows[0], {**rows[0], **{c.name: b.row(orders)[c.name] for c in orders.cols
+                                                                   if not c.key}})]))
+            poison_round += 1
+            for e in b.entries[before:]:
+                if e.header.tableName == "orders" and phase == 4 and e.header.messageType == pb.DML:
+                    facts["orders_modified"].add(e.header.seqId)
+                if e.header.tableName == "poison" and e.header.messageType == pb.DML and phase == 2 and r in (3, 4):
+                    e.event.dmlEvent.columns[1].originalType = "frobnicate(3)"  # a type nobody knows
+                    facts["poison_bad"].add(e.header.seqId)
+        if phase == 1:
+            before = len(b.entries)
+            b.transaction(insert(BIG, [b.row(BIG, body="x" * BIG_BYTES)]))
+            facts["big"] = {e.header.seqId for e in b.entries[before:] if e.header.messageType == pb.DML}
+    entries = b.finish()
+    facts["tables"] = collections.defaultdict(list)  # table -> [(seqId, is DML)] in order
+    for e in entries:
+        if e.header.tableName:
+            facts["tables"][f"{e.header.schemaName}.{e.header.tableName}"].append(
+                (e.header.seqId, e.header.messageType == pb.DML))
+    return entries, facts
+
+
+def write_stream(path: pathlib.Path, entries) -> pathlib.Path:
+    with open(path, "wb") as out:
+        write_pb(out, pack_entries(entries, 4096))
+    return path
+
+
+# ---- expectations -------------------------------------------------------------------------------
+
+def expected_dead(facts: dict, schema_change: str, table_error: str) -> set[int]:
+    """seqIds of the Entries the dead letters must hold."""
+    bad = {"bad.poison": set(facts["poison_bad"])}
+    if schema_change == "evolve":
+        bad["shop.orders"] = set(facts["orders_modified"])
+    dead = set(facts["big"])  # --oversized dlq, whatever the table policy
+    for table, seqs in bad.items():
+        if table_error == "halt-table":  # the first bad one and everything later of that table
+            first = min(seqs)
+            dead |= {s for s, _ in facts["tables"][table] if s >= first}
+        else:
+            dead |= seqs
+    return dead
+
+
+def expected_topics(converted: dict, schema_change: str, dead: set[int]) -> dict:
+    """{table: (topic fields [(name, TYPE)], [(partition, row, key columns)])} under the policy:
+    the topic is created from the first delivered row's RecordSchema; evolve/lenient append a
+    column the topic lacks before the first row that has it, lenient moves a value whose type
+    changed to `<column>__<newtype>` (text); ignore leaves such values out."""
+    out = {}
+    for table, parts in converted.items():
+        if table == "shop.big":
+            out[table] = (None, [])
+            continue
+        fields: list = []
+        rows_out = []
+        for partition, versions in parts:
+            for doc, rows in versions:
+                vfields = [(f["name"], f["type"].upper()) for f in doc["fields"]]
+                keys = [c["name"] for c in doc["dtsColumns"] if c.get("isKey")]
+                for row in rows:
+                    if int(row["_sequence_id_"]) // 1_000_000 in dead:  # Header.seqId x 10^6 + row index
+                        continue
+                    if not fields:
+                        fields = list(vfields)
+                    have = dict(fields)
+                    row = dict(row)
+                    if schema_change == "ignore":
+                        row = {k: v for k, v in row.items() if k in have and have[k] == dict(vfields)[k]}
+                    else:
+                        added = [(n, t) for n, t in vfields if n not in have and n in row]
+                        alts = []
+                        for n, t in vfields:
+                            if n in have and have[n] != t:  # lenient (under evolve such rows are dead letters)
+                                alt = f"{n}__{t.lower()}"
+                                if n in row:
+                                    value = row.pop(n)
+                                    row[alt] = None if value is None else str(value)
+                                    if alt not in have:
+                                        alts.append((alt, "STRING"))
+                        fields += added + alts
+                    rows_out.append((partition, row, keys))
+        out[table] = (fields, rows_out)
+    return out
+
+
+def check_topics(server, source: str, converted: dict, schema_change: str, dead: set[int], context: str,
+                 shards: int = 2) -> int:
+    client = make_client(server.endpoint, "test-id", "test-secret")
+    want_topics = {t: topic_name("{db}_{table}", *t.split(".", 1)) for t in converted}
+    listed = set(client.list_topic(PROJECT).topic_names)
+    assert listed == set(want_topics.values()), f"topics {sorted(listed)}, tables {want_topics}\n{context}"
+    compared = 0
+    for table, (fields, rows) in expected_topics(converted, schema_change, dead).items():
+        name = want_topics[table]
+        info = client.get_topic(PROJECT, name)
+        have = [(f.name, str(getattr(f.type, "value", f.type)).upper()) for f in info.record_schema.field_list]
+        if fields is not None:
+            assert have == fields, f"{name} ({schema_change}): RecordSchema {have}, expected {fields}\n{context}"
+        shard_ids = sorted((s["shard_id"] for s in server.shards(PROJECT, name) if s["state"] == "ACTIVE"), key=int)
+        expected: dict = collections.defaultdict(list)
+        for partition, row, keys in rows:
+            shard = shard_for(tuple_shard_key(row, table, keys), shard_ids)
+            expected[(shard, partition)].append([_text(row.get(f)) for f, _ in have])
+        got, positions = landed_by_shard_partition(server, name, source, lambda r: [_text(v) for v in r["values"]])
+        compare(name, got, positions, expected, f"table {table} ({schema_change}); {context}")
+        compared += len(rows)
+    return compared
+
+
+def read_letters(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def check_letters(path: pathlib.Path, dead: set[int], context: str, topics: dict | None = None) -> list[dict]:
+    """The dead letters: each Entry once (whole bytes, parsing back to an Entry of its table), and
+    exactly the expected Entries."""
+    letters = read_letters(path)
+    seen = collections.Counter()
+    for letter in letters:
+        entry = pb.Entry.FromString(base64.b64decode(letter["entry_base64"]))
+        assert f"{entry.header.schemaName}.{entry.header.tableName}" == letter["table"], letter["table"]
+        assert letter["error"], letter
+        for key in ("partition", "offset", "entry", "source", "datahub_topic"):
+            assert key in letter, (key, letter)
+        seen[(entry.header.seqId, letter.get("row"))] += 1
+    twice = {k: n for k, n in seen.items() if n > 1}
+    assert not twice, f"dead letters written twice: {twice}\n{context}"
+    got = {seq for seq, _ in seen}
+    assert got == dead, (f"dead letters: {len(got - dead)} unexpected {sorted(got - dead)[:10]}, "
+                         f"{len(dead - got)} missing {sorted(dead - got)[:10]}\n{context}")
+    return letters
+
+
+# ---- the runs -----------------------------------------------------------------------------------
+
+def _setup(kafka_broker, tmp_path, entries, label: str):
+    topic = kafka_broker.create_topic(_name(label), partitions=1)
+    warm_group_coordinator(kafka_broker, topic)
+    path = write_stream(tmp_path / f"{label}.pb", entries)
+    produce(kafka_broker, topic, path, 0)
+    converted = collections.defaultdict(list)
+    for table, versions in convert_tuple(path, tmp_path).items():
+        converted[table].append((0, versions))
+    return topic, path, converted
+
+
+def _policy_run(kafka_broker, tmp_path, entries, facts, *, schema_change: str, table_error: str, kills: int,
+                seed: int) -> None:
+    began = time.monotonic()
+    topic, _, converted = _setup(kafka_broker, tmp_path, entries, f"tables-{schema_change}-{table_error}")
+    dead_path = tmp_path / f"dead-{schema_change}-{table_error}.jsonl"
+    with StandInDataHub() as server:
+        server.faults.delay("PutRecordsByShard", seconds=0.01)  # runs long enough to be killed mid-way
+        sync = Sync(tmp_path, kafka_broker, topic, "g-tables", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--shards", "2", "--idle-timeout", "1", "--commit-interval", "0.3",
+                    "--batch-size", "8", "--schema-change", schema_change, "--on-table-error", table_error,
+                    "--dead-letters", str(dead_path), "--oversized", "dlq")
+        log: list[str] = []
+        if kills:
+            kill_loop(sync, server, kills=kills, seed=seed, stages=[], produce_stage=lambda s: None, max_delay=2.5,
+                      max_step=60, log=log, ok_codes=(0, 1))
+        code, report, err = sync.run()
+        context = f"{schema_change}/{table_error}, seed {seed}, stderr in {tmp_path}\n  " + "\n  ".join(log)
+        no_traceback(err, "the final sync run")
+        assert code in (0, 1) and report.get("stopped") == "idle", f"final run exited {code}: {err[-3000:]}\n{context}"
+        assert report["input"] == report["converted"] + report["rejected"] + report["not_emitted"], report
+        dead = expected_dead(facts, schema_change, table_error)
+        check_letters(dead_path, dead, context)
+        compared = check_topics(server, topic, converted, schema_change, dead, context)
+        if table_error == "halt-table":
+            assert set(report["halted_tables"]) >= {"bad.poison"}, report
+        if schema_change == "ignore" and not kills:
+            assert report["schema_ignored"]["shop.orders"]["fields"] == ["note", "qty", "remark"], report
+        print(f"\n[{schema_change}/{table_error}: {kills} kills in {sync.runs} runs, {compared} rows compared, "
+              f"{len(dead)} dead letters, {time.monotonic() - began:.1f} s]\n  " + "\n  ".join(log))
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return build_stream()
+
+
+def test_evolve_dlq_killed_and_restarted(kafka_broker, tmp_path, stream):
+    """evolve + dlq: added/renamed columns appended, dropped ones NULL, the MODIFY'd rows, the
+    poisoned Entries and the oversized one in the dead letters, once each, across SIGKILLs."""
+    _policy_run(kafka_broker, tmp_path, *stream, schema_change="evolve", table_error="dlq", kills=3, seed=SEED + 20)
+
+
+def test_lenient_halt_table_killed_and_restarted(kafka_broker, tmp_path, stream):
+    """lenient + halt-table: qty's new type goes to qty__string; bad.poison halts at its first bad
+    Entry (every later Entry of it a dead letter, kept halted across restarts), the others go on."""
+    _policy_run(kafka_broker, tmp_path, *stream, schema_change="lenient", table_error="halt-table", kills=2,
+                seed=SEED + 21)
+
+
+def test_ignore_dlq(kafka_broker, tmp_path, stream):
+    """ignore: the topic keeps its first RecordSchema; values it has no field for are left out and
+    counted per table in --json."""
+    _policy_run(kafka_broker, tmp_path, *stream, schema_change="ignore", table_error="dlq", kills=0, seed=SEED + 22)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("schema_change", ["evolve", "lenient", "ignore"])
+@pytest.mark.parametrize("table_error", ["dlq", "halt-table"])
+def test_every_policy_killed_and_restarted_deep(kafka_broker, tmp_path, stream, schema_change, table_error):
+    _policy_run(kafka_broker, tmp_path, *stream, schema_change=schema_change, table_error=table_error, kills=6,
+                seed=SEED + 30)
+
+
+def test_schema_change_fail_and_halt_all_stop_naming_table_and_position(kafka_broker, tmp_path, stream):
+    """fail: the first row whose RecordSchema differs from its topic's stops the run (exit 1, one
+    line naming the table, the field and the Kafka position); a rerun stops at the same place.
+    halt-all: the first poisoned Entry stops the run, naming it; no dead letter is written."""
+    entries, facts = stream
+    topic, _, _ = _setup(kafka_broker, tmp_path, entries, "tables-fail")
+    with StandInDataHub() as server:
+        sync = Sync(tmp_path, kafka_broker, topic, "g-fail", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--idle-timeout", "1", "--schema-change", "fail", "--oversized", "dlq",
+                    "--on-table-error", "dlq", "--dead-letters", str(tmp_path / "dead-fail.jsonl"),
+                    "--exclude", "bad.*")
+        stops = []
+        for run in range(2):
+            code, _, err = sync.run()
+            no_traceback(err, f"fail run {run + 1}")
+            assert code == 1, err[-2000:]
+            line = next(x for x in err.splitlines() if "--schema-change fail" in x)
+            assert "shop.orders" in line and "added note STRING" in line and "partition 0 offset" in line, line
+            stops.append(line)
+        assert stops[0] == stops[1], stops
+        landed = {r["attributes"]["dts.pos"] for r in server.records(PROJECT, "shop_orders")}
+        assert landed, "the rows before the ALTER landed"
+    topic2, _, _ = _setup(kafka_broker, tmp_path, entries, "tables-halt-all")
+    with StandInDataHub() as server:
+        sync = Sync(tmp_path, kafka_broker, topic2, "g-halt", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--idle-timeout", "1", "--on-table-error", "halt-all", "--oversized", "dlq",
+                    "--dead-letters", str(tmp_path / "dead-halt.jsonl"), "--include", "bad.*", "--include", "shop.big")
+        code, _, err = sync.run()
+        no_traceback(err, "halt-all run")
+        assert code == 1 and "frobnicate(3)" in err and "bad.poison" in err, err[-2000:]
+        letters = read_letters(tmp_path / "dead-halt.jsonl")
+        assert [x["table"] for x in letters] == ["shop.big"], letters  # oversized follows --oversized
+        client = make_client(server.endpoint, "test-id", "test-secret")
+        assert set(client.list_topic(PROJECT).topic_names) <= {"bad_poison", "shop_big"}
+
+
+def test_routing_include_exclude_and_collisions(kafka_broker, tmp_path, stream):
+    """--include/--exclude pick tables (the rest counted as not emitted); a Blob '{db}' template
+    makes one topic per database; two tables whose names clean to one topic are a usage error (exit
+    2) naming both, found when the second table appears."""
+    entries, facts = stream
+    topic, path, _ = _setup(kafka_broker, tmp_path, entries, "tables-routing")
+    with StandInDataHub() as server:
+        sync = Sync(tmp_path, kafka_broker, topic, "g-route", server, "--to", "blob", "--datahub-topic",
+                    "dts_{db}", "--idle-timeout", "1", "--exclude", "bad.*", "--exclude", "shop.big")
+        code, report, err = sync.run()
+        no_traceback(err, "blob per db")
+        assert code == 0, err[-2000:]
+        assert report["input"] == report["converted"] + report["rejected"] + report["not_emitted"], report
+        client = make_client(server.endpoint, "test-id", "test-secret")
+        names = set(client.list_topic(PROJECT).topic_names)
+        assert names == {"dts_shop", "dts"}, names  # transaction markers (no database) go to 'dts'
+        tables = collections.Counter(json.loads(r["data"])["schema"].get("source", {}).get("tableName")
+                                     for r in server.records(PROJECT, "dts_shop"))
+        assert set(tables) == {"orders", "customers"}, tables  # DDL of excluded tables left out too
+        left_out = sum(1 for e in entries if e.header.schemaName == "bad" or e.header.tableName == "big")
+        assert report["not_emitted"] >= left_out, report
+    # two tables whose topic names clean to one: shop.x_y and shop_x.y under '{db}_{table}'
+    b = Binlog(PRIMARY, seed=9)
+    one = Table("shop", "x_y", (Col("id", "int(11)", serial(1), key=True),))
+    two = Table("shop_x", "y", (Col("id", "int(11)", serial(1), key=True),))
+    b.transaction(insert(one, [b.row(one)]))
+    b.transaction(insert(two, [b.row(two)]))
+    topic2, _, _ = _setup(kafka_broker, tmp_path, b.finish(), "tables-collide")
+    with StandInDataHub() as server:
+        sync = Sync(tmp_path, kafka_broker, topic2, "g-collide", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--idle-timeout", "1")
+        code, _, err = sync.run()
+        no_traceback(err, "collision")
+        assert code == 2 and "shop.x_y" in err and "shop_x.y" in err and "'shop_x_y'" in err, err[-2000:]
+        assert len(server.records(PROJECT, "shop_x_y")) <= 1  # the first table's row, nothing of the second
+
+
+def test_refused_records_go_to_dead_letters_and_replay_sends_them_once(kafka_broker, tmp_path, stream):
+    """DataHub refuses records as malformed (MalformedRecord on the first requests to a shard): the
+    refused batch is sent again one record per request, the record refused alone is a dead letter
+    (with its row), every other record lands in order; `replay --from-dlq` after the fault is gone
+    lands exactly the dead-lettered records, a second replay lands nothing; the MODIFY'd Entries
+    dead-lettered under evolve land through a replay with --schema-change lenient."""
+    entries, facts = stream
+    topic, _, converted = _setup(kafka_broker, tmp_path, entries, "tables-refused")
+    dead_path = tmp_path / "dead-refused.jsonl"
+    with StandInDataHub() as server:
+        server.faults.fail_next("PutRecordsByShard", status=400, code="MalformedRecord", message="bad record",
+                                times=3, shard="0")
+        sync = Sync(tmp_path, kafka_broker, topic, "g-refused", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--shards", "2", "--idle-timeout", "1", "--on-table-error", "dlq",
+                    "--dead-letters", str(dead_path), "--oversized", "dlq", "--include", "shop.*")
+        code, report, err = sync.run()
+        no_traceback(err, "refused run")
+        assert code == 1 and report["stopped"] == "idle", err[-2000:]
+        letters = read_letters(dead_path)
+        refused = [x for x in letters if x["row"] is not None]
+        assert refused and report["refused_by_datahub"] == len(refused), (report, refused)
+        # every refused record is missing from DataHub, every other one landed
+        landed = collections.Counter()
+        for name in ("shop_orders", "shop_customers"):
+            for r in server.records(PROJECT, name):
+                landed[r["attributes"]["dts.pos"]] += 1
+        for x in refused:
+            assert f"{x['partition']}:{x['offset']}:{x['entry']}:{x['row']}" not in landed, x
+        assert all(n == 1 for n in landed.values())
+        want = expected_topics({t: v for t, v in converted.items() if t.startswith("shop.")}, "evolve",
+                               set(facts["orders_modified"]) | set(facts["big"]))
+        assert sum(landed.values()) == sum(len(rows) for _, rows in want.values()) - len(refused), report
+        before = sum(landed.values())
+        args = ("--from-dlq", str(dead_path), "--to", "tuple", "--datahub-endpoint", server.endpoint, "--project",
+                PROJECT, "--datahub-topic", "{db}_{table}", "--on-error", "skip", "--json")
+        first = _run(_cli("replay", *args, "--schema-change", "lenient"))
+        no_traceback(first.stderr, "replay")
+        done = json.loads(first.stdout)
+        big = sum(1 for x in letters if x["table"] == "shop.big")
+        assert done["rejected"] == big, (done, first.stderr)  # still oversized
+        replayed = collections.Counter()
+        for name in ("shop_orders", "shop_customers"):
+            for r in server.records(PROJECT, name):
+                if r["attributes"]["dts.topic"].endswith("#dead-letters"):
+                    replayed[r["attributes"]["dts.pos"]] += 1
+        for x in refused:
+            assert replayed[f"{x['partition']}:{x['offset']}:{x['entry']}:{x['row']}"] == 1, x
+        modified_rows = sum(len(x["entry_base64"]) > 0 for x in letters if x["table"] == "shop.orders"
+                            and x["row"] is None)
+        assert modified_rows == len(facts["orders_modified"]), modified_rows
+        assert sum(replayed.values()) > len(refused)
+        again = _run(_cli("replay", *args, "--schema-change", "lenient"))
+        second = json.loads(again.stdout)
+        assert second["written"] == 0 and second["already_landed"] == done["written"], (second, again.stderr)
+        total = sum(1 for name in ("shop_orders", "shop_customers") for _ in server.records(PROJECT, name))
+        assert total == before + done["written"]
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_memory_stays_flat_while_datahub_throttles_everything(kafka_broker, tmp_path):
+    """The stand-in answers LimitExceeded to every write for a while: the writer's buffer fills,
+    the Kafka loop blocks (the consumer is not polled), RSS stays flat; once the throttling ends
+    every record lands, once."""
+    b = Binlog(PRIMARY, seed=7)
+    t = Table("shop", "wide", (Col("id", "bigint(20)", serial(1), key=True), Col("body", "varchar(255)",
+                                                                               words(WORDS, 5, 10))))
+    b.ddl(t.create_sql(), schema="shop", table="wide")
+    for _ in range(500):
+        b.transaction(insert(t, [b.row(t) for _ in range(100)]))
+    entries = b.finish()
+    topic, _, _ = _setup(kafka_broker, tmp_path, entries, "tables-rss")
+    rows = sum(len(e.event.dmlEvent.rows) for e in entries if e.header.messageType == pb.DML)
+    with StandInDataHub() as server:
+        server.faults.throttle(0)
+        sync = Sync(tmp_path, kafka_broker, topic, "g-rss", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--idle-timeout", "1", "--max-retries", "200")
+        proc, out, err = sync.start()
+        try:
+            time.sleep(4.0)  # the buffer fills (20,000 records), then the loop blocks
+            samples = []
+            for _ in range(10):
+                samples.append(_rss_kb(proc.pid))
+                time.sleep(0.5)
+            assert proc.poll() is None, err.read_text()[-2000:]
+            landed_while = sum(s["records"] for s in server.shards(PROJECT, "shop_wide"))
+            server.faults.throttle(None)
+            code = proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        no_traceback(err.read_text(), "throttled run")
+        assert code == 0, err.read_text()[-2000:]
+        assert landed_while == 0
+        growth = max(samples) - samples[0]
+        assert growth < 15_000, f"RSS grew {growth} kB while throttled: {samples}"
+        got = server.records(PROJECT, "shop_wide")
+        assert len(got) == rows and len({r["attributes"]["dts.pos"] for r in got}) == rows
+        print(f"\n[throttled: RSS {samples[0]}..{max(samples)} kB over 5 s, {rows} rows landed after]")
