@@ -136,13 +136,14 @@ class Position:
 
 
 class _Pending:
-    __slots__ = ("record", "key", "position", "seq", "size", "topic", "tag", "context")
+    __slots__ = ("record", "key", "position", "seq", "size", "topic", "tag", "context", "dropped")
 
     def __init__(self, record, key: str, position: Position | None, seq: int, size: int) -> None:
         self.record, self.key, self.position, self.seq, self.size = record, key, position, seq, size
         self.topic = None
         self.tag = None  # the caller's label (a table): `halt(tag)` stops records so labelled
         self.context = None  # the caller's, handed back to `on_refused`
+        self.dropped = False  # handed to `on_refused` (halted): never sent, even when its batch goes again
 
 
 class _Shard:
@@ -528,9 +529,10 @@ class DataHubWriter:
         topic, attempt, unsure = shard.topic, 0, False
         if self.halted and self.on_refused is not None:
             for p in batch:
-                if p.tag in self.halted:
+                if not p.dropped and p.tag in self.halted:
+                    p.dropped = True
                     self._refuse(p, "halted")
-            batch = [p for p in batch if p.tag not in self.halted]
+            batch = [p for p in batch if not p.dropped]
             if not batch:
                 return 0
         records = [p.record for p in batch]

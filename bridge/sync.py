@@ -153,7 +153,8 @@ class TableErrors:
 
     def record(self, pending, reason: str) -> None:
         """The writer refused a record (or it belongs to a halted table): from a writer thread."""
-        where, row, entry_bytes, table = pending.context
+        where, row, entry, raw, table = pending.context
+        entry_bytes = bytes(raw) if raw is not None else entry.SerializeToString()
         self._letter(where, row, entry_bytes, table, reason, pending.topic.name)
         self._refused.append(where)
 
@@ -234,14 +235,15 @@ class _Sink:
         only = where.get("rows")  # a replay of one refused record: its index among the outputs
         table = self._table()
         context = None
-        if self.tables is not None and self.writer.on_refused is not None:
-            context = (dict(where), None, self._entry_bytes(), table)
+        if self.tables is not None and self.writer.on_refused is not None:  # the Entry's bytes made if refused
+            entry, raw = self.gate.current if self.gate is not None else (None, None)
+            context = (dict(where), None, entry, raw, table)
         prepared = []
         try:
             for row, (topic, key, value) in enumerate(items):
                 if only is not None and row not in only:
                     continue
-                ctx = None if context is None else (context[0], row, context[2], context[3])
+                ctx = None if context is None else (context[0], row, *context[2:])
                 prepared.append(self.writer.prepare(topic, key, value, Position(self.source, *base, row),
                                                     tag=table, context=ctx))
         except BridgeError as err:
@@ -501,16 +503,16 @@ def replay(letters: list[dict], writer: DataHubWriter, sink: _Sink, convert: Cal
                           f"replay them one file per topic")
     writer.resume(sink.source, {})
     tally = sink.policy.tally
+    whole = {(x["partition"], x["offset"], x["entry"]) for x in letters if x.get("row") is None}
     seen: set = set()
     for letter in letters:
         where = {"partition": letter["partition"], "offset": letter["offset"], "entry": letter["entry"]}
         key = (where["partition"], where["offset"], where["entry"])
-        rows = None
-        if letter.get("row") is not None:
-            rows = {letter["row"]}
-        if key in seen and rows is None:
+        rows = None if letter.get("row") is None else {letter["row"]}
+        # an Entry once: a letter of one of its records is covered by a letter of the whole Entry
+        if (key, letter.get("row")) in seen or (rows is not None and key in whole):
             continue
-        seen.add(key)
+        seen.add((key, letter.get("row")))
         tally.input += 1
         try:
             entry = pb.Entry.FromString(letter["entry_bytes"])

@@ -471,3 +471,47 @@ def test_memory_stays_flat_while_datahub_throttles_everything(kafka_broker, tmp_
         got = server.records(PROJECT, "shop_wide")
         assert len(got) == rows and len({r["attributes"]["dts.pos"] for r in got}) == rows
         print(f"\n[throttled: RSS {samples[0]}..{max(samples)} kB over 5 s, {rows} rows landed after]")
+
+
+def test_a_refused_record_halts_its_table_under_halt_table(kafka_broker, tmp_path, stream):
+    """halt-table and a record DataHub refuses: the table halts there; the refused record, the
+    table's records still waiting in the writer and every later Entry of it are dead letters (a
+    row letter or an Entry letter each, none twice), nothing of it lands after the refused one; a
+    replay then lands every row of the table exactly once."""
+    entries, facts = stream
+    topic, _, converted = _setup(kafka_broker, tmp_path, entries, "tables-refused-halt")
+    dead_path = tmp_path / "dead-refused-halt.jsonl"
+    customers = [row for _, versions in converted["shop.customers"] for _, rows in versions for row in rows]
+    with StandInDataHub() as server:
+        server.faults.fail_next("PutRecordsByShard", status=400, code="MalformedRecord", message="bad record",
+                                times=2, shard="0")
+        sync = Sync(tmp_path, kafka_broker, topic, "g-refused-halt", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--idle-timeout", "1", "--on-table-error", "halt-table",
+                    "--dead-letters", str(dead_path), "--include", "shop.customers", "--batch-size", "5")
+        code, report, err = sync.run()
+        no_traceback(err, "refused run under halt-table")
+        assert code == 1 and report["stopped"] == "idle", err[-2000:]
+        assert list(report["halted_tables"]) == ["shop.customers"], report
+        assert report["input"] == report["converted"] + report["rejected"] + report["not_emitted"], report
+        letters = read_letters(dead_path)
+        assert server.records(PROJECT, "shop_customers") == [], "the first record was refused: nothing lands after"
+        rows = collections.Counter()
+        for x in letters:
+            entry = pb.Entry.FromString(base64.b64decode(x["entry_base64"]))
+            assert x["table"] == "shop.customers"
+            n = len(entry.event.dmlEvent.rows)
+            for row in ([x["row"]] if x["row"] is not None else range(n)):
+                rows[(x["partition"], x["offset"], x["entry"], row)] += 1
+        assert all(n == 1 for n in rows.values()), [k for k, n in rows.items() if n > 1]
+        assert len(rows) == len(customers), (len(rows), len(customers))
+        assert report["refused_by_datahub"] >= 1, report
+        args = ("--from-dlq", str(dead_path), "--to", "tuple", "--datahub-endpoint", server.endpoint, "--project",
+                PROJECT, "--datahub-topic", "{db}_{table}", "--json")
+        done = _run(_cli("replay", *args))
+        no_traceback(done.stderr, "replay")
+        assert done.returncode == 0, done.stderr
+        got = collections.Counter(tuple(int(p) for p in r["attributes"]["dts.pos"].split(":"))
+                                  for r in server.records(PROJECT, "shop_customers"))
+        assert got == rows, (len(got), len(rows))
+        values = collections.Counter(str(r["values"][0]) for r in server.records(PROJECT, "shop_customers"))
+        assert values == collections.Counter(str(row["id"]) for row in customers)
