@@ -7,7 +7,8 @@ micro-batches. The streaming pass runs the whole query (a fresh checkpoint each 
 the state store, one micro-batch per file) into the `noop` sink, and once more with all rows in one
 file (one micro-batch). `streaming_running` is the pace of the micro-batches after the first
 (input rows over their `triggerExecution` time, from the query's progress): a running query,
-its start left out. The batch pass is
+its start left out; `streaming_one_micro_batch_add_batch` the one micro-batch's own Spark job
+(`addBatch`: reading, shuffling, converting, the state), without the query's start. The batch pass is
 `dts_to_blob(spark.read.parquet(...))` of the same files (it shuffles into Kafka order, as the
 streaming job groups by Kafka partition) into `noop`. Both are warmed up once; the best of
 `repeat` alternating rounds counts.
@@ -82,6 +83,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     spark = bs.local_session("bridge-bench")
     checkpoints = os.path.join(work_dir, "spark_stream_checkpoints")
     counter = iter(range(1 << 30))
+    add_batch: list = []  # seconds of the one-micro-batch pass's addBatch
     steady: list = []  # (share of the input, seconds) of the micro-batches after the first, per streaming pass
 
     def stream_pass(source: str) -> int:
@@ -91,6 +93,8 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         progress = query.recentProgress
+        if len(progress) == 1:  # the micro-batch's own job (addBatch), the query's start and commits left out
+            add_batch.append(progress[0]["durationMs"]["addBatch"] / 1000)
         if len(progress) > 1:  # the micro-batches after the first: the running query, its start left out
             later = progress[1:]
             steady.append((sum(p["numInputRows"] for p in later) / sum(p["numInputRows"] for p in progress),
@@ -108,6 +112,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         for run_pass in passes.values():  # warm-up: workers, the state store, the JVM's compilation
             run_pass()
         steady.clear()
+        add_batch.clear()
         times: dict[str, list] = {name: [] for name in passes}
         micro_batches = {}
         for rep in range(repeat):
@@ -123,6 +128,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     best = {name: min(t) for name, t in times.items()}
     share, seconds = min(steady, key=lambda x: x[1] / x[0])
     best["streaming_running"] = seconds / share  # the whole input at the running query's best pace
+    best["streaming_one_micro_batch_add_batch"] = min(add_batch)
     return {
         "rows": rows, "envelopes": len(envelopes), "split_segments": split, "files": FILES,
         "micro_batches": {k: v for k, v in micro_batches.items() if v is not None}, "cuts_inside_entries": inside,
@@ -131,6 +137,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         "streaming_vs_batch": round(best["batch"] / best["streaming"], 3),
         "streaming_one_micro_batch_vs_batch": round(best["batch"] / best["streaming_one_micro_batch"], 3),
         "streaming_running_vs_batch": round(best["batch"] / best["streaming_running"], 3),
+        "add_batch_vs_batch": round(best["batch"] / best["streaming_one_micro_batch_add_batch"], 3),
         "samples": times,
     }
 
