@@ -336,6 +336,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     _check_convert_args(args, (src_side, src_framing), (dst_side, dst_framing))
     options = options_from(args, {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set())
                            | ({"lines"} if src_framing in ("json", "jsonl") else set()))
+    from .cli_kafka import check_output_dir  # a mistyped -o is an error, not a tree of new directories
+    for target in (args.output, args.rejects):
+        # a {table} template names a folder of outputs: that folder is made (docs/cli.md)
+        if target and target != "-" and "{" not in target:
+            check_output_dir(target, args.mkdir)
     on_error = getattr(args, "opt_on_error", "fail")
     source = "<stdin>" if args.input == "-" else args.input
     label = f"{PROG} convert {source}"
@@ -488,6 +493,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not inputs:
         raise UsageError(f"no .pb files in {samples} (write some with: {PROG} samples {samples})")
     out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # the demo's own folder
     tuples = _have("bridge.tuple")
     status = 0
     for path in inputs:
@@ -495,7 +501,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if tuples:
             folder = out / f"{path.stem}.tuple"
             code = main(["convert", str(path), "-o", str(folder / f"{TABLE_PLACEHOLDER}.jsonl"), "--to", "tuple",
-                         "--on-error", "skip", "--rejects", str(folder / "rejects.jsonl")])
+                         "--on-error", "skip", "--rejects", str(folder / "rejects.jsonl"), "--mkdir"])
             status = max(status, code if code != 1 else 0)
     print(f"{PROG} demo: output in {out}/", file=sys.stderr)
     if not tuples:
@@ -580,6 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--rejects", metavar="PATH",
                          help="with --on-error skip: write one JSON line per rejected record "
                               "(position, reason, raw input)")
+    convert.add_argument("--mkdir", action="store_true",
+                         help="create the directory of -o (and --rejects) when it does not exist (default: an error)")
     convert.add_argument("--no-progress", action="store_true",
                          help="no progress display (there is one only when stderr is a terminal)")
     add_option_flags(convert)

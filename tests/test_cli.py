@@ -576,7 +576,7 @@ def test_tuple_to_dts_to_tuple_gives_the_same_rows(run, tmp_path, ext):
         rows = sum(1 for line in data.splitlines()[(1 if ext == "csv" else 0):] if line.strip())
         back = run("convert", tmp_path / "t" / name, "--from", "tuple", "-o", tmp_path / "back.pb")
         assert back.code == 0 and back.counts() == {"input": rows, "converted": rows, "rejected": 0, "not_emitted": 0}
-        again = run("convert", tmp_path / "back.pb", "-o", tmp_path / "again" / f"x.{ext}", "--to", "tuple")
+        again = run("convert", tmp_path / "back.pb", "-o", tmp_path / "again" / f"x.{ext}", "--to", "tuple", "--mkdir")
         assert again.code == 0 and (tmp_path / "again" / f"x.{ext}").read_bytes() == data, name
 
 
@@ -900,3 +900,13 @@ def test_output_to_a_device_or_fifo_is_written_in_place_never_renamed_over(run, 
     assert result.code == 0 and fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
     assert got and got[0].count(b"\n") == 118
     assert not list(tmp_path.glob(".*.part"))
+
+
+def test_output_into_a_missing_directory_is_an_error_unless_mkdir(run, tmp_path):
+    target = tmp_path / "missing" / "deeper" / "out.jsonl"
+    refused = run("convert", SAMPLES / "mixed.pb", "-o", target)
+    assert refused.code == 2 and "does not exist" in refused.err and "--mkdir" in refused.err
+    assert not (tmp_path / "missing").exists()
+    made = run("convert", SAMPLES / "mixed.pb", "-o", target, "--mkdir")
+    reference = run("convert", SAMPLES / "mixed.pb", "-o", tmp_path / "here.jsonl")
+    assert made.code == reference.code == 0 and target.read_bytes() == (tmp_path / "here.jsonl").read_bytes()
