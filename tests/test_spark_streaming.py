@@ -7,8 +7,10 @@ partitions. Every streaming result is compared with the batch conversion of the 
 for record, per Kafka partition in the order the sink got them. One local[2] session serves every
 test (getOrCreate, as tests/test_spark.py).
 """
+import json
 import os
 import shutil
+import uuid
 
 import pytest
 
@@ -22,6 +24,7 @@ pytest.importorskip("pandas")
 
 import bridge.spark as bs  # noqa: E402
 from bridge import _spark_streaming as st  # noqa: E402
+from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture; skips without its jars)
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "samples")
 TOPIC = "dts"
@@ -118,10 +121,11 @@ class Sink:
         return [row for b in sorted(self.batches) for row in self.batches[b]]
 
 
-def run(out, sink, checkpoint) -> None:
+def run(out, sink, checkpoint):
     query = out.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint) \
         .trigger(availableNow=True).start()
     query.awaitTermination()
+    return query
 
 
 def per_partition(rows) -> dict:
@@ -392,3 +396,33 @@ def test_streaming_needs_the_rocksdb_state_store(spark, tmp_path):
         spark.conf.set(st.PROVIDER_CONF, st.ROCKSDB)
     with pytest.raises(bridge.OptionsError, match="schema= or columns="):
         bs.dts_to_tuple(read_stream(spark, folder), "shop.orders")
+
+
+# ---- dts-kafka on a real broker ------------------------------------------------------------------
+
+@pytest.mark.spark
+def test_dts_kafka_stream_with_max_offsets_per_trigger_equals_batch(spark, tmp_path, kafka_broker):
+    """`dts-kafka` with a small maxOffsetsPerTrigger, so micro-batches end inside split Entries: the
+    streaming dts_to_blob equals the batch read's, record for record per Kafka partition."""
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka import Producer
+    bs.register(spark)
+    parts, _ = CLEAN
+    topic = kafka_broker.create_topic(f"stream-{uuid.uuid4().hex[:8]}", partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    for partition, raws in parts.items():
+        for raw in raws:
+            producer.produce(topic, value=raw, key=b"k", partition=partition)
+    assert producer.flush(20) == 0
+    stream = (spark.readStream.format("dts-kafka").option("brokers", kafka_broker.bootstrap)
+              .option("topic", topic).option("maxOffsetsPerTrigger", 7).load())
+    sink = Sink()
+    query = run(bs.dts_to_blob(stream), sink, str(tmp_path / "ck"))
+    ends = [json.loads(p["sources"][0]["endOffset"])[topic] for p in query.recentProgress]
+    cuts = {(int(p), end) for end in ends for p, end in end.items()}
+    assert any(first < end <= last for p, end in cuts for first, last in splits(parts[p])), cuts
+    batch = spark.read.format("dts-kafka").option("brokers", kafka_broker.bootstrap).option("topic", topic).load()
+    expected = bs.dts_to_blob(batch).collect()
+    got = per_partition(sink.rows())
+    assert got == per_partition(expected) and len(got[0]) > 100 and len(got[1]) > 100
+    assert {r.topic for r in sink.rows()} == {topic}
