@@ -9,6 +9,11 @@ Guarantees (docs/kafka.md, "The DataHub writer"):
   failure can never let a later record land first. Shards are written in parallel (`workers`).
 - **Bounded memory.** At most `max_buffered` records wait; `put` blocks until the shards drain
   (backpressure reaches the Kafka consumer, which simply stops polling).
+- **Rate (AIMD).** Each shard has an allowed request rate, from DataHub's 2,000/s: LimitExceeded
+  halves it (to 1/s at least), each acknowledged request adds `rate_step` (1/s) back.
+- **Refusals.** With `on_refused`, a request DataHub refuses as malformed (InvalidParameter,
+  MalformedRecord) is sent again one record per request; a record refused alone is handed to
+  `on_refused` and skipped, the next goes on (the shard's order is kept).
 - **Retries.** Throttling (LimitExceeded) and server trouble back off with jitter; a request whose
   outcome is unknown (a timeout, a dropped connection, a 5xx) is checked against the shard's tail
   before it is sent again, so it cannot land twice. Split or merged shards (InvalidShardOperation,
@@ -185,7 +190,7 @@ class DataHubWriter:
                  sleep: Callable[[float], None] = time.sleep, seed: int | None = None,
                  observer: Callable[..., None] | None = None, create_topics: dict | None = None,
                  on_refused: Callable[[_Pending, str], None] | None = None, max_rate: float = SHARD_MAX_RATE,
-                 min_rate: float = 1.0, rate_step: float = 10.0) -> None:
+                 min_rate: float = 1.0, rate_step: float = 1.0) -> None:
         if batch_records < 1:
             raise DataHubError("batch_records must be at least 1")
         if workers < 1:
