@@ -5,8 +5,10 @@ return DataFrames. Each puts the input in stream order where the stream needs on
 library's own converters through `mapInArrow`, one iterator per Spark partition, so that stream
 state (Envelope reassembly, update pairing, Envelope packing, column codecs) lives across Arrow
 batches. The per-partition functions (`*_batches`, for `mapInPandas` or `mapInArrow`) and their
-output schemas (Spark DDL strings) are public too. pyspark is imported only inside the functions
-that need a session; docs/spark.md has the schemas, the modes and the ordering rules.
+output schemas (Spark DDL strings) are public too. On a streaming DataFrame, `dts_to_blob` and
+`dts_to_tuple` run the same jobs per Kafka partition through `transformWithStateInPandas`, the
+open Entries kept in Spark state (bridge/_spark_streaming.py). pyspark is imported only inside the
+functions that need a session; docs/spark.md has the schemas, the modes and the ordering rules.
 
 Bad records in Spark's words: `mode` FAILFAST (default) raises the bridge error, which names the
 Kafka partition and offset; PERMISSIVE keeps a row with the error text in an `error` column;
