@@ -45,6 +45,8 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     bs.register(spark)
     out: dict = {}
+    running = []
+    # every (source, mode) query at once: their micro-batches' fixed costs overlap
     for source in cfg["sources"]:
         for mode in cfg.get("modes", MODES):
             topic = cfg["clean"] if mode == "FAILFAST" else cfg["dirty"]
@@ -57,14 +59,16 @@ def main() -> None:
             query = (bs.dts_to_blob(reader(spark, source, cfg, topic, True), mode=mode, tally=tally)
                      .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
                      .trigger(availableNow=True).start())
-            query.awaitTermination()
-            reference = bs.SparkTally(spark)
-            batch = [as_list(r) for r in bs.dts_to_blob(reader(spark, source, cfg, topic, False), mode=mode,
-                                                        tally=reference).collect()]
-            out.setdefault(source, {})[mode] = dict(
-                topic=topic, stream=batches, batch=batch, checkpoint=checkpoint,
-                stream_tally=dataclasses.asdict(tally.value), batch_tally=dataclasses.asdict(reference.value))
-            print(f"{source} {mode}: {len(batches)} micro-batches", flush=True)
+            running.append((source, mode, topic, batches, tally, checkpoint, query))
+    for source, mode, topic, batches, tally, checkpoint, query in running:
+        query.awaitTermination()
+        reference = bs.SparkTally(spark)
+        batch = [as_list(r) for r in bs.dts_to_blob(reader(spark, source, cfg, topic, False), mode=mode,
+                                                    tally=reference).collect()]
+        out.setdefault(source, {})[mode] = dict(
+            topic=topic, stream=batches, batch=batch, checkpoint=checkpoint,
+            stream_tally=dataclasses.asdict(tally.value), batch_tally=dataclasses.asdict(reference.value))
+        print(f"{source} {mode}: {len(batches)} micro-batches", flush=True)
     with open(cfg["out"], "w") as f:
         json.dump(out, f)
     print("finished", flush=True)
