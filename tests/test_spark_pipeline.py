@@ -596,3 +596,54 @@ def test_micro_batch_boundaries_inside_entries_lose_nothing_in_any_mode(kafka_br
             summary.append(f"{what}: {len(ids)} micro-batches, {len(inside)} ends inside split Entries, "
                            f"{len(stream_rows)} rows, rejected {tally['rejected']}")
     print(f"\n[micro-batch boundaries, {time.monotonic() - began:.1f} s]\n  " + "\n  ".join(summary))
+
+
+# ---- the sink's task function, two tasks writing one shard at once ----------------------------------------
+
+def test_two_tasks_writing_one_shard_with_lost_answers_land_each_record_once(tmp_path):
+    """What every micro-batch of the pipelines above does, without Spark: two Spark tasks (the
+    `datahub` sink's task function, `write_batches`, one per Kafka partition, as the streaming
+    `dts_to_blob` gives them) write at the same time to one DataHub shard, and some answers are
+    lost after the records landed (chaos ack-lost). Each task's writer checks an answer-less
+    request against the shard's tail before sending it again; every record must land once, and
+    each partition's records in order."""
+    import threading
+
+    import pyarrow as pa
+
+    import bridge.spark as bs
+    from bridge._spark_jobs import BLOB_COLUMNS
+    from bridge.spark_datahub import configure, write_batches
+
+    raws = [raw for _, _, raw in read_pb(SAMPLES / "large.pb")]
+    rows = {}
+    for partition in (0, 1):
+        kafka = pa.RecordBatch.from_pydict({"topic": ["dts"] * len(raws), "partition": [partition] * len(raws),
+                                            "offset": list(range(len(raws))), "value": raws})
+        rows[partition] = pa.Table.from_batches(
+            list(bs.dts_to_blob_batches(arrow=True)(iter([kafka])))).to_batches(max_chunksize=8)
+    expected = {p: [v.encode() for b in batches for v in b.column("blob").to_pylist()] for p, batches in rows.items()}
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "one", shard_count=1)
+        config = configure(dict(endpoint=server.endpoint, project=PROJECT, topic="one", accessId="i", accessKey="k",
+                                batchSize="3"), BLOB_COLUMNS, streaming=True)
+        server.faults.chaos(SEED, p_ack_lost=0.15, p_delay=0.3, max_delay=0.02, op=("PutRecordsByShard",))
+        reports, errors = {}, []
+
+        def task(partition):
+            try:
+                reports[partition] = write_batches(config, iter(rows[partition]), epoch=0)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+        threads = [threading.Thread(target=task, args=(p,)) for p in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        server.faults.clear()
+        assert not errors, errors
+        lost_answers = server.faults.count("chaos-ack-lost")
+        got, positions = landed(server, "one", "dts", lambda r: r["data"], tmp_path / "landed.jsonl")
+        compare("one", got, positions, {("0", p): lines for p, lines in expected.items()},
+                f"two tasks on one shard, {lost_answers} answers lost after the records landed; reports {reports}")
+        assert lost_answers > 0
