@@ -121,6 +121,66 @@ def _split_ranges(raws: list[bytes]) -> list[tuple[int, int]]:
     return out
 
 
+# ---- which Spark task gets which Kafka partition ---------------------------------------------------------
+# The streaming transforms group by (topic, partition) into spark.sql.shuffle.partitions (2 in
+# local_session) tasks by Spark's Murmur3 hash (seed 42), as `pmod(hash(topic, partition), 2)`.
+# The topic name decides whether a 2-partition topic's partitions run in one task or in two (the
+# usual case on a cluster, where the two tasks then write to the same DataHub shards at once):
+# the tests choose names that give two tasks, so that they do not depend on a random name.
+
+_M = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M
+
+
+def _mix_k1(k: int) -> int:
+    return (_rotl((k * 0xcc9e2d51) & _M, 15) * 0x1b873593) & _M
+
+
+def _mix_h1(h: int, k: int) -> int:
+    return (_rotl(h ^ k, 13) * 5 + 0xe6546b64) & _M
+
+
+def _fmix(h: int, n: int) -> int:
+    h ^= n
+    h ^= h >> 16
+    h = (h * 0x85ebca6b) & _M
+    h ^= h >> 13
+    h = (h * 0xc2b2ae35) & _M
+    return h ^ (h >> 16)
+
+
+def spark_task_of(topic: str, partition: int, tasks: int = 2) -> int:
+    """Spark's HashPartitioning of the row (topic STRING, partition INT): Murmur3_x86_32 with
+    seed 42, the string by `hashUnsafeBytes` (whole 4-byte words, then each trailing byte as a
+    signed int), the int chained with the string's hash as seed; pmod by `tasks`. Checked against
+    `spark.sql("select hash('pipeline-a12087cb', cast(1 as int))")` = -2130201617."""
+    data, h = topic.encode(), 42
+    aligned = len(data) - len(data) % 4
+    for i in range(0, aligned, 4):
+        h = _mix_h1(h, _mix_k1(int.from_bytes(data[i:i + 4], "little")))
+    for b in data[aligned:]:
+        h = _mix_h1(h, _mix_k1((b - 256 if b > 127 else b) & _M))
+    h = _fmix(h, len(data))
+    h = _fmix(_mix_h1(h, _mix_k1(partition & _M)), 4)
+    return (h - (1 << 32) if h & 0x80000000 else h) % tasks
+
+
+def test_spark_task_of_matches_spark_hash():
+    assert spark_task_of("pipeline-a12087cb", 0) == 0 and spark_task_of("pipeline-a12087cb", 1) == 1
+    assert [spark_task_of(n, p) for n in ("x", "abcde", "pipeline-ffffffff", "ñé-topic") for p in (0, 1)] == \
+        [0, 0, 0, 0, 0, 1, 1, 0]  # pmod(hash(n, p), 2) as Spark 4.3 computes it
+
+
+def _two_task_name(prefix: str) -> str:
+    while True:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        if spark_task_of(name, 0) != spark_task_of(name, 1):
+            return name
+
+
 class Topic:
     """A Kafka topic produced by the test: its name, each partition's records (bytes, by offset)
     and, for a clean topic, the files produced to each partition in order."""
@@ -144,7 +204,8 @@ def clean_topic(kafka_broker, tmp_path_factory) -> Topic:  # noqa: F811
     files = {0: [SAMPLES / "large.pb"],
              1: [_repack(SAMPLES / "mixed.pb", folder / "mixed-2k.pb", 2048),
                  _repack(SAMPLES / "large.pb", folder / "large-8k.pb", 8000)]}
-    name = kafka_broker.create_topic(f"pipeline-{uuid.uuid4().hex[:8]}", partitions=2)
+    # the two partitions in two Spark tasks, as on a cluster (see spark_task_of)
+    name = kafka_broker.create_topic(_two_task_name("pipeline"), partitions=2)
     records: dict[int, list[bytes]] = {}
     for partition, paths in files.items():
         for path in paths:
