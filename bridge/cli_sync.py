@@ -70,8 +70,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
     metrics = observe.Metrics()
     client = make_client(args.datahub_endpoint, compress=args.compress)
     creating = None if args.no_create_topics else {"shards": args.shards, "lifecycle": args.lifecycle}
+    if args.max_buffered < 1:
+        raise UsageError("--max-buffered must be at least 1")
     writer = DataHubWriter(client, args.project, batch_records=args.batch_size, workers=args.workers,
-                           max_retries=args.max_retries, create_topics=creating, observer=metrics.datahub_observer())
+                           max_retries=args.max_retries, create_topics=creating, observer=metrics.datahub_observer(),
+                           max_buffered=args.max_buffered)
     config = _kafka_config(args)
     config.update({"group.id": args.group or "dts-bridge", "enable.auto.commit": False,
                    "enable.auto.offset.store": False, "enable.partition.eof": True,
@@ -252,6 +255,8 @@ def register(commands) -> None:
     parser.add_argument("--lifecycle", type=int, default=7, metavar="DAYS", help="lifecycle of a created topic")
     parser.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per request at most")
     parser.add_argument("--workers", type=int, default=4, metavar="N", help="shards written in parallel (default: 4)")
+    parser.add_argument("--max-buffered", type=int, default=20_000, metavar="N",
+                        help="records waiting for DataHub at most; beyond that the Kafka loop waits (default: 20000)")
     parser.add_argument("--max-retries", type=int, default=12, metavar="N",
                         help="retries of a transient DataHub failure, with jittered backoff up to 10 s (default: 12)")
     parser.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",

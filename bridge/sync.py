@@ -257,9 +257,14 @@ class _Sink:
     def write_failed(self, where: dict, outputs) -> bool:
         if isinstance(outputs, _Failed):
             self.policy.tally.outputs -= 1
-            self._not_delivered(where, outputs.error, None)
+            entry = self.gate.current[0] if self.gate is not None else None
+            self._not_delivered(where, outputs.error, self.letter_topic(entry) if entry is not None else None)
             return True
         return False
+
+    def letter_topic(self, entry) -> str | None:
+        """The DataHub topic an Entry would have gone to (for its dead letter)."""
+        return None
 
     def sync(self) -> None:
         self.writer.flush()
@@ -296,6 +301,9 @@ class BlobSink(_Sink):
     @staticmethod
     def size(columns) -> int:
         return 1 if isinstance(columns, _Failed) else len(columns[0])
+
+    def letter_topic(self, entry) -> str | None:
+        return topic_name(self.template, entry.header.schemaName, "") if self.per_db else self.topic
 
     def _topic_of(self, db: str) -> str:
         topic = self._topics.get(db)
@@ -359,6 +367,9 @@ class TupleSink(_Sink):
         self._owners: dict[str, str] = {}
         self.evolved: list = []  # (topic, fields added, where)
         self.ignored: dict[str, dict] = {}  # table -> {"rows": n, "values": n, "fields": [...]}
+
+    def letter_topic(self, entry) -> str | None:
+        return topic_name(self.template, entry.header.schemaName, entry.header.tableName)
 
     def _topic_of(self, table: str) -> str:
         topic = self._topics.get(table)

@@ -205,8 +205,9 @@ def check_letters(path: pathlib.Path, dead: set[int], context: str, topics: dict
         entry = pb.Entry.FromString(base64.b64decode(letter["entry_base64"]))
         assert f"{entry.header.schemaName}.{entry.header.tableName}" == letter["table"], letter["table"]
         assert letter["error"], letter
-        for key in ("partition", "offset", "entry", "source", "datahub_topic"):
+        for key in ("partition", "offset", "entry", "source"):
             assert key in letter, (key, letter)
+        assert letter["datahub_topic"] == topic_name("{db}_{table}", *letter["table"].split(".", 1)), letter
         seen[(entry.header.seqId, letter.get("row"))] += 1
     twice = {k: n for k, n in seen.items() if n > 1}
     assert not twice, f"dead letters written twice: {twice}\n{context}"
@@ -218,13 +219,13 @@ def check_letters(path: pathlib.Path, dead: set[int], context: str, topics: dict
 
 # ---- the runs -----------------------------------------------------------------------------------
 
-def _setup(kafka_broker, tmp_path, entries, label: str):
+def _setup(kafka_broker, tmp_path, entries, label: str, convert: bool = True):
     topic = kafka_broker.create_topic(_name(label), partitions=1)
     warm_group_coordinator(kafka_broker, topic)
     path = write_stream(tmp_path / f"{label}.pb", entries)
     produce(kafka_broker, topic, path, 0)
     converted = collections.defaultdict(list)
-    for table, versions in convert_tuple(path, tmp_path).items():
+    for table, versions in (convert_tuple(path, tmp_path) if convert else {}).items():
         converted[table].append((0, versions))
     return topic, path, converted
 
@@ -423,6 +424,20 @@ def test_refused_records_go_to_dead_letters_and_replay_sends_them_once(kafka_bro
         assert total == before + done["written"]
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _records_in(port: int) -> float:
+    """Input records (Entries) the run has read so far, from its --metrics-port."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith("dts_bridge_records_in_total"))
+
+
 def _rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -432,29 +447,38 @@ def _rss_kb(pid: int) -> int:
 
 
 def test_memory_stays_flat_while_datahub_throttles_everything(kafka_broker, tmp_path):
-    """The stand-in answers LimitExceeded to every write for a while: the writer's buffer fills,
-    the Kafka loop blocks (the consumer is not polled), RSS stays flat; once the throttling ends
-    every record lands, once."""
+    """The stand-in answers LimitExceeded to every write for a while: the writer's buffer fills
+    (--max-buffered 2000 of 20,000 rows), the Kafka loop blocks (the consumer is not polled), RSS
+    stays flat (converting the other 18,000 rows would not); once the throttling ends every record
+    lands, once."""
     b = Binlog(PRIMARY, seed=7)
     t = Table("shop", "wide", (Col("id", "bigint(20)", serial(1), key=True), Col("body", "varchar(255)",
                                                                                words(WORDS, 5, 10))))
     b.ddl(t.create_sql(), schema="shop", table="wide")
-    for _ in range(500):
+    for _ in range(200):
         b.transaction(insert(t, [b.row(t) for _ in range(100)]))
-    entries = b.finish()
-    topic, _, _ = _setup(kafka_broker, tmp_path, entries, "tables-rss")
+    # no CHECKPOINT Entries and --commit-interval 0: no commit (whose flush would wait for DataHub
+    # too) comes before the end, so only the writer's buffer can hold the loop back
+    entries = [e for e in b.finish() if e.header.messageType != pb.CHECKPOINT]
+    began = time.monotonic()
+    topic, _, _ = _setup(kafka_broker, tmp_path, entries, "tables-rss", convert=False)
+    print(f"\n[set-up {time.monotonic() - began:.1f} s]")
     rows = sum(len(e.event.dmlEvent.rows) for e in entries if e.header.messageType == pb.DML)
     with StandInDataHub() as server:
         server.faults.throttle(0)
         sync = Sync(tmp_path, kafka_broker, topic, "g-rss", server, "--to", "tuple", "--datahub-topic",
-                    "{db}_{table}", "--idle-timeout", "1", "--max-retries", "200")
-        proc, out, err = sync.start()
+                    "{db}_{table}", "--idle-timeout", "1", "--max-retries", "200", "--commit-interval", "0",
+                    "--max-buffered", os.environ.get("SYNC_TEST_MAX_BUFFERED", "2000"))
+        port = _free_port()
+        proc, out, err = sync.start("--metrics-port", str(port))
         try:
-            time.sleep(4.0)  # the buffer fills (20,000 records), then the loop blocks
+            time.sleep(3.5)  # the buffer fills (2,000 records), then the loop blocks
             samples = []
-            for _ in range(10):
+            read_before = _records_in(port)
+            for _ in range(7):
                 samples.append(_rss_kb(proc.pid))
                 time.sleep(0.5)
+            read_after = _records_in(port)
             assert proc.poll() is None, err.read_text()[-2000:]
             landed_while = sum(s["records"] for s in server.shards(PROJECT, "shop_wide"))
             server.faults.throttle(None)
@@ -466,11 +490,14 @@ def test_memory_stays_flat_while_datahub_throttles_everything(kafka_broker, tmp_
         no_traceback(err.read_text(), "throttled run")
         assert code == 0, err.read_text()[-2000:]
         assert landed_while == 0
+        # the loop waits for the writer: it stopped reading Kafka well before the end of the topic
+        print(f"\n[read {read_before} -> {read_after} of {len(entries)} Entries while throttled]")
+        assert read_before == read_after < len(entries) / 2, (read_before, read_after, len(entries))
         growth = max(samples) - samples[0]
         assert growth < 15_000, f"RSS grew {growth} kB while throttled: {samples}"
         got = server.records(PROJECT, "shop_wide")
         assert len(got) == rows and len({r["attributes"]["dts.pos"] for r in got}) == rows
-        print(f"\n[throttled: RSS {samples[0]}..{max(samples)} kB over 5 s, {rows} rows landed after]")
+        print(f"\n[throttled: RSS {samples[0]}..{max(samples)} kB over 3 s, {rows} rows landed after]")
 
 
 def test_a_refused_record_halts_its_table_under_halt_table(kafka_broker, tmp_path, stream):
@@ -517,7 +544,7 @@ def test_a_refused_record_halts_its_table_under_halt_table(kafka_broker, tmp_pat
         assert values == collections.Counter(str(row["id"]) for row in customers)
 
 
-def _throttled_answers(server, *, aimd: bool, n: int = 60) -> tuple[int, float]:
+def _throttled_answers(server, *, aimd: bool, n: int = 40) -> tuple[int, float]:
     from bridge.datahub_sink import DataHubWriter
     client = make_client(server.endpoint, "test-id", "test-secret")
     topic = f"aimd_{int(aimd)}"
@@ -546,6 +573,6 @@ def test_aimd_rate_limiter_backs_off_on_throttling(tmp_path):
         server.faults.throttle(8.0, burst=2)
         with_aimd, secs_aimd = _throttled_answers(server, aimd=True)
         without, secs_without = _throttled_answers(server, aimd=False)
-    print(f"\n[LimitExceeded answers for 60 requests at 8/s: {with_aimd} with AIMD ({secs_aimd:.1f} s), "
+    print(f"\n[LimitExceeded answers for 40 requests at 8/s: {with_aimd} with AIMD ({secs_aimd:.1f} s), "
           f"{without} without ({secs_without:.1f} s)]")
     assert with_aimd * 2 < without, (with_aimd, without)
