@@ -18,7 +18,15 @@ Entries.
 - test_tuple_dts_kafka_killed_and_restarted: dts-kafka -> Tuple (media.thumbnails), 1 kill (deep: 4).
 - test_micro_batch_boundaries_inside_entries_lose_nothing_in_any_mode: both Kafka sources, FAILFAST
   (clean topic), PERMISSIVE and DROPMALFORMED (a topic with a missing segment and a record that is
-  no Envelope), streaming rows (foreachBatch) equal to the batch conversion of the same records.
+  no Envelope), streaming rows (foreachBatch) equal to the batch conversion of the same records
+  (one subprocess, tests/pipeline_jobs/collect.py, runs the six queries at once).
+- test_two_tasks_writing_one_shard_with_lost_answers_land_each_record_once: the `datahub` sink's
+  task function (`write_batches`) run by two threads at once on a one-shard topic with lost
+  answers, as two Spark tasks of one micro-batch do; no Spark, a few seconds.
+
+The pipeline topic's name is chosen so that its two Kafka partitions run in two Spark tasks
+(`spark_task_of`: Spark's hash partitioning of (topic, partition)), as they do on a cluster; the two
+tasks then write to the same DataHub shards at the same time.
 
 Seeds: SPARK_PIPELINE_SEED=N (default 1729) changes kill points and chaos.
 """
