@@ -275,6 +275,9 @@ def _pos(record: dict) -> tuple[int, int, int, int]:
     return tuple(int(p) for p in parts)
 
 
+EPOCHS: dict = {}  # position -> the dts.epoch of each copy, filled by landed() for compare()'s messages
+
+
 def landed(server, topic: str, source: str, value, keep: pathlib.Path | None = None) -> tuple[dict, dict]:
     """{(shard, partition): [value(record)]} and their positions, in each shard's sequence order
     (`keep`: every record's shard, sequence and attributes written there, for a failure's analysis)."""
@@ -284,7 +287,9 @@ def landed(server, topic: str, source: str, value, keep: pathlib.Path | None = N
     if keep is not None:
         keep.write_text("\n".join(json.dumps({k: r.get(k) for k in ("shard", "sequence", "attributes")})
                                   for r in records))
+    EPOCHS.clear()
     for record in records:
+        EPOCHS.setdefault(_pos(record), []).append(record["attributes"].get("dts.epoch"))
         assert record["attributes"].get("dts.topic") == source, \
             f"{topic} shard {record['shard']}: dts.topic {record['attributes'].get('dts.topic')!r}, not {source!r}"
         pos = _pos(record)
@@ -306,8 +311,12 @@ def compare(topic: str, got: dict, positions: dict, expected: dict, context: str
     for key, pos_list in positions.items():
         for i, pos in enumerate(pos_list):
             if pos in seen:
+                epochs = EPOCHS.get(pos, [])
+                why = (f"; both copies of micro-batch {epochs[0]}: sent twice by one attempt (a retry), "
+                       "not a replay after a restart" if len(epochs) == 2 and epochs[0] == epochs[1] is not None
+                       else f"; micro-batches {epochs}" if any(e is not None for e in epochs) else "")
                 problems.append(f"{topic}: position {':'.join(map(str, pos))} landed twice "
-                                f"(shard {seen[pos][0]} #{seen[pos][1]} and shard {key[0]} #{i})")
+                                f"(shard {seen[pos][0]} #{seen[pos][1]} and shard {key[0]} #{i}{why})")
             seen[pos] = (key[0], i)
         for i, (a, b) in enumerate(zip(pos_list, pos_list[1:])):
             if not a < b:
