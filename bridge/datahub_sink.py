@@ -207,7 +207,7 @@ class DataHubWriter:
         # without it a refused request stops the writer
         self.on_refused = on_refused
         self.max_rate, self.min_rate, self.rate_step = max_rate, min_rate, rate_step
-        self.halted: set = set()
+        self.halted: dict = {}  # tag -> halted after this Position (None: all of it)
         self.refused = 0
         self.records = self.requests = self.retries = self.throttled = self.skipped = self.resplits = 0
         self._topics: dict[str, _Topic] = {}
@@ -384,10 +384,19 @@ class DataHubWriter:
         pending.topic, pending.tag, pending.context = info, tag, context
         return pending
 
-    def halt(self, tag) -> None:
-        """Records labelled `tag` not yet sent go to `on_refused` instead ("halted"), in order."""
+    def halt(self, tag, after: Position | None = None) -> None:
+        """Records labelled `tag` not yet sent go to `on_refused` instead ("halted"), in order: with
+        `after`, only those of its partition past it, and those of other partitions."""
         with self._cv:
-            self.halted.add(tag)
+            self.halted.setdefault(tag, after)
+
+    def _is_halted(self, pending: _Pending) -> bool:
+        if pending.tag not in self.halted:
+            return False
+        after, pos = self.halted[pending.tag], pending.position
+        if after is None or pos is None or pos.partition != after.partition:
+            return True
+        return (pos.offset, pos.entry, pos.row) > (after.offset, after.entry, after.row)
 
     def put_prepared(self, pending: _Pending) -> bool:
         with self._cv:
@@ -534,7 +543,7 @@ class DataHubWriter:
         topic, attempt, unsure = shard.topic, 0, False
         if self.halted and self.on_refused is not None:
             for p in batch:
-                if not p.dropped and p.tag in self.halted:
+                if not p.dropped and self._is_halted(p):
                     p.dropped = True
                     self._refuse(p, "halted")
             batch = [p for p in batch if not p.dropped]

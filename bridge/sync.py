@@ -155,14 +155,17 @@ class TableErrors:
         """The writer refused a record (or it belongs to a halted table): from a writer thread."""
         where, row, entry, raw, table = pending.context
         entry_bytes = bytes(raw) if raw is not None else entry.SerializeToString()
-        self._letter(where, row, entry_bytes, table, reason, pending.topic.name)
+        self._letter(where, row, entry_bytes, table, reason, pending.topic.name, after=pending.position)
         self._refused.append(where)
 
     def settle(self) -> None:
         while self._refused:
             self._reject(self._refused.popleft(), 1)
 
-    def _letter(self, where: dict, row, entry_bytes: bytes, table: str, error: str, topic) -> None:
+    def _letter(self, where: dict, row, entry_bytes: bytes, table: str, error: str, topic, after=None) -> None:
+        """Write a dead letter; under halt-table the table halts: later Entries at the gate, and
+        for a record the writer refused (`after`: its position) the table's records still waiting
+        in the writer behind it (records put before a halting Entry still go)."""
         self.letters.write(entry_bytes=entry_bytes, source=self.source, partition=where["partition"],
                            offset=where["offset"], entry=where["entry"], row=row, table=table, error=error,
                            datahub_topic=topic)
@@ -170,8 +173,8 @@ class TableErrors:
             self.dead += 1
             if self.mode == "halt-table" and table not in self.halted:
                 self.halted[table] = f"halted at {where['partition']}:{where['offset']}:{where['entry']}: {error}"
-                if self.writer is not None:
-                    self.writer.halt(table)
+                if self.writer is not None and after is not None:
+                    self.writer.halt(table, after)
 
     def _reject(self, where: dict, outputs: int) -> None:
         key = (where["partition"], where["offset"], where["entry"])
@@ -199,8 +202,6 @@ class _Sink:
             raise BridgeError("oversized records go to dead letters (dlq) only with a dead-letter file")
         if tables is not None:
             tables.writer = writer
-            for table in tables.halted:
-                writer.halt(table)
 
     def _entry_bytes(self) -> bytes:
         entry, raw = self.gate.current if self.gate is not None else (None, None)
