@@ -104,7 +104,7 @@ def consume(brokers, topic, out, *extra, capsys=None):
 
 def converted(tmp_path, path, to: str, suffix: str, *extra) -> pathlib.Path:
     out = tmp_path / "ref" / f"{path.stem}{suffix}"
-    assert main(["convert", str(path), "-o", str(out), "--to", to, *extra]) in (0, 1)
+    assert main(["convert", str(path), "-o", str(out), "--to", to, "--mkdir", *extra]) in (0, 1)
     return out
 
 
