@@ -584,3 +584,31 @@ def test_aimd_rate_limiter_backs_off_on_throttling(tmp_path):
     print(f"\n[LimitExceeded answers for 40 requests at 8/s: {with_aimd} with AIMD ({secs_aimd:.1f} s), "
           f"{without} without ({secs_without:.1f} s)]")
     assert with_aimd * 2 < without, (with_aimd, without)
+
+
+def test_blob_dead_letters_hold_the_entries_bytes_whole(kafka_broker, tmp_path, stream):
+    """Blob with --on-table-error dlq: the poisoned Entries are dead letters holding the Entry's
+    bytes exactly as they came (the C fast path's raw bytes), once each; the 2 MB row is no Blob
+    limit (a message under 4 MB) and lands; every other table lands, per database."""
+    entries, facts = stream
+    topic, _, _ = _setup(kafka_broker, tmp_path, entries, "tables-blob-dlq", convert=False)
+    dead_path = tmp_path / "dead-blob.jsonl"
+    by_seq = {e.header.seqId: e.SerializeToString() for e in entries}
+    with StandInDataHub() as server:
+        sync = Sync(tmp_path, kafka_broker, topic, "g-blob-dlq", server, "--to", "blob", "--datahub-topic",
+                    "dts_{db}", "--idle-timeout", "1", "--on-table-error", "dlq", "--dead-letters", str(dead_path))
+        code, report, err = sync.run()
+        no_traceback(err, "blob dlq run")
+        assert code == 1 and report["stopped"] == "idle", err[-2000:]
+        assert report["rejected"] == len(facts["poison_bad"]), report
+        letters = read_letters(dead_path)
+        seqs = []
+        for x in letters:
+            raw = base64.b64decode(x["entry_base64"])
+            entry = pb.Entry.FromString(raw)
+            assert raw == by_seq[entry.header.seqId], "the Entry's bytes, whole"
+            assert x["datahub_topic"] == "dts_bad" and x["table"] == "bad.poison" and x["row"] is None, x
+            seqs.append(entry.header.seqId)
+        assert sorted(seqs) == seqs and set(seqs) == facts["poison_bad"] and len(seqs) == len(set(seqs)), seqs
+        big = [r for r in server.records(PROJECT, "dts_shop") if len(r["data"]) > 2 * 1024 * 1024]
+        assert len(big) == 1, len(big)
