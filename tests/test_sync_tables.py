@@ -372,6 +372,22 @@ def test_routing_include_exclude_and_collisions(kafka_broker, tmp_path, stream):
         no_traceback(err, "collision")
         assert code == 2 and "shop.x_y" in err and "shop_x.y" in err and "'shop_x_y'" in err, err[-2000:]
         assert len(server.records(PROJECT, "shop_x_y")) <= 1  # the first table's row, nothing of the second
+        # Blob, one topic per database: databases 'shop_x' and 'Shop-X' clean to one name
+        sync = Sync(tmp_path, kafka_broker, topic2, "g-collide-blob", server, "--to", "blob", "--datahub-topic",
+                    "dts_{db}", "--idle-timeout", "1")
+        code, _, err = sync.run()
+        assert code == 0, err[-2000:]  # 'shop' and 'shop_x': no collision
+    b = Binlog(PRIMARY, seed=10)
+    three = Table("Shop-X", "y", (Col("id", "int(11)", serial(1), key=True),))
+    b.transaction(insert(two, [b.row(two)]))
+    b.transaction(insert(three, [b.row(three)]))
+    topic3, _, _ = _setup(kafka_broker, tmp_path, b.finish(), "tables-collide-db", convert=False)
+    with StandInDataHub() as server:
+        sync = Sync(tmp_path, kafka_broker, topic3, "g-collide-db", server, "--to", "blob", "--datahub-topic",
+                    "dts_{db}", "--idle-timeout", "1")
+        code, _, err = sync.run()
+        no_traceback(err, "blob collision")
+        assert code == 2 and "'shop_x'" in err and "'Shop-X'" in err and "'dts_shop_x'" in err, err[-2000:]
 
 
 def test_refused_records_go_to_dead_letters_and_replay_sends_them_once(kafka_broker, tmp_path, stream):
