@@ -60,6 +60,8 @@ ATTR_POS = "dts.pos"
 ATTR_EPOCH = "dts.epoch"
 # DataHub takes up to 4 MB per request; leave room for the envelope around the records.
 MAX_REQUEST_BYTES = 4 * 1024 * 1024 - 64 * 1024
+# How far before its first attempt a request whose answer was lost is looked for (clock skew).
+LOST_ANSWER_MARGIN_MS = 60_000
 # DataHub's documented limits (alibabacloud.com/help/en/datahub/limits): an HTTP body of 4 MB, a STRING
 # field of 2 MB, 2,000 write requests/s and 5 MB/s per shard. No other per-record limit is documented:
 # a record is oversized when it cannot fit one request, or a STRING value is over 2 MB.
@@ -550,11 +552,14 @@ class DataHubWriter:
             if not batch:
                 return 0
         records = [p.record for p in batch]
+        first_sent_ms = None  # wall clock of the first attempt: how far back a lost answer is looked for
         while True:
-            if unsure and self._landed_already(shard, batch):
+            if unsure and self._landed_already(shard, batch, first_sent_ms):
                 return len(batch)
             self._pace(shard)
             started = time.monotonic()
+            if first_sent_ms is None:
+                first_sent_ms = int(time.time() * 1000)
             code = None
             try:
                 self.requests += 1
@@ -564,7 +569,7 @@ class DataHubWriter:
                 shard.rate = min(self.max_rate, shard.rate + self.rate_step)
                 return len(batch)
             except dx.LimitExceededException:
-                code, unsure = "LimitExceeded", False
+                code = "LimitExceeded"  # this attempt did not land; an earlier answer-less one still may have
                 self.throttled += 1
                 shard.rate = max(self.min_rate, shard.rate / 2)
             except (requests.ConnectionError, requests.Timeout, ConnectionError, dx.TimeoutException) as exc:
@@ -606,15 +611,31 @@ class DataHubWriter:
             now = time.monotonic()
         shard.next_at = max(now, shard.next_at) + 1.0 / shard.rate
 
-    def _landed_already(self, shard: _Shard, batch: list[_Pending]) -> bool:
-        """After an answer-less attempt: the request landed whole iff the shard's last record is the
-        batch's last record (PutRecordsByShard is all or nothing; one request in flight per shard)."""
+    def _landed_already(self, shard: _Shard, batch: list[_Pending], since_ms: int | None) -> bool:
+        """After an answer-less attempt: did the request land? PutRecordsByShard is all or nothing,
+        so it landed iff the batch's last record is in the shard. Other writers (Spark tasks of other
+        Kafka partitions) may have appended since, so the tail is read back, newest first, to the
+        records written before the first attempt (less a clock margin), not just the last one."""
         last = batch[-1].position
         if last is None:
             return False  # no position to recognise it by: at-least-once for such records
-        tail = self._tail(shard.topic, shard.shard_id, 1)
-        return bool(tail) and tail[-1].attributes.get(ATTR_POS) == last.key \
-            and tail[-1].attributes.get(ATTR_TOPIC) == last.source
+        topic, shard_id = shard.topic, shard.shard_id
+        latest = self._sequence(topic, shard_id, "LATEST")
+        if latest is None:
+            return False
+        oldest = self._sequence(topic, shard_id, "OLDEST") or 0
+        floor = None if since_ms is None else since_ms - LOST_ANSWER_MARGIN_MS
+        end, window = latest, 16
+        while end >= oldest:
+            start = max(oldest, end - window + 1)
+            for record in reversed(self._read(topic, shard_id, start, end - start + 1)):
+                attrs = record.attributes or {}
+                if attrs.get(ATTR_POS) == last.key and attrs.get(ATTR_TOPIC) == last.source:
+                    return True
+                if floor is not None and (getattr(record, "system_time", None) or 0) < floor:
+                    return False  # written before the first attempt: it cannot be further back
+            end, window = start - 1, window * 4
+        return False
 
     def _reshard(self, topic: _Topic) -> None:
         """The topic's shards changed: wait for its requests in flight, list the shards again and

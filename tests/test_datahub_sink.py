@@ -219,3 +219,17 @@ def test_a_replayed_epoch_skips_what_its_first_attempt_wrote(datahub):
         assert got == sorted(got) and len(got) == len(set(got))
     assert sorted(r["data"] for r in datahub.records("p", "t")) == [b"b%03d" % i for i in range(110)]
     assert {r["attributes"]["dts.epoch"] for r in datahub.records("p", "t")} == {"7", "8"}
+
+
+def test_a_lost_answer_then_a_throttled_retry_still_checks_before_sending_again(datahub):
+    """The first attempt lands but its answer is lost; the retry is throttled (it did not land, but
+    the first one did): the next retry must still look for the batch before sending it again."""
+    client = make_client(datahub.endpoint)
+    writer = DataHubWriter(client, "p", batch_records=50, sleep=lambda s: None)
+    datahub.faults.reset_connection("PutRecordsByShard", after_apply=True)
+    datahub.faults.fail_next("PutRecordsByShard", 429, "LimitExceeded", "throttled")
+    for i in range(20):
+        writer.put("t", "one-key", b"x%02d" % i, Position("src", 0, i))
+    writer.close()
+    (shard, got), = landed(datahub).items()
+    assert got == [b"x%02d" % i for i in range(20)]
