@@ -366,6 +366,22 @@ def _graceful_stop():
             signal.signal(sig, old)
 
 
+def _add_reading_flags(parser: argparse.ArgumentParser) -> None:
+    """Where a Kafka-reading run starts, keeps its offsets and stops (consume and sync)."""
+    parser.add_argument("--group", metavar="GROUP", help="consumer group: its committed offsets are where a run starts")
+    parser.add_argument("--offsets-file", metavar="PATH",
+                        help="keep offsets in this local JSON file instead of the group (brokers without group commits)")
+    parser.add_argument("--partitions", type=lambda s: [int(p) for p in s.split(",")], metavar="P[,P...]",
+                        help="read only these partitions (default: all)")
+    parser.add_argument("--from-beginning", action="store_true",
+                        help="with no committed offset, start at the earliest message (default: the latest)")
+    parser.add_argument("--max-messages", type=int, metavar="N", help="stop after N Envelopes")
+    parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                        help="stop once every partition is read to its end and no message came for this long "
+                             "(default: run until stopped)")
+    parser.add_argument("--rejects", metavar="PATH", help="with --on-error skip: append one JSON line per rejected record")
+
+
 def _add_watch_flags(parser: argparse.ArgumentParser, kafka: bool) -> None:
     group = parser.add_argument_group("progress, status and metrics")
     group.add_argument("--no-progress", action="store_true",
@@ -731,11 +747,7 @@ def register(commands) -> None:
                        f"{PROG} consume --brokers h:9092 --topic t --group g --sasl-username user -o "
                        f"'tuple/{{table}}.jsonl' --to tuple --on-error skip --rejects r.jsonl"))
     _add_kafka_flags(consume)
-    consume.add_argument("--group", metavar="GROUP", help="consumer group: its committed offsets are where a run starts")
-    consume.add_argument("--offsets-file", metavar="PATH",
-                         help="keep offsets in this local JSON file instead of the group (brokers without group commits)")
-    consume.add_argument("--partitions", type=lambda s: [int(p) for p in s.split(",")], metavar="P[,P...]",
-                         help="read only these partitions (default: all)")
+    _add_reading_flags(consume)
     consume.add_argument("--to", choices=("blob", "tuple", "dts", "dts-json"), help="output format (default: from -o)")
     consume.add_argument("-o", "--output", required=True, metavar="OUT",
                          help="output file, appended to; {partition} gives one file per partition, {table} one per "
@@ -745,13 +757,6 @@ def register(commands) -> None:
                          help=f"the outputs' committed lengths (default: next to -o, named after it, ending "
                               f"{STATE_SUFFIX})")
     consume.add_argument("--table", metavar="DB.TABLE", help="Tuple output: only this table")
-    consume.add_argument("--from-beginning", action="store_true",
-                         help="with no committed offset, start at the earliest message (default: the latest)")
-    consume.add_argument("--max-messages", type=int, metavar="N", help="stop after N Envelopes")
-    consume.add_argument("--idle-timeout", type=float, metavar="SECONDS",
-                         help="stop once every partition is read to its end and no message came for this long "
-                              "(default: run until stopped)")
-    consume.add_argument("--rejects", metavar="PATH", help="with --on-error skip: append one JSON line per rejected record")
     consume.add_argument("--json", action="store_true", help="print the run's counts as one JSON document")
     _add_watch_flags(consume, kafka=True)
     add_option_flags(consume)

@@ -13,7 +13,7 @@ import orjson
 
 from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink
 from .cli_base import PROG, UsageError
-from .cli_kafka import _add_kafka_flags, _add_watch_flags, _graceful_stop, _kafka_config, _watching
+from .cli_kafka import _add_kafka_flags, _add_reading_flags, _add_watch_flags, _graceful_stop, _kafka_config, _watching
 from .stream import ErrorPolicy, Tally
 
 __all__ = ["register", "cmd_sync", "cmd_replay"]
@@ -223,8 +223,24 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if tally.rejected else 0
 
 
+def _add_datahub_flags(parser, topic_help: str) -> None:
+    """Where and how records go to DataHub (sync and replay)."""
+    parser.add_argument("--to", choices=("blob", "tuple"), default="blob", help="DataHub record type (default: blob)")
+    parser.add_argument("--datahub-endpoint", required=True, metavar="URL", help="DataHub endpoint")
+    parser.add_argument("--project", required=True, help="DataHub project")
+    parser.add_argument("--datahub-topic", required=True, metavar="NAME", help=topic_help)
+    parser.add_argument("--no-create-topics", action="store_true", help="a missing DataHub topic is an error")
+    parser.add_argument("--shards", type=int, default=1, metavar="N", help="shards of a created topic (default: 1)")
+    parser.add_argument("--lifecycle", type=int, default=7, metavar="DAYS", help="lifecycle of a created topic")
+    parser.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per request at most")
+    parser.add_argument("--max-retries", type=int, default=12, metavar="N",
+                        help="retries of a transient DataHub failure, with jittered backoff up to 10 s (default: 12)")
+    parser.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
+                        help="request body compression (default: lz4)")
+
+
 def register(commands) -> None:
-    """Add sync to `dts-bridge`'s subcommands (called by bridge.cli)."""
+    """Add sync and replay to `dts-bridge`'s subcommands (called by bridge.cli)."""
     parser = commands.add_parser(
         "sync", formatter_class=_Formatter, help="Kafka DTS topic -> DataHub, continuously, exactly once in effect",
         description=_describe(
@@ -239,35 +255,15 @@ def register(commands) -> None:
                        f"{PROG} sync --brokers h:9092 --topic t --group g --to tuple --datahub-endpoint URL "
                        "--project dts --datahub-topic '{db}_{table}' --from-beginning"))
     _add_kafka_flags(parser)
-    parser.add_argument("--group", metavar="GROUP", help="consumer group: its committed offsets are where a run starts")
-    parser.add_argument("--offsets-file", metavar="PATH", help="keep offsets in this local JSON file instead")
-    parser.add_argument("--partitions", type=lambda s: [int(p) for p in s.split(",")], metavar="P[,P...]",
-                        help="read only these partitions (default: all)")
-    parser.add_argument("--from-beginning", action="store_true",
-                        help="with no committed offset, start at the earliest message (default: the latest)")
-    parser.add_argument("--to", choices=("blob", "tuple"), default="blob", help="DataHub record type (default: blob)")
-    parser.add_argument("--datahub-endpoint", required=True, metavar="URL", help="DataHub endpoint")
-    parser.add_argument("--project", required=True, help="DataHub project")
-    parser.add_argument("--datahub-topic", required=True, metavar="NAME",
-                        help="Blob: the topic; Tuple: a template with {db} and {table}, e.g. '{db}_{table}'")
-    parser.add_argument("--no-create-topics", action="store_true", help="a missing DataHub topic is an error")
-    parser.add_argument("--shards", type=int, default=1, metavar="N", help="shards of a created topic (default: 1)")
-    parser.add_argument("--lifecycle", type=int, default=7, metavar="DAYS", help="lifecycle of a created topic")
-    parser.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per request at most")
+    _add_reading_flags(parser)
+    _add_datahub_flags(parser, "Blob: the topic (or one per database with {db}); Tuple: a template with {db} and "
+                               "{table}, e.g. '{db}_{table}'")
     parser.add_argument("--workers", type=int, default=4, metavar="N", help="shards written in parallel (default: 4)")
     parser.add_argument("--max-buffered", type=int, default=20_000, metavar="N",
                         help="records waiting for DataHub at most; beyond that the Kafka loop waits (default: 20000)")
-    parser.add_argument("--max-retries", type=int, default=12, metavar="N",
-                        help="retries of a transient DataHub failure, with jittered backoff up to 10 s (default: 12)")
-    parser.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
-                        help="request body compression (default: lz4)")
     parser.add_argument("--commit-interval", type=float, default=5.0, metavar="SECONDS",
                         help="also commit (after DataHub acknowledged everything) this often, besides every "
                              "CHECKPOINT entry (0: only at checkpoints and the end; default: 5)")
-    parser.add_argument("--max-messages", type=int, metavar="N", help="stop after N Envelopes")
-    parser.add_argument("--idle-timeout", type=float, metavar="SECONDS",
-                        help="stop once every partition is read to its end and no message came for this long")
-    parser.add_argument("--rejects", metavar="PATH", help="with --on-error skip: append one JSON line per rejected record")
     parser.add_argument("--include", action="append", metavar="PATTERN",
                         help="only tables whose db.table matches this shell pattern (repeatable; e.g. 'shop.*')")
     parser.add_argument("--exclude", action="append", metavar="PATTERN",
@@ -288,18 +284,7 @@ def register(commands) -> None:
         epilog=_epilog(f"{PROG} replay --from-dlq dead.jsonl --to tuple --datahub-endpoint URL --project dts "
                        "--datahub-topic '{db}_{table}' --schema-change lenient"))
     replay.add_argument("--from-dlq", required=True, metavar="PATH", help="the dead-letter file sync wrote")
-    replay.add_argument("--to", choices=("blob", "tuple"), default="blob", help="DataHub record type (default: blob)")
-    replay.add_argument("--datahub-endpoint", required=True, metavar="URL", help="DataHub endpoint")
-    replay.add_argument("--project", required=True, help="DataHub project")
-    replay.add_argument("--datahub-topic", required=True, metavar="NAME",
-                        help="as sync's: Blob a topic (or {db}), Tuple a template with {table}")
-    replay.add_argument("--no-create-topics", action="store_true", help="a missing DataHub topic is an error")
-    replay.add_argument("--shards", type=int, default=1, metavar="N", help="shards of a created topic (default: 1)")
-    replay.add_argument("--lifecycle", type=int, default=7, metavar="DAYS", help="lifecycle of a created topic")
-    replay.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per request at most")
-    replay.add_argument("--max-retries", type=int, default=12, metavar="N", help="retries of a transient failure")
-    replay.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
-                        help="request body compression (default: lz4)")
+    _add_datahub_flags(replay, "as sync's: Blob a topic (or {db}), Tuple a template with {table}")
     replay.add_argument("--schema-change", choices=("evolve", "lenient", "ignore", "fail"), default=None,
                         help="as sync's (Tuple)")
     replay.add_argument("--rejects", metavar="PATH", help="with --on-error skip: letters that still fail")
