@@ -520,6 +520,7 @@ def test_blob_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp
 
 # ---- 2. Spark's own kafka source -> Blob -> datahub ----------------------------------------------------
 
+@pytest.mark.deep  # make test keeps Spark's own kafka source in the micro-batch boundary test (4.) for time
 def test_blob_spark_kafka_source_killed_and_restarted(kafka_broker, clean_topic, tmp_path):  # noqa: F811
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="kafka", kills=1, seed=SEED + 2, budget=240)
 
