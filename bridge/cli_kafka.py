@@ -382,6 +382,37 @@ def _add_reading_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rejects", metavar="PATH", help="with --on-error skip: append one JSON line per rejected record")
 
 
+def _check_reading_args(args) -> None:
+    """The checks of `_add_reading_flags`' flags (consume and sync)."""
+    if not args.group and not args.offsets_file:
+        raise UsageError("pass --group GROUP (offsets in the consumer group) or --offsets-file PATH")
+    if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
+        raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
+    if args.max_messages is not None and args.max_messages < 1:
+        raise UsageError("--max-messages must be at least 1")
+
+
+def _consumer_config(args, label: str) -> dict:
+    """The consumer's settings for a reading run: offsets stored only by our commits, partition
+    ends reported (idleness), where to start without a commit, librdkafka's log through Python's."""
+    config = _kafka_config(args)
+    config.update({"group.id": args.group or "dts-bridge", "enable.auto.commit": False,
+                   "enable.auto.offset.store": False, "enable.partition.eof": True,
+                   "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+                   "logger": observe.kafka_logger(verbose=args.verbose, prefix=f"{label}: ")})
+    return config
+
+
+def _mirror_reading(metrics: observe.Metrics, topic: str, tally: Tally, report) -> None:
+    """Metrics of a reading run: the tally, Envelopes in, committed offsets and lag per partition."""
+    metrics.count_tally(tally)
+    metrics.count_to(metrics.envelopes_in, max(report.envelopes, tally.envelopes))
+    for p, off in list(report.committed.items()):
+        metrics.committed_offset.labels(topic=topic, partition=str(p)).set(off)
+    for p, lag in report.lag().items():
+        metrics.lag.labels(topic=topic, partition=str(p)).set(lag)
+
+
 def _add_watch_flags(parser: argparse.ArgumentParser, kafka: bool) -> None:
     group = parser.add_argument_group("progress, status and metrics")
     group.add_argument("--no-progress", action="store_true",
@@ -418,22 +449,14 @@ def _watching(args, label: str, metrics: observe.Metrics, render: Callable,
 
 def cmd_consume(args: argparse.Namespace) -> int:
     from . import kafka
-    if not args.group and not args.offsets_file:
-        raise UsageError("pass --group GROUP (offsets in the consumer group) or --offsets-file PATH")
-    if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
-        raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
-    if args.max_messages is not None and args.max_messages < 1:
-        raise UsageError("--max-messages must be at least 1")
+    _check_reading_args(args)
     side, framing = _consume_side(args)
     options = options_from(args, {"dts", side} | ({"pb"} if framing == "pb" else set()))
     check_output_dir(args.output, args.mkdir)
     files, sink, convert = _consume_output(args, side, framing, options)
     label = f"{PROG} consume {args.topic}"
-    config = _kafka_config(args)
-    log = observe.kafka_logger(verbose=args.verbose, prefix=f"{label}: ")
-    config.update({"group.id": args.group or "dts-bridge", "enable.auto.commit": False,
-                   "enable.auto.offset.store": False, "enable.partition.eof": True,
-                   "auto.offset.reset": "earliest" if args.from_beginning else "latest", "logger": log})
+    config = _consumer_config(args, label)
+    log = config["logger"]
     ck = kafka.confluent()
     tally = Tally()
     report = kafka.ConsumeReport()
@@ -443,12 +466,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         raise UsageError(f"invalid Kafka settings: {exc.args[0]}") from None
 
     def refresh(metrics: observe.Metrics) -> None:
-        metrics.count_tally(tally)
-        metrics.count_to(metrics.envelopes_in, max(report.envelopes, tally.envelopes))
-        for p, off in list(report.committed.items()):
-            metrics.committed_offset.labels(topic=args.topic, partition=str(p)).set(off)
-        for p, lag in report.lag().items():
-            metrics.lag.labels(topic=args.topic, partition=str(p)).set(lag)
+        _mirror_reading(metrics, args.topic, tally, report)
 
     def render(status: observe.StatusLine) -> str:
         lag = report.lag()

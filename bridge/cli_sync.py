@@ -13,7 +13,8 @@ import orjson
 
 from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink
 from .cli_base import PROG, UsageError
-from .cli_kafka import _add_kafka_flags, _add_reading_flags, _add_watch_flags, _graceful_stop, _kafka_config, _watching
+from .cli_kafka import (_add_kafka_flags, _add_reading_flags, _add_watch_flags, _check_reading_args,
+                        _consumer_config, _graceful_stop, _mirror_reading, _watching)
 from .stream import ErrorPolicy, Tally
 
 __all__ = ["register", "cmd_sync", "cmd_replay"]
@@ -57,12 +58,7 @@ def _sinks(args, writer, policy, source: str, options, letters, tally):
 def cmd_sync(args: argparse.Namespace) -> int:
     from . import kafka, observe, sync
     from .datahub_sink import DataHubWriter, make_client
-    if not args.group and not args.offsets_file:
-        raise UsageError("pass --group GROUP (offsets in the consumer group) or --offsets-file PATH")
-    if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
-        raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
-    if args.max_messages is not None and args.max_messages < 1:
-        raise UsageError("--max-messages must be at least 1")
+    _check_reading_args(args)
     _check_routing_flags(args)
     from .deadletters import DeadLetters
     options = options_from(args, {"dts", args.to})
@@ -75,11 +71,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     writer = DataHubWriter(client, args.project, batch_records=args.batch_size, workers=args.workers,
                            max_retries=args.max_retries, create_topics=creating, observer=metrics.datahub_observer(),
                            max_buffered=args.max_buffered)
-    config = _kafka_config(args)
-    config.update({"group.id": args.group or "dts-bridge", "enable.auto.commit": False,
-                   "enable.auto.offset.store": False, "enable.partition.eof": True,
-                   "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-                   "logger": observe.kafka_logger(verbose=args.verbose, prefix=f"{label}: ")})
+    config = _consumer_config(args, label)
     # while the writer's bounded buffer blocks the loop, librdkafka prefetches at most this much
     config.setdefault("queued.max.messages.kbytes", 16384)
     ck = kafka.confluent()
@@ -99,12 +91,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     seen = [0.0, 0.0]  # PutRecordsByShard count and seconds at the last status line
 
     def refresh(metrics: observe.Metrics) -> None:
-        metrics.count_tally(tally)
-        metrics.count_to(metrics.envelopes_in, report.envelopes)
-        for p, off in list(report.committed.items()):
-            metrics.committed_offset.labels(topic=args.topic, partition=str(p)).set(off)
-        for p, lag in report.lag().items():
-            metrics.lag.labels(topic=args.topic, partition=str(p)).set(lag)
+        _mirror_reading(metrics, args.topic, tally, report)
 
     def render(status) -> str:
         count = metrics.value("datahub_request_seconds_count", request="PutRecordsByShard") or 0
