@@ -43,11 +43,10 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import orjson
 
-from .blob_encode import shard_key
 from .errors import BridgeError, ConversionError
 
 __all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "OversizedRecord", "Position", "shard_for",
@@ -619,23 +618,27 @@ class DataHubWriter:
         last = batch[-1].position
         if last is None:
             return False  # no position to recognise it by: at-least-once for such records
-        topic, shard_id = shard.topic, shard.shard_id
+        floor = None if since_ms is None else since_ms - LOST_ANSWER_MARGIN_MS
+        for record in self._newest_first(shard.topic, shard.shard_id, 16):
+            attrs = record.attributes or {}
+            if attrs.get(ATTR_POS) == last.key and attrs.get(ATTR_TOPIC) == last.source:
+                return True
+            if floor is not None and (getattr(record, "system_time", None) or 0) < floor:
+                return False  # written before the first attempt: it cannot be further back
+        return False
+
+    def _newest_first(self, topic: _Topic, shard_id: str, window: int) -> Iterator:
+        """A shard's records from the newest back, read in windows growing fourfold (a reader that
+        stops early reads little)."""
         latest = self._sequence(topic, shard_id, "LATEST")
         if latest is None:
-            return False
+            return
         oldest = self._sequence(topic, shard_id, "OLDEST") or 0
-        floor = None if since_ms is None else since_ms - LOST_ANSWER_MARGIN_MS
-        end, window = latest, 16
+        end = latest
         while end >= oldest:
             start = max(oldest, end - window + 1)
-            for record in reversed(self._read(topic, shard_id, start, end - start + 1)):
-                attrs = record.attributes or {}
-                if attrs.get(ATTR_POS) == last.key and attrs.get(ATTR_TOPIC) == last.source:
-                    return True
-                if floor is not None and (getattr(record, "system_time", None) or 0) < floor:
-                    return False  # written before the first attempt: it cannot be further back
+            yield from reversed(self._read(topic, shard_id, start, end - start + 1))
             end, window = start - 1, window * 4
-        return False
 
     def _reshard(self, topic: _Topic) -> None:
         """The topic's shards changed: wait for its requests in flight, list the shards again and
@@ -683,37 +686,28 @@ class DataHubWriter:
 
     def _scan_shard(self, topic: _Topic, shard_id: str) -> set[str]:
         found: set[str] = set()
-        latest = self._sequence(topic, shard_id, "LATEST")
-        if latest is None:
-            return found
-        oldest = self._sequence(topic, shard_id, "OLDEST") or 0
-        end, window = latest, 64
-        while end >= oldest:
-            start = max(oldest, end - window + 1)
-            records = self._read(topic, shard_id, start, end - start + 1)
-            for record in reversed(records):
-                if self._since is not None and (getattr(record, "system_time", None) or 0) < self._since:
-                    return found  # written before the oldest commit: nothing after the commits is older
-                attrs = record.attributes or {}
-                if attrs.get(ATTR_TOPIC) != self._source:
-                    continue  # another writer's record
-                pos = Position.parse(attrs.get(ATTR_POS, ""))
-                if pos is None:
-                    continue
-                if self._epoch is None and self._committed and pos[0] not in self._committed:
-                    continue  # a partition another process owns: neither ours to skip nor a boundary
-                if self._epoch is not None:
-                    epoch = attrs.get(ATTR_EPOCH, "")
-                    if not epoch.lstrip("-").isdigit() or int(epoch) < self._epoch:
-                        return found  # an earlier micro-batch: everything before it landed before this one
-                else:
-                    committed = self._committed.get(pos[0])
-                    if committed is not None and pos[1] < committed:
-                        if self._since is not None:
-                            continue  # committed; the time bound ends the scan
-                        return found  # everything before this landed before the last commit
-                found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
-            end, window = start - 1, window * 4
+        for record in self._newest_first(topic, shard_id, 64):
+            if self._since is not None and (getattr(record, "system_time", None) or 0) < self._since:
+                return found  # written before the oldest commit: nothing after the commits is older
+            attrs = record.attributes or {}
+            if attrs.get(ATTR_TOPIC) != self._source:
+                continue  # another writer's record
+            pos = Position.parse(attrs.get(ATTR_POS, ""))
+            if pos is None:
+                continue
+            if self._epoch is None and self._committed and pos[0] not in self._committed:
+                continue  # a partition another process owns: neither ours to skip nor a boundary
+            if self._epoch is not None:
+                epoch = attrs.get(ATTR_EPOCH, "")
+                if not epoch.lstrip("-").isdigit() or int(epoch) < self._epoch:
+                    return found  # an earlier micro-batch: everything before it landed before this one
+            else:
+                committed = self._committed.get(pos[0])
+                if committed is not None and pos[1] < committed:
+                    if self._since is not None:
+                        continue  # committed; the time bound ends the scan
+                    return found  # everything before this landed before the last commit
+            found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
         return found
 
     def _sequence(self, topic: _Topic, shard_id: str, kind: str) -> int | None:
@@ -746,13 +740,6 @@ class DataHubWriter:
             cursor = result.next_cursor
         return out[:count]
 
-    def _tail(self, topic: _Topic, shard_id: str, count: int) -> list:
-        latest = self._sequence(topic, shard_id, "LATEST")
-        if latest is None:
-            return []
-        return self._read(topic, shard_id, max(0, latest - count + 1), count)
-
-    # -- calls ----------------------------------------------------------------------------------
     def _call(self, request: Callable[[], Any], name: str, raw: bool = False):
         import requests
         from datahub import exceptions as dx
