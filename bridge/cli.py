@@ -38,8 +38,9 @@ from .cli_base import DEBUG_ENV, PROG, UsageError, _one_line, _Outputs
 from .cli_tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, TupleFiles, _tuple_input, _tuple_module, tuple_converter
 from .errors import BridgeError, DecodeError, OptionsError
 from .options import Options, option_specs
-from .stream import (ErrorPolicy, Tally, blob_lines_to_entries, dts_json_lines_to_entries,
+from .stream import (ErrorPolicy, Tally, blob_lines_to_entries, counted, dts_json_lines_to_entries,
                      dts_records_to_entries, entries_to_messages, tuple_rows_to_entries)
+from .values import SUBSTITUTIONS
 from .validation import iter_blob_errors
 
 __all__ = ["main", "build_parser", "EXTENSIONS", "FORMATS", "OPTION_SIDES"]
@@ -110,6 +111,8 @@ OPTION_SIDES: dict[str, frozenset] = {
     "max_line_bytes": frozenset({"lines"}),  # only JSON Lines input (Blob, dts-json, Tuple) has lines
     "tuple_binary": frozenset({"tuple"}),
     "source_table": frozenset({"tuple"}),
+    "zero_dates": frozenset({"blob", "tuple"}),  # Blob: strict mode's (lossless keeps every value as sent)
+    "temporal_precision": frozenset({"blob", "tuple"}),
 }
 # Spark's PERMISSIVE ("keep") has no file counterpart: a kept record would need an error column.
 CLI_CHOICES = {"on_error": ("fail", "skip")}
@@ -176,6 +179,13 @@ def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int
         policy.tally.envelopes += 1
         policy.tally.input += 1
         policy.reject(err)
+
+
+def ledger_sink(out) -> Callable[[dict], None] | None:
+    """Writes each loss-ledger record (a value a temporal policy substituted) as a JSON line."""
+    if out is None:
+        return None
+    return lambda record: out.write(orjson.dumps(record, default=str) + b"\n")
 
 
 def rejects_sink(out, tally: Tally) -> Callable[[dict], None] | None:
@@ -267,7 +277,7 @@ def _chain(entries: Iterable[tuple[dict, pb.Entry]], convert: Callable[[pb.Entry
     second = policy.tally
     for weight, where, entry in _weighted(entries, first):
         try:
-            outputs = convert(entry)
+            outputs = counted(policy, where, convert, entry)
         except BridgeError as err:
             err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line", "row")})
             policy.reject(err, entry.SerializeToString(), count=weight)
@@ -283,7 +293,8 @@ def _merge(first: Tally, second: Tally) -> Tally:
     moved = second.rejected + second.not_emitted
     return Tally(input=first.input, converted=first.converted - moved, rejected=first.rejected + second.rejected,
                  not_emitted=first.not_emitted + second.not_emitted, outputs=second.outputs,
-                 envelopes=first.envelopes)
+                 envelopes=first.envelopes,
+                 **{kind: getattr(first, kind) + getattr(second, kind) for kind in SUBSTITUTIONS})
 
 
 def _write_blob(items: Iterable[tuple[dict, bytes]], out) -> str:
@@ -337,7 +348,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     options = options_from(args, {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set())
                            | ({"lines"} if src_framing in ("json", "jsonl") else set()))
     from .cli_kafka import check_output_dir  # a mistyped -o is an error, not a tree of new directories
-    for target in (args.output, args.rejects):
+    for target in (args.output, args.rejects, args.ledger):
         # a {table} template names a folder of outputs: that folder is made (docs/cli.md)
         if target and target != "-" and "{" not in target:
             check_output_dir(target, args.mkdir)
@@ -352,7 +363,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack, _locating(source):
         fh = _open_input(args.input, stack)
         rejects = outputs.open(args.rejects) if args.rejects else None
-        policy = ErrorPolicy(on_error, tally=tally, sink=rejects_sink(rejects, tally), keep_records=False)
+        ledger = ledger_sink(outputs.open(args.ledger) if args.ledger else None)
+        policy = ErrorPolicy(on_error, tally=tally, sink=rejects_sink(rejects, tally), keep_records=False,
+                             ledger=ledger)
         try:
             entries = _source_entries(src_side, src_framing, args.input, fh, policy, options, source, args,
                                       raw=dst_side == "blob")
@@ -365,7 +378,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
                 items = entries  # Blob and Tuple sources count converted records themselves
             else:
                 items = _chain(entries, convert, ErrorPolicy(on_error, tally=second, keep_records=False,
-                                                             sink=rejects_sink(rejects, second)), tally)
+                                                             sink=rejects_sink(rejects, second), ledger=ledger),
+                               tally)
             items = progress.wrap(items)
             if dst_side == "blob":
                 written = _write_blob(items, outputs.open(args.output))
@@ -571,7 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "A one-line summary goes to stderr."),
         epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob",
                        f"{PROG} convert mixed.jsonl -o mixed.pb --on-error skip --rejects rejects.jsonl",
-                       f"{PROG} convert samples/mixed.pb -o 'tuple/{{table}}.csv' --to tuple"))
+                       f"{PROG} convert samples/mixed.pb -o 'tuple/{{table}}.csv' --to tuple",
+                       f"{PROG} convert samples/realistic.pb -o 'tuple/{{table}}.jsonl' --to tuple "
+                       "--ledger losses.jsonl"))
     convert.add_argument("input", metavar="INPUT", help="input file, or - for stdin (with --from)")
     convert.add_argument("-o", "--output", default="-", metavar="OUTPUT",
                          help="output file (default: stdout, with --to); for --to tuple, a name containing "
@@ -586,6 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--rejects", metavar="PATH",
                          help="with --on-error skip: write one JSON line per rejected record "
                               "(position, reason, raw input)")
+    convert.add_argument("--ledger", metavar="PATH",
+                         help="the loss ledger: one JSON line per value a temporal policy (--zero-dates, "
+                              "--temporal-precision) substituted (position, column, value sent, value written); "
+                              "the summary line counts them either way")
     convert.add_argument("--mkdir", action="store_true",
                          help="create the directory of -o (and --rejects) when it does not exist (default: an error)")
     convert.add_argument("--no-progress", action="store_true",

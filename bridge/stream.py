@@ -24,8 +24,9 @@ from ._wire import Assembled, Reassembler, Redelivered, ResumedTail, entry_from_
 from .blob_decode import BlobDecoder
 from .errors import BridgeError, LineTooLongError
 from .options import DEFAULT_OPTIONS, Options
+from .values import SUBSTITUTION_NOTES, SUBSTITUTIONS
 
-__all__ = ["Tally", "ErrorPolicy", "dts_records_to_entries", "dts_json_lines_to_entries",
+__all__ = ["Tally", "ErrorPolicy", "ledger_record", "counted", "dts_records_to_entries", "dts_json_lines_to_entries",
            "assembled_entries", "entries_to_outputs", "entries_to_messages", "blob_lines_to_entries", "tuple_rows_to_entries",
            "decoder_entries", "reject_record"]
 
@@ -41,14 +42,20 @@ class Tally:
     envelopes: int = 0
     redelivered: int = 0  # TDSQL records Kafka delivered again (ps not above the last): dropped
     resumed_tails: int = 0  # TDSQL segments of Entries handed out before the commit a run resumed at
+    # values a temporal policy substituted in converted records (values.SUBSTITUTIONS; the loss ledger
+    # holds each one): zero or invalid dates written as null, fractional seconds cut to milliseconds
+    zero_dates: int = 0
+    fractions: int = 0
 
     def balanced(self) -> bool:
         return self.input == self.converted + self.rejected + self.not_emitted
 
     def summary(self) -> str:
         again = f"; dropped {self.redelivered} redelivered Envelopes" if self.redelivered else ""
+        changed = "".join(f"; {getattr(self, kind)} {what}" for kind, what in SUBSTITUTIONS.items()
+                          if getattr(self, kind))
         return (f"converted {self.converted}, rejected {self.rejected}, not emitted {self.not_emitted} "
-                f"(of {self.input} input records); wrote {self.outputs}{again}")
+                f"(of {self.input} input records); wrote {self.outputs}{again}{changed}")
 
 
 def reject_record(err: BridgeError, raw: Any = None) -> dict:
@@ -70,15 +77,33 @@ def reject_record(err: BridgeError, raw: Any = None) -> dict:
     return out
 
 
+def ledger_record(where: dict, kind: str, column: str, value: str, written: Any) -> dict:
+    """A loss-ledger line: where (as a rejects record says it), the column, what was sent and
+    what was written in its place."""
+    return {**where, "column": column, "kind": kind, "value": value, "written": written}
+
+
 @dataclass
 class ErrorPolicy:
     """fail: raise the first error; skip: count it and keep a rejects record; keep: like skip, and
-    the caller also emits a row carrying the error (Spark's PERMISSIVE)."""
+    the caller also emits a row carrying the error (Spark's PERMISSIVE).
+
+    The loss ledger: every value a temporal policy substituted in a converted record is counted in
+    the tally (by kind) and, with `ledger`, handed to it as a `ledger_record`."""
     on_error: str = "fail"
     tally: Tally = field(default_factory=Tally)
     sink: Callable[[dict], None] | None = None
     rejects: list = field(default_factory=list)
     keep_records: bool = True
+    ledger: Callable[[dict], None] | None = None
+
+    def substituted(self, notes: list, where: dict) -> None:
+        """Count (and hand to the ledger) the substitutions of one converted record."""
+        tally = self.tally
+        for kind, column, value, written in notes:
+            setattr(tally, kind, getattr(tally, kind) + 1)
+            if self.ledger is not None:
+                self.ledger(ledger_record(where, kind, column, value, written))
 
     def __post_init__(self) -> None:
         if self.on_error not in ("fail", "skip", "keep"):
@@ -166,6 +191,20 @@ def dts_json_lines_to_entries(lines: Iterable[tuple[int, bytes]], policy: ErrorP
         yield {"line": number}, entry
 
 
+def counted(policy: ErrorPolicy, where: dict, convert: Callable[..., Any], *args) -> Any:
+    """`convert(*args)` for one record, the substitutions it made counted under the policy (and
+    written to its ledger) once it returned: a record that fails counts none."""
+    notes: list = []
+    token = SUBSTITUTION_NOTES.set(notes)
+    try:
+        out = convert(*args)
+    finally:
+        SUBSTITUTION_NOTES.reset(token)
+    if notes:
+        policy.substituted(notes, where)
+    return out
+
+
 def entries_to_outputs(entries: Iterable[tuple], convert: Callable[..., Any], policy: ErrorPolicy, *,
                        size: Callable[[Any], int] = len) -> Iterator[tuple[dict, Any]]:
     """Apply a per-Entry converter; yields (where, its output) per Entry, `size(output)` messages.
@@ -178,8 +217,10 @@ def entries_to_outputs(entries: Iterable[tuple], convert: Callable[..., Any], po
     tally = policy.tally
     for item in entries:
         where, entry = item[0], item[1]
+        raw = item[2] if len(item) > 2 else None
         try:
-            outputs = convert(entry) if len(item) < 3 or item[2] is None else convert(entry, item[2])
+            outputs = counted(policy, where, convert, entry) if raw is None else \
+                counted(policy, where, convert, entry, raw)
         except BridgeError as err:
             err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
             policy.reject(err, entry.SerializeToString())

@@ -219,7 +219,7 @@ FROM_TUPLE: dict[str, Callable[[ColumnType, Options], FromTuple]] = {
 
 
 def dts_converter(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> FromTuple:
-    ct = column_type(column)
+    ct = column_type(column, options)
     return FROM_TUPLE[ct.kind](ct, options)
 
 

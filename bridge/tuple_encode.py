@@ -35,8 +35,9 @@ from . import subscribe_pb2 as pb
 from .blob_encode import check_dml_event, check_row_images, sequence_id
 from .errors import BridgeError, ConversionError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options, per_options
-from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, charset_codec, column_is_boolean,
-                     format_temporal, parse_column_type, parse_temporal, utc_micros)
+from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, InvalidDate, Substituted,
+                     charset_codec, column_is_boolean, format_temporal, note_substitution, parse_column_type,
+                     parse_temporal, temporal_as_text, utc_micros)
 
 __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
            "tuple_type", "column_type", "float32", "TUPLE_TYPES", "INT_TUPLE_TYPES", "TO_TUPLE", "BINARY_TEXT",
@@ -223,11 +224,15 @@ _UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?: [0-9]{2}:[0-9]{2}:[0-9]{2
 
 
 def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    """TIMESTAMP (epoch microseconds: every fractional digit MySQL has fits, so
+    Options.temporal_precision never acts here); a zero or invalid date follows Options.zero_dates
+    ("string" reads the column as text instead: `temporal_as_text`)."""
     zone, kind = options.zone, ct.kind
     lo, hi = TIMESTAMP_RANGE
     wall = 10 if kind == "date" else 19
     utc = options.timezone == "UTC"
     check_wall = kind != "timestamp" and not utc
+    null_zero_dates = options.zero_dates == "null"
 
     def to_tuple(d: pb.Data):
         text = _ascii_text(d, kind)
@@ -237,6 +242,11 @@ def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
                 return us
         try:
             ms, micros = parse_temporal(text, zone)
+        except InvalidDate as exc:
+            reason = f"{kind} value is a zero or invalid date ({exc}; option zero_dates={options.zero_dates})"
+            if null_zero_dates:
+                raise Substituted(None, reason, "zero_dates", text) from None
+            raise ConversionError(reason, value=text) from None
         except (ValueError, OverflowError) as exc:
             raise ConversionError(f"{kind} value has no epoch time ({exc})", value=text) from None
         us = ms * 1000 + micros
@@ -265,8 +275,10 @@ TO_TUPLE: dict[str, Callable[[ColumnType, Options], ToTuple]] = {
 }
 
 
-def column_type(column: pb.Column) -> ColumnType:
-    return parse_column_type(column.originalType, column_is_boolean(column))
+def column_type(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> ColumnType:
+    """The column's type as the Tuple side converts it (under `zero_dates="string"` temporal
+    columns are STRING fields of their text)."""
+    return temporal_as_text(parse_column_type(column.originalType, column_is_boolean(column)), options)
 
 
 # ---- RecordSchema --------------------------------------------------------------------------------
@@ -300,6 +312,9 @@ class _TupleTable:
                     out[name] = convert(d)
                 except BridgeError as exc:
                     raise exc.located(column=name)
+                except Substituted as found:
+                    out[name] = found.best
+                    note_substitution(found, name)
         return out
 
 
@@ -313,7 +328,7 @@ def _build_table(columns, options: Options) -> _TupleTable:
             raise ConversionError("column name is a DataWorks meta column", column=c.name)
         seen.add(c.name.lower())
         try:
-            ct = column_type(c)
+            ct = column_type(c, options)
         except BridgeError as exc:
             raise exc.located(column=c.name)
         names.append(c.name)

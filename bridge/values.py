@@ -24,7 +24,8 @@ import base64
 import codecs
 import datetime as _dt
 import re
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -329,6 +330,36 @@ class Inexact(Exception):
         self.changed = changed
 
 
+class Substituted(Inexact):
+    """A temporal policy (Options.zero_dates, Options.temporal_precision) writes `best` in place of
+    the value `text`: strict Blob and Tuple emit it, and the stream layer counts it by `kind` (a
+    `SUBSTITUTIONS` key) and records it in the loss ledger (`note_substitution`)."""
+
+    def __init__(self, best: Any, reason: str, kind: str, text: str) -> None:
+        super().__init__(best, reason, changed=False)
+        self.kind = kind
+        self.text = text
+
+
+# What a temporal policy substitutes: kind (a stream.Tally field) -> what the run's summary says.
+SUBSTITUTIONS: dict[str, str] = {
+    "zero_dates": "zero or invalid dates written as null",
+    "fractions": "sub-millisecond fractions truncated or rounded",
+}
+
+# The substitutions of the Entry being converted: (kind, column, value as sent, value written).
+# The stream layer sets a list per Entry and counts it only once the Entry converted whole.
+SUBSTITUTION_NOTES: ContextVar[list | None] = ContextVar("bridge_substitutions", default=None)
+
+
+def note_substitution(found: Substituted, column: str) -> None:
+    """Record one substitution where the converter used it (a value converted twice, first by a
+    fast path that gave way, is noted once: only its user notes it)."""
+    notes = SUBSTITUTION_NOTES.get()
+    if notes is not None:
+        notes.append((found.kind, column, found.text, found.best))
+
+
 _INT_RE = re.compile(r"-?[0-9]+\Z")
 _DEC_RE = re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z")
 _FLOAT_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
@@ -561,20 +592,41 @@ def _is_utc(zone) -> bool:
     return zone is _UTC or getattr(zone, "key", None) == "UTC"
 
 
+class InvalidDate(ValueError):
+    """MySQL date text of the right shape whose date names no calendar day: the zero date
+    `0000-00-00`, a zero month or day (`2020-00-15`), `2021-02-30` (MySQL takes them in its
+    default sql_mode of 5.x, or with ALLOW_INVALID_DATES); Options.zero_dates decides."""
+
+
+TEMPORAL_KINDS = ("date", "datetime", "timestamp")
+
+
+def temporal_as_text(ct: ColumnType, options: Options) -> ColumnType:
+    """The column type a value is converted as: under `zero_dates="string"` date, datetime and
+    timestamp columns are read as their text, as TIME columns are (STRING fields; the C path and
+    every table already know that kind), so a zero date is written as sent."""
+    if options.zero_dates == "string" and ct.kind in TEMPORAL_KINDS:
+        return replace(ct, kind="time")
+    return ct
+
+
 def parse_temporal(text: str, zone) -> tuple[int, int]:
     """(epoch milliseconds, microsecond remainder) of MySQL date/datetime/timestamp text.
 
     Text with its own `+HH:MM` offset is read by that offset, other text in `zone`.
-    Raises ValueError for zero dates and dates that do not exist.
+    Raises InvalidDate for zero dates and dates that do not exist, ValueError for other text.
     """
     m = _DATETIME_RE.match(text)
     if not m:
         raise ValueError("not a MySQL date/time text")
     y, mo, d, hh, mi, ss, frac, sign, oh, om = m.groups()
-    day = _dt.date(int(y), int(mo), int(d))  # ValueError for 0000-00-00 and Feb 30
     secs = int(hh or 0) * 3600 + int(mi or 0) * 60 + int(ss or 0)
     if secs >= 86400 or int(mi or 0) > 59 or int(ss or 0) > 59:
         raise ValueError("time of day out of range")
+    try:
+        day = _dt.date(int(y), int(mo), int(d))
+    except ValueError:
+        raise InvalidDate(f"no calendar day {y}-{mo}-{d}") from None
     micros = int((frac or "").ljust(6, "0") or 0)
     if sign:
         offset = (int(oh) * 3600 + int(om) * 60) * (-1 if sign == "-" else 1)
@@ -650,11 +702,23 @@ def utc_micros(text: str) -> int | None:
 
 
 def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
+    # Lossless mode keeps every value as sent (raw in the extension): the policies are strict mode's.
+    if options.strict and options.zero_dates == "string":
+        return _time_codec(temporal_as_text(ct, options), options)
+    zero_dates = options.zero_dates if options.strict else "error"
+    precision = options.temporal_precision if options.strict else "exact"
     zone = _UTC if options.timezone == "UTC" else options.zone
     kind, fsp = ct.kind, ct.fsp
     length, layout, suffix = _canonical_layout(kind, fsp)
     fast = _is_utc(zone)
     cut = len(suffix)
+
+    def sub_millisecond(ms: int, micros: int, d: pb.Data):
+        reason = f"{kind} has sub-millisecond digits"
+        if precision == "exact":
+            raise Inexact(ms, reason)
+        written = ms + 1 if precision == "round" and micros >= 500 else ms
+        raise Substituted(written, reason, "fractions", _text_of(d))
 
     def to_blob(d: pb.Data):
         bv = d.bv
@@ -666,7 +730,7 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             if us is not None:
                 ms, micros = divmod(us, 1000)
                 if micros:
-                    raise Inexact(ms, f"{kind} has sub-millisecond digits")
+                    sub_millisecond(ms, micros, d)
                 return ms
         return slow_to_blob(d)
 
@@ -677,10 +741,13 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             raise Inexact(None, f"{kind} text is not UTF-8") from None
         try:
             ms, micros = parse_temporal(text, zone)
+        except InvalidDate as exc:
+            reason = f"{kind} value is a zero or invalid date ({exc})"
+            if zero_dates == "null":
+                raise Substituted(None, reason, "zero_dates", text) from None
+            raise Inexact(None, reason) from None
         except (ValueError, OverflowError, OSError) as exc:
             raise Inexact(None, f"{kind} value has no epoch time ({exc})") from None
-        if micros:
-            raise Inexact(ms, f"{kind} has sub-millisecond digits")
         try:
             again = format_temporal(ms, kind, fsp, zone)
         except (ValueError, OverflowError, OSError):
@@ -688,6 +755,8 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
         if again != text and kind != "timestamp" and _local_fields(text) != _local_fields(again):
             # a local time the zone skips (DST gap): no instant reads back as this text
             raise Inexact(ms, f"{kind} {text} does not exist in time zone {options.timezone}")
+        if micros:
+            sub_millisecond(ms, micros, d)
         if d.dataType != STRING or d.charset or d.sv or again != text:
             raise Inexact(ms, f"{kind} text does not come back from epoch milliseconds", changed=False)
         return ms

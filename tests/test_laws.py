@@ -36,8 +36,10 @@ RESERVED = "datahub:"
 # Options under which the lossless laws must hold (every inexact value travels in the extension).
 LOSSLESS_OPTIONS = [Options(), Options(timezone="Asia/Shanghai", decimal="double"),
                     Options(timezone="America/New_York"), Options(control_events="emit", db_version="5.7.34")]
-STRICT = Options(strict=True)
-ALL_OPTIONS = LOSSLESS_OPTIONS + [STRICT, Options(strict=True, decimal="double", timezone="Asia/Kolkata")]
+# strict mode with the temporal policies that report (law 4's model below); the defaults (null, truncate)
+# have their law in tests/test_temporal_policies.py
+STRICT = Options(strict=True, zero_dates="error", temporal_precision="exact")
+ALL_OPTIONS = LOSSLESS_OPTIONS + [STRICT, STRICT.replace(decimal="double", timezone="Asia/Kolkata")]
 
 
 def as_dicts(entries) -> list[dict]:

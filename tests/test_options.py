@@ -43,7 +43,15 @@ def test_the_choice_options_are_the_documented_ones():
         "decimal": ("string", "double"),
         "on_error": ("fail", "skip", "keep"),
         "tuple_binary": ("base64", "hex"),
+        "zero_dates": ("null", "error", "string"),
+        "temporal_precision": ("exact", "truncate", "round"),
     }
+
+
+def test_temporal_policy_defaults_never_fail_on_data_mysql_accepts():
+    """Zero dates become null and sub-millisecond digits are truncated, both counted (docs/decisions.md)."""
+    o = Options()
+    assert (o.zero_dates, o.temporal_precision) == ("null", "truncate")
 
 
 @pytest.mark.parametrize("name", CHOICE_OPTIONS)

@@ -231,8 +231,9 @@ def test_datetime_is_read_in_the_time_zone():
 
 
 @pytest.mark.parametrize("type_text, data, reason", [
-    ("date", ascii_("0000-00-00"), "no epoch time"),
-    ("datetime", ascii_("0000-00-00 00:00:00"), "no epoch time"),
+    ("date", ascii_("0000-00-00"), "zero or invalid date"),
+    ("datetime", ascii_("0000-00-00 00:00:00"), "zero or invalid date"),
+    ("date", ascii_("2021-02-30"), "zero or invalid date"),
     ("datetime", ascii_("9999-12-31 23:59:59"), "TIMESTAMP range"),
     ("double", pb.Data(dataType=pb.FLOAT64, sv="nan"), "finite"),
     ("float", pb.Data(dataType=pb.FLOAT32, sv="1e39"), "range of FLOAT"),
@@ -244,7 +245,7 @@ def test_datetime_is_read_in_the_time_zone():
 def test_values_a_tuple_field_cannot_hold(type_text, data, reason):
     entry = dml([("id", "int"), ("c", type_text)], pb.INSERT, [([], [i64(1), data])], seq=31)
     with pytest.raises(ConversionError) as info:
-        entry_to_tuples(entry)
+        entry_to_tuples(entry, Options(zero_dates="error"))
     err = info.value
     assert reason in err.reason
     assert err.where == {"seq_id": 31, "table": "shop.orders", "column": "c"}
@@ -266,12 +267,19 @@ def test_unknown_datatype_and_message_type_are_errors():
 
 @given(st.sampled_from(["date", "datetime", "datetime(3)", "timestamp"]).flatmap(
     lambda t: st.tuples(st.just(t), data_for(t, nullable=False, absent=False))))
-def test_zero_dates_raise_and_others_convert(case):
+def test_zero_dates_follow_the_policy_and_others_convert(case):
+    """zero_dates: null (the default) writes NULL, error raises, string makes the field STRING."""
     type_text, data = case
     entry = dml([("c", type_text)], pb.INSERT, [([], [data])])
-    micros = holdable_micros(parse_mysql_type(type_text).family, data.bv.decode())
-    if micros is None:
-        with pytest.raises(ConversionError):
+    text_ = data.bv.decode()
+    micros = holdable_micros(parse_mysql_type(type_text).family, text_)
+    assert entry_to_tuples(entry, Options(zero_dates="string"))[0]["c"] == text_
+    if text_.startswith("0000-00-00"):
+        assert entry_to_tuples(entry)[0]["c"] is None
+        with pytest.raises(ConversionError, match="zero or invalid date"):
+            entry_to_tuples(entry, Options(zero_dates="error"))
+    elif micros is None:  # beyond DataHub's TIMESTAMP range: an error under every policy
+        with pytest.raises(ConversionError, match="TIMESTAMP range"):
             entry_to_tuples(entry)
     else:
         assert entry_to_tuples(entry)[0]["c"] == micros

@@ -1,0 +1,241 @@
+"""A whole database in Spark: `dts_entries` rows and the `datahub` sink's whole-database mode.
+
+`bridge.spark.dts_entries` gives one row per complete Entry (its bytes in `dts`, its position:
+topic, partition, offset of the first segment of its Entries, entry index), reassembled as
+`dts_to_blob` does (`_DtsToEntries` below runs through the same batch and streaming machinery, so
+an Entries cut by a micro-batch boundary comes whole, once). Given such rows,
+`format("datahub")` converts them in each task with the very code `dts-bridge sync` runs
+(`bridge.sync.make_sink`: routing, the schema-change policy, the table-error policy, the
+oversized policy) into Tuple topics by a `{db}_{table}` template or Blob topics (one, or
+`{db}`), and writes dead letters to a DataHub Blob topic through the same idempotent writer.
+
+`TablesTask` is one task's work (a `spark_datahub._Task` for Entry rows): per source (Kafka topic)
+one DataHubWriter, one sink and gate, one dead-letter writer. pyspark is never imported here.
+
+>>> entries_schema("PERMISSIVE")
+'`topic` STRING, `partition` INT, `offset` BIGINT, `entry` INT, `dts` BINARY, `error` STRING'
+"""
+from __future__ import annotations
+
+import itertools
+from operator import itemgetter
+from typing import Any, Callable
+
+import orjson
+
+from . import subscribe_pb2 as pb
+from ._spark_jobs import POSITION_COLUMNS, _ddl, _FromDts, _with_error
+from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubWriter, Position, make_client
+from .errors import BridgeError, ConversionError
+
+__all__ = ["ENTRY_COLUMNS", "entries_schema", "TablesTask", "TopicDeadLetters", "earlier_halts"]
+
+ENTRY_COLUMNS = POSITION_COLUMNS[:4] + (("dts", "binary"),)
+
+
+def entries_schema(mode: str = "FAILFAST") -> str:
+    """DDL of `dts_entries` output; PERMISSIVE adds `error STRING`."""
+    return _ddl(_with_error(ENTRY_COLUMNS, mode))
+
+
+class _DtsToEntries(_FromDts):
+    """Kafka records in offset order -> one row per Entry: its position and bytes (as the
+    Reassembler cut them from the Entries, else the Entry encoded again)."""
+
+    raw = True
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(mode, (("dts", "binary"),))
+        self.columns = _with_error(ENTRY_COLUMNS, mode)
+
+    def convert_columns(self, entry: pb.Entry, raw: bytes | None = None) -> tuple[int, Any]:
+        return 1, [[bytes(raw) if raw is not None else entry.SerializeToString()]]
+
+    def chunks(self, records):
+        for columns in super().chunks(records):  # without the base's `row` (always 0 here)
+            yield columns[:4] + columns[5:]
+
+
+# ---- dead letters in a DataHub Blob topic --------------------------------------------------------
+
+WHOLE_ENTRY_ROW = -1  # the `row` of a dead letter's position when the whole Entry is the letter
+
+
+class TopicDeadLetters:
+    """`deadletters.DeadLetters`' interface (write, sync, halted, written) over a DataHub Blob
+    topic: each letter (the file's JSON line) is a record put through its own DataHubWriter with
+    the Entry's position (row -1 for a whole Entry), so a micro-batch replayed after a crash finds
+    the letters its failed attempt wrote and writes them once."""
+
+    def __init__(self, writer: DataHubWriter, topic: str, halted: dict[str, str]) -> None:
+        self.writer, self.topic = writer, topic
+        self.halted = dict(halted)
+        self.written = 0
+
+    def write(self, *, entry_bytes: bytes, source: str, partition: int, offset: int, entry: int,
+              row: int | None, table: str, error: str, datahub_topic: str | None) -> None:
+        from .deadletters import letter_line
+        line = letter_line(entry_bytes=entry_bytes, source=source, partition=partition, offset=offset, entry=entry,
+                           row=row, table=table, error=error, datahub_topic=datahub_topic)
+        position = Position(source, partition, offset, entry, WHOLE_ENTRY_ROW if row is None else row)
+        if self.writer.put(self.topic, table or "", line, position):  # a table's letters in one shard, in order
+            self.written += 1
+
+    def sync(self) -> None:
+        self.writer.flush()
+
+
+def earlier_halts(writer: DataHubWriter, topic: str, source: str, epoch: int) -> dict[str, str]:
+    """Under halt-table, the tables halted before micro-batch `epoch`: every table with a dead
+    letter of `source` from an earlier micro-batch (each letter halts its table). Read from the
+    dead-letter topic itself, so a replayed micro-batch starts from the same halts."""
+    info = writer.topic(topic)
+    shards = writer._call(lambda: writer.client.list_shard(writer.project, topic), "ListShard").shards
+    halted: dict[str, str] = {}
+    for shard in shards:
+        latest = writer._sequence(info, shard.shard_id, "LATEST")
+        if latest is None:
+            continue
+        oldest = writer._sequence(info, shard.shard_id, "OLDEST") or 0
+        for record in writer._read(info, shard.shard_id, oldest, latest - oldest + 1):
+            attrs = record.attributes or {}
+            mark = attrs.get(ATTR_EPOCH, "")
+            if attrs.get(ATTR_TOPIC) != source or not mark.isdigit() or int(mark) >= epoch:
+                continue
+            letter = orjson.loads(record.blob_data)
+            halted.setdefault(letter["table"], f"halted in micro-batch {mark} at {letter['partition']}:"
+                                               f"{letter['offset']}:{letter['entry']}: {letter['error']}")
+    return halted
+
+
+# ---- one task's whole-database writing -----------------------------------------------------------
+
+class _Pipeline:
+    """One source's stages in a task: writer -> sink (with its gate) -> DataHub, dead letters aside."""
+
+    def __init__(self, task: "TablesTask", source: str) -> None:
+        from . import sync
+        from .options import DEFAULT_OPTIONS
+        from .stream import ErrorPolicy
+        opts, epoch = task.config.options, task.epoch
+        self.writer = task.new_writer(source)
+        self.letters = None
+        if opts["deadLetters"]:
+            letter_writer = task.new_writer(source)
+            halted = {}
+            if opts["onTableError"] == "halt-table" and epoch is not None:
+                halted = earlier_halts(letter_writer, opts["deadLetters"], source, epoch)
+            self.letters = TopicDeadLetters(letter_writer, opts["deadLetters"], halted)
+        self.policy = ErrorPolicy("fail", keep_records=False)
+        self.sink, self.gate = sync.make_sink(
+            opts["to"], self.writer, opts["topic"], source, self.policy, DEFAULT_OPTIONS,
+            include=opts["include"] or (), exclude=opts["exclude"] or (), on_table_error=opts["onTableError"],
+            schema_change=opts["schemaChange"], oversized=opts["oversized"], letters=self.letters)
+        self.raw = opts["to"] == "blob"  # Blob's C fast path reads the Entry's bytes, as sync gives them
+
+    def writers(self) -> list[DataHubWriter]:
+        return [self.writer] + ([self.letters.writer] if self.letters is not None else [])
+
+
+class TablesTask:
+    """One task of the whole-database mode (the interface of `spark_datahub._Task`): rows of
+    `dts_entries` put in arrival order, each source's Entries through `bridge.sync.deliver`."""
+
+    def __init__(self, config, epoch: int | None, client_for: Callable[[], Any] | None = None) -> None:
+        self.config, self.epoch = config, epoch
+        opts = config.options
+        self.client_for = client_for or (lambda: make_client(opts["endpoint"], opts["accessId"], opts["accessKey"],
+                                                             opts["compress"]))
+        self.pipelines: dict[str, _Pipeline] = {}
+        self.counts = dict(rows=0, rejected=0)
+        self.offsets: dict[str, list[int]] = {}
+
+    def new_writer(self, source: str) -> DataHubWriter:
+        opts = self.config.options
+        create = {"shards": opts["shards"], "lifecycle": opts["lifecycle"]} if opts["createTopics"] else None
+        writer = DataHubWriter(self.client_for(), opts["project"], batch_records=opts["batchSize"],
+                               workers=opts["workers"], max_retries=opts["maxRetries"], create_topics=create)
+        if self.epoch is not None:
+            writer.resume(source, epoch=self.epoch)
+        return writer
+
+    def pipeline(self, source: str) -> _Pipeline:
+        found = self.pipelines.get(source)
+        if found is None:
+            found = self.pipelines[source] = _Pipeline(self, source)
+        return found
+
+    def put_batch(self, batch) -> None:
+        """One Arrow batch of `dts_entries` rows, in order."""
+        from .sync import deliver
+        cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+        n = batch.num_rows
+        self.counts["rows"] += n
+        fixed = self.config.options["source"]
+        errors = cols.get("error") or [None] * n
+        rows = []
+        for i in range(n):
+            if errors[i] is not None:
+                self.counts["rejected"] += 1  # a PERMISSIVE error row of dts_entries: nothing to convert
+                continue
+            where = {"partition": cols["partition"][i], "offset": cols["offset"][i], "entry": cols["entry"][i]}
+            source = fixed or cols["topic"][i]
+            if source is None or None in where.values() or cols["dts"][i] is None:
+                raise ConversionError("a row without its position or Entry (topic, partition, offset, entry, dts): "
+                                      "the datahub sink's whole-database mode writes rows of dts_entries", **where)
+            rows.append((source, where, cols["dts"][i]))
+        for source, run in itertools.groupby(rows, key=itemgetter(0)):
+            line = self.pipeline(source)
+            deliver(self._entries(source, run, line.raw, line.policy), line.sink, line.gate, line.policy)
+
+    def _entries(self, source: str, run, raw: bool, policy):
+        for _, where, data in run:
+            try:
+                entry = pb.Entry.FromString(data)
+            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
+                policy.tally.input += 1
+                policy.reject(ConversionError(f"the dts column holds no Entry ({exc})", topic=source, **where), data)
+                continue
+            policy.tally.input += 1
+            span = self.offsets.setdefault(f"{source}:{where['partition']}", [where["offset"], where["offset"]])
+            span[0], span[1] = min(span[0], where["offset"]), max(span[1], where["offset"])
+            yield (where, entry, data) if raw else (where, entry)
+
+    def flush(self) -> None:
+        for line in self.pipelines.values():
+            try:
+                line.sink.sync()
+            except BridgeError as err:
+                raise err.located(topic=line.sink.source)
+            if line.letters is not None:
+                line.letters.sync()
+        for line in self.pipelines.values():
+            for writer in line.writers():
+                writer.stop()
+
+    def stop(self) -> None:
+        from .spark_datahub import _SETTLE_SECONDS
+        for line in self.pipelines.values():
+            for writer in line.writers():
+                writer.stop(wait=_SETTLE_SECONDS)
+
+    def report(self) -> dict:
+        counts = dict(self.counts, epoch=self.epoch, offsets=self.offsets, written=0, skipped=0, dead_letters=0,
+                      converted=0, not_emitted=0, halted={}, evolved=[], ignored={})
+        for line in self.pipelines.values():
+            tally = line.policy.tally
+            counts["written"] += line.sink.written
+            counts["skipped"] += line.writer.skipped
+            counts["rejected"] += tally.rejected
+            counts["converted"] += tally.converted
+            counts["not_emitted"] += tally.not_emitted
+            if line.letters is not None:
+                counts["dead_letters"] += line.letters.written
+            if line.sink.tables is not None:
+                counts["halted"].update(line.sink.tables.halted)
+            counts["evolved"] += [{"topic": t, "fields": f, "at": w} for t, f, w in getattr(line.sink, "evolved", [])]
+            for table, c in getattr(line.sink, "ignored", {}).items():
+                counts["ignored"][table] = dict(c)
+        for name in ("requests", "retries", "throttled", "resplits"):
+            counts[name] = sum(getattr(w, name) for line in self.pipelines.values() for w in line.writers())
+        return counts
