@@ -156,18 +156,6 @@ def _compile_fields(descriptor, skip) -> Callable:
 wire_ext_header = _compile_fields(pb.Header.DESCRIPTOR, _HEADER_IN_ENVELOPE | _HEADER_IN_SOURCE | {"properties"})
 
 
-def _wire_header(header: pb.Header) -> dict:
-    """dts.header of a DML Entry whose header properties hold no DataHub fact (`_ext_header`'s)."""
-    out = wire_ext_header(header)
-    if header.properties:
-        out["properties"] = _kv(header.properties)  # field 15: last, as ListFields orders it
-    return out
-
-
-def _has_facts(props) -> bool:
-    return any(p.key.startswith(RESERVED_PREFIX) for p in props)
-
-
 _VERSION_BYTES = FORMAT_VERSION.encode()
 
 
@@ -599,11 +587,10 @@ class BlobEncoder:
     def _wire_table(self, entry: pb.Entry, header: pb.Header, raw: bytes):
         """The C fast path's view of a plain DML Entry: (cache entry, dmlEventType, rows), or None.
 
-        Plain: no DataHub facts among the header properties (the others travel in dts.header), no
-        event or row properties, one dmlEvent and nothing else in the Event, 1 to 10**6 rows, and a
-        column set the C plan covers."""
+        Plain: no header, event or row properties (so no DataHub facts), one dmlEvent and nothing
+        else in the Event, 1 to 10**6 rows, and a column set the C plan covers."""
         scanned = wire_scan(raw)
-        if scanned is None or header.properties and _has_facts(header.properties):
+        if scanned is None or header.properties:
             return None
         key, dml_type, nrows = scanned
         if not 0 < nrows <= _ROW_SCALE:
@@ -641,7 +628,7 @@ class BlobEncoder:
         ops = DML_OPS[dml_type]
         lossless = self.options.lossless
         if lossless:
-            ext_header = _wire_header(header)
+            ext_header = wire_ext_header(header)
             quiet = table.plain_extension_redundant(nrows, ext_header)
             ext_columns = table.ext_columns
         stamp = self._wire_stamp(header)
@@ -656,9 +643,7 @@ class BlobEncoder:
                 n += 1
                 raws = charsets = None
                 empty = False
-                if type(values) is tuple:  # values that need the extension (lossless)
-                    values, raws, charsets = values
-                elif values is None:  # the C path was not sure: the Python path decides
+                if values is None:  # the C path was not sure: the Python path decides
                     if rows is None:
                         rows = entry.event.dmlEvent.rows
                     datas = getattr(rows[index], _OP_IMAGES[op][1])
@@ -724,20 +709,20 @@ class BlobEncoder:
         table = cached.table
         pre, post = cached.templates(dml_type)
         stamp = self._wire_stamp(header)
-        head = b"\",\"timestamp\":" + orjson.dumps(stamp) + b"},\"version\":\"" + _VERSION_BYTES + b"\""
-        quiet_tail = head + b"}"
         if self.options.lossless:
-            ext_header = _wire_header(header)
-            loud_tail = (head + b",\"dts\":{\"header\":" + orjson.dumps(ext_header) + cached.ext_columns_json
-                         + b",\"row\":[")
-            nrows_text = str(nrows).encode()
-            # a redundant extension is left out, unless an image's values need one after all
+            ext_header = wire_ext_header(header)
             quiet = table.plain_extension_redundant(nrows, ext_header)
-            post_seq = (quiet_tail, loud_tail) if quiet else loud_tail
         else:
-            post_seq, nrows_text = quiet_tail, None
+            quiet = True
+        if quiet:
+            tail, nrows_text = b"},\"version\":\"" + _VERSION_BYTES + b"\"}", None
+        else:
+            tail = (b"},\"version\":\"" + _VERSION_BYTES + b"\",\"dts\":{\"header\":" + orjson.dumps(ext_header)
+                    + cached.ext_columns_json + b",\"row\":[")
+            nrows_text = str(nrows).encode()
         seq_id = header.seqId
-        args = (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id), post_seq, nrows_text)
+        args = (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id),
+                b"\",\"timestamp\":" + orjson.dumps(stamp) + tail, nrows_text)
         return cached, dml_type, stamp, args
 
     def _pieces(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> Iterator[list[bytes]]:
@@ -879,7 +864,7 @@ class BlobEncoder:
             foreign["properties"] = foreign_props
         columns = [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, text))]
         table = _TableCodec(names, codecs, schema_columns, pkey, ext, text, columns, ext == foreign)
-        table.native = native_plan(names, codecs, self.options.timezone == "UTC", self.options.lossless)
+        table.native = native_plan(names, codecs, self.options.timezone == "UTC")
         return table
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
