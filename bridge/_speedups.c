@@ -20,7 +20,7 @@ enum {
     K_DIGITS = 1,    /* canonical unsigned integer text -> the same text, within [0, uhi] */
     K_DOUBLE = 2,    /* text that is repr() of its double -> float */
     K_DECIMAL = 3,   /* -?[0-9]+(\.[0-9]+)? -> the same text */
-    K_TEXT = 4,      /* utf8mb4 bytes -> str */
+    K_TEXT = 4,      /* text in any charset of the table `set_charsets` gave -> str */
     K_BASE64 = 5,    /* bytes -> standard base64 str */
     K_UTF8 = 6,      /* UTF-8 bytes without charset (json; time when need_bv) -> str */
     K_BOOL = 7,      /* INT8 "0" / "1" -> False / True */
@@ -45,12 +45,17 @@ typedef struct {
     char *key;  /* the JSON of the name and a colon, as orjson writes the key */
     Py_ssize_t key_len;
     int dup;    /* an earlier column has the same name (Blob -> DTS: one dataColumn key for both) */
+    int cs_last;          /* K_TEXT: index + 1 in CHARSETS of the charset the last value named */
+    char cs_text[32];     /* ... and that charset's text as the value spelt it */
+    Py_ssize_t cs_text_len;
 } Col;
 
 typedef struct {
     PyObject_HEAD
     Py_ssize_t ncols;
     Col *cols;
+    int lossless; /* what a value the Blob value cannot give back exactly costs: extension entries
+                     (lossless) or, when it would change, a miss (strict: the codec reports it) */
 } PlanObject;
 
 typedef struct {
@@ -165,14 +170,29 @@ static int read_data(Span s, DataView *d) {
 
 /* ---- value checks: the canonical value of one Data for its column, or a miss ----------------- */
 
-enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL };
+enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL, C_STR };
+
+/* What a value needs besides its Blob value, as the codecs decide it (bridge/values.py):
+ * X_CHARSET: text in a charset other than utf8mb4 (lossless: dts.charsets names it);
+ * X_RAW: the Blob value is the same value spelt canonically (`Inexact(changed=False)`: lossless
+ * carries the Data in dts.values, strict emits the value); X_CHANGED: the Blob value differs
+ * (`Inexact`, changed: lossless carries the Data, strict leaves the image to the codec, which
+ * reports it or applies its policy). */
+enum { X_NONE, X_CHARSET, X_RAW, X_CHANGED };
 
 typedef struct {
     int tag;
-    long long i;  /* C_INT, C_BOOL */
-    double d;     /* C_FLOAT */
-    Span s;       /* C_ASCII: the text itself; C_FLOAT: its text; C_UTF8 / C_B64: the bytes */
+    int extra;      /* X_* */
+    long long i;    /* C_INT, C_BOOL */
+    double d;       /* C_FLOAT */
+    Span s;         /* C_ASCII: the text itself; C_FLOAT: its text; C_UTF8 / C_B64: the bytes */
+    PyObject *str;  /* C_STR: the decoded text (owned; canon_release drops it) */
+    char text[40];  /* C_FLOAT of a non-canonical spelling: repr() of the double (s points here) */
 } Canon;
+
+static void canon_release(Canon *v) {
+    Py_CLEAR(v->str);
+}
 
 static int canonical_int(Span sv, int allow_minus, int *negative) {
     const uint8_t *p = sv.p;
@@ -264,6 +284,29 @@ static int repr_text(Span sv) {
     return sig <= 15;
 }
 
+/* The float codec's number syntax, [+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?: text it reads with float(). */
+static int float_text(Span sv) {
+    const uint8_t *p = sv.p, *end = sv.p + sv.n;
+    if (p < end && (*p == '+' || *p == '-')) p++;
+    const uint8_t *digits = p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    Py_ssize_t before = p - digits, after = 0;
+    if (p < end && *p == '.') {
+        const uint8_t *frac = ++p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        after = p - frac;
+    }
+    if (before == 0 && after == 0) return 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const uint8_t *exp = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == exp) return 0;
+    }
+    return p == end;
+}
+
 static int check_double(const Col *c, const DataView *d, Canon *v) {
     char buf[64];
     if (d->cs.n || d->bv.n || d->sv.n == 0 || d->sv.n >= (Py_ssize_t)sizeof(buf)) return 0;
@@ -287,13 +330,25 @@ static int check_double(const Col *c, const DataView *d, Canon *v) {
         PyErr_Clear();
         return 0;
     }
-    int same = strcmp(again, buf) == 0; /* the text is repr() of its double */
-    PyMem_Free(again);
-    if (!same) return 0;
     v->tag = C_FLOAT;
     v->i = 0;
     v->d = x;
     v->s = d->sv;
+    if (strcmp(again, buf)) {
+        /* another spelling of the double ("1" for 1.0, as DTS writes whole doubles): the value is
+         * its repr(), the Data travels as X_RAW; repr() in exponent notation is left to Python */
+        size_t n = strlen(again);
+        int ok = float_text(d->sv) && n < sizeof(v->text) && !memchr(again, 'e', n);
+        if (ok) {
+            memcpy(v->text, again, n);
+            v->s.p = (const uint8_t *)v->text;
+            v->s.n = (Py_ssize_t)n;
+            v->extra = X_RAW;
+        }
+        PyMem_Free(again);
+        return ok;
+    }
+    PyMem_Free(again);
     return 1;
 }
 
@@ -320,10 +375,77 @@ static int same_charset(const Col *c, const DataView *d) {
     return d->cs.n == c->charset_len && !memcmp(d->cs.p, c->charset, (size_t)c->charset_len);
 }
 
-static int check_text(const Col *c, const DataView *d, Canon *v) {
-    if (d->sv.n || !same_charset(c, d)) return 0;
+/* ---- charsets: MySQL charset name -> how its text decodes (values.CHARSETS, given once) ------- */
+
+enum { CS_UTF8, CS_CODEC, CS_CHARMAP };
+
+typedef struct {
+    char name[32];     /* lower case, as values.charset_codec looks names up */
+    Py_ssize_t name_len;
+    int mode;          /* CS_UTF8: checked here; CS_CODEC: Python's codec by name; CS_CHARMAP: a table */
+    char codec[32];
+    PyObject *mapping; /* CS_CHARMAP: the 256-character decoding table */
+    int check;         /* decode then encode is not the identity: the bytes must come back */
+} Charset;
+
+#define MAX_CHARSETS 96
+static Charset CHARSETS[MAX_CHARSETS];
+static int NCHARSETS = 0;
+
+/* The table entry of a value's charset (case-insensitive), or NULL: no text codec (binary, an
+ * unknown name). The column keeps the last one found, so a column of one charset looks once. */
+static const Charset *charset_of(Col *c, Span cs) {
+    if (c->cs_last && cs.n == c->cs_text_len && !memcmp(cs.p, c->cs_text, (size_t)cs.n))
+        return &CHARSETS[c->cs_last - 1];
+    if (cs.n >= 32) return NULL;
+    char lower[32];
+    for (Py_ssize_t i = 0; i < cs.n; i++) {
+        uint8_t ch = cs.p[i];
+        lower[i] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+    }
+    for (int k = 0; k < NCHARSETS; k++) {
+        if (CHARSETS[k].name_len == cs.n && !memcmp(CHARSETS[k].name, lower, (size_t)cs.n)) {
+            c->cs_last = k + 1;
+            memcpy(c->cs_text, cs.p, (size_t)cs.n);
+            c->cs_text_len = cs.n;
+            return &CHARSETS[k];
+        }
+    }
+    return NULL;
+}
+
+/* Text in the column's own charset (utf8mb4) is read as UTF-8 while it is written; any other
+ * charset of the table is decoded by its codec here, and must come back to the same bytes where
+ * the codec is not the identity (as `_text_codec` checks), else a miss. */
+static int check_text(Col *c, const DataView *d, Canon *v) {
+    if (d->sv.n) return 0;
     v->tag = C_UTF8;
     v->s = d->bv;
+    if (same_charset(c, d)) return 1;
+    const Charset *cs = charset_of(c, d->cs);
+    if (cs == NULL) return 0;
+    v->extra = X_CHARSET;
+    if (cs->mode == CS_UTF8) return 1;
+    PyObject *text = cs->mode == CS_CHARMAP
+                         ? PyUnicode_DecodeCharmap((const char *)d->bv.p, d->bv.n, cs->mapping, "strict")
+                         : PyUnicode_Decode((const char *)d->bv.p, d->bv.n, cs->codec, "strict");
+    if (text == NULL) {
+        PyErr_Clear(); /* bytes the codec refuses: the Python path carries or reports them */
+        return 0;
+    }
+    if (cs->check) {
+        PyObject *again = PyUnicode_AsEncodedString(text, cs->codec, "strict");
+        int same = again != NULL && PyBytes_GET_SIZE(again) == d->bv.n
+                   && !memcmp(PyBytes_AS_STRING(again), d->bv.p, (size_t)d->bv.n);
+        Py_XDECREF(again);
+        if (!same) {
+            PyErr_Clear();
+            Py_DECREF(text);
+            return 0;
+        }
+    }
+    v->tag = C_STR;
+    v->str = text;
     return 1;
 }
 
@@ -368,8 +490,10 @@ static long long days_from_civil(long long y, unsigned m, unsigned d) {
     return era * 146097 + (long long)doe - 719468;
 }
 
+/* Canonical text of the column's layout in UTC -> epoch ms. A charset on it (DTS may name one) or
+ * sub-millisecond digits make it an X_RAW / X_CHANGED value, as the temporal codec decides. */
 static int check_temporal(const Col *c, const DataView *d, Canon *v) {
-    if (d->sv.n || d->cs.n) return 0;
+    if (d->sv.n) return 0;
     const uint8_t *p = d->bv.p;
     Py_ssize_t want = c->kind == K_DATE ? 10 : 19 + (c->fsp ? 1 + c->fsp : 0);
     if (c->kind == K_TIMESTAMP) want += 7;
@@ -393,7 +517,8 @@ static int check_temporal(const Col *c, const DataView *d, Canon *v) {
     int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     if (da > dim[mo - 1] + (mo == 2 && leap)) return 0;
     if (hh > 23 || mi > 59 || ss > 59) return 0;
-    if (frac % 1000) return 0; /* sub-millisecond digits: the codec reports them */
+    if (frac % 1000) v->extra = X_CHANGED; /* sub-millisecond digits: epoch ms cannot hold them */
+    else if (d->cs.n) v->extra = X_RAW;
     v->tag = C_INT;
     v->i = (days_from_civil(y, (unsigned)mo, (unsigned)da) * 86400LL + hh * 3600LL + mi * 60LL + ss) * 1000LL
            + frac / 1000;
@@ -401,7 +526,7 @@ static int check_temporal(const Col *c, const DataView *d, Canon *v) {
     return 1;
 }
 
-static int check_value(const Col *c, const DataView *d, Canon *v) {
+static int check_value(Col *c, const DataView *d, Canon *v) {
     switch (c->kind) {
     case K_LONG: return check_long(c, d, v);
     case K_DIGITS: return check_digits(c, d, v);
@@ -418,12 +543,15 @@ static int check_value(const Col *c, const DataView *d, Canon *v) {
 /* Outcome of one Data: a value, a bare NA (the column is left out), or a miss. */
 enum { V_VALUE, V_NULL, V_SKIP, V_MISS };
 
-static int classify(const Col *c, Span data, Canon *v) {
-    DataView d;
-    if (!read_data(data, &d)) return V_MISS;
-    if (d.dt == DT_NIL) return d.seen ? V_MISS : V_NULL;
-    if (d.dt == DT_NA) return d.seen == (1u << 1) ? V_SKIP : V_MISS;
-    if (d.dt != c->dt || !check_value(c, &d, v)) return V_MISS;
+/* `*d` gets the Data's fields (an X_RAW / X_CHANGED value's extension entry is written from them);
+ * a V_VALUE may hold a reference that canon_release drops. */
+static int classify(Col *c, Span data, Canon *v, DataView *d) {
+    v->extra = X_NONE;
+    v->str = NULL;
+    if (!read_data(data, d)) return V_MISS;
+    if (d->dt == DT_NIL) return d->seen ? V_MISS : V_NULL;
+    if (d->dt == DT_NA) return d->seen == (1u << 1) ? V_SKIP : V_MISS;
+    if (d->dt != c->dt || !check_value(c, d, v)) return V_MISS;
     return V_VALUE;
 }
 
@@ -487,6 +615,9 @@ static PyObject *canon_object(const Canon *v) {
         if (s != NULL) base64_into(PyUnicode_1BYTE_DATA(s), v->s.p, v->s.n);
         return s;
     }
+    case C_STR:
+        Py_INCREF(v->str);
+        return v->str;
     default: {
         PyObject *s = PyUnicode_DecodeUTF8((const char *)v->s.p, v->s.n, NULL);
         if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
@@ -629,6 +760,15 @@ static int canon_json(Buf *b, const Canon *v) {
         return buf_put(b, v->s.p, v->s.n) ? 1 : -1;
     case C_BOOL:
         return (v->i ? buf_put(b, "true", 4) : buf_put(b, "false", 5)) ? 1 : -1;
+    case C_STR: {
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(v->str, &n);
+        if (u == NULL) {
+            PyErr_Clear(); /* surrogates: no UTF-8, so no JSON orjson would write */
+            return 0;
+        }
+        return json_string(b, (const uint8_t *)u, n);
+    }
     case C_B64: {
         Py_ssize_t len = ((v->s.n + 2) / 3) * 4;
         if (!buf_grow(b, len + 2)) return -1;
@@ -645,16 +785,59 @@ static int canon_json(Buf *b, const Canon *v) {
 
 /* ---- images and rows -------------------------------------------------------------------------- */
 
-/* dataColumn dict of one image, or Py_None (new reference) for a miss; NULL on a Python error. */
+/* data_to_raw(d) of values.py: the exact fields of a Data, bv as base64; NULL on error. */
+static PyObject *raw_dict(const DataView *d) {
+    PyObject *out = PyDict_New(), *item = NULL;
+    if (out == NULL) return NULL;
+    if ((item = PyLong_FromLong(d->dt)) == NULL || PyDict_SetItemString(out, "dataType", item) < 0) goto error;
+    Py_CLEAR(item);
+    if (d->cs.n && ((item = PyUnicode_DecodeUTF8((const char *)d->cs.p, d->cs.n, NULL)) == NULL
+                    || PyDict_SetItemString(out, "charset", item) < 0))
+        goto error;
+    Py_CLEAR(item);
+    if (d->sv.n && ((item = PyUnicode_DecodeUTF8((const char *)d->sv.p, d->sv.n, NULL)) == NULL
+                    || PyDict_SetItemString(out, "sv", item) < 0))
+        goto error;
+    Py_CLEAR(item);
+    if (d->bv.n) {
+        Canon b64 = {.tag = C_B64, .s = d->bv};
+        if ((item = canon_object(&b64)) == NULL || PyDict_SetItemString(out, "bv", item) < 0) goto error;
+        Py_CLEAR(item);
+    }
+    return out;
+error:
+    Py_XDECREF(item);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* dict[str(index)] = value (a new reference, stolen); the dict made on first use. 0 on error. */
+static int index_item(PyObject **dict, Py_ssize_t index, PyObject *value) {
+    if (value == NULL) return 0;
+    if (*dict == NULL && (*dict = PyDict_New()) == NULL) {
+        Py_DECREF(value);
+        return 0;
+    }
+    PyObject *key = PyUnicode_FromFormat("%zd", index);
+    int rc = key == NULL ? -1 : PyDict_SetItem(*dict, key, value);
+    Py_XDECREF(key);
+    Py_DECREF(value);
+    return rc == 0;
+}
+
+/* dataColumn dict of one image, or Py_None (new reference) for a miss; NULL on a Python error. An
+ * image with extension entries (lossless) is (dataColumn, raws or None, charsets or None), the
+ * parts `_image` of blob_encode.py gives. */
 static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
     if (count != plan->ncols) Py_RETURN_NONE;
-    PyObject *out = PyDict_New();
+    PyObject *out = PyDict_New(), *raws = NULL, *charsets = NULL;
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
-        const Col *c = &plan->cols[i];
+        Col *c = &plan->cols[i];
         Canon v;
+        DataView d;
         PyObject *obj;
-        switch (classify(c, datas[i], &v)) {
+        switch (classify(c, datas[i], &v, &d)) {
         case V_MISS: goto miss;
         case V_SKIP: continue;
         case V_NULL:
@@ -662,52 +845,120 @@ static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
             Py_INCREF(obj);
             break;
         default:
+            if (v.extra == X_CHANGED && !plan->lossless) {
+                canon_release(&v);
+                goto miss;
+            }
             obj = canon_object(&v);
+            canon_release(&v);
             if (obj == NULL) {
                 if (PyErr_Occurred()) goto error;
                 goto miss;
+            }
+            if (plan->lossless && v.extra == X_CHARSET
+                && !index_item(&charsets, i, PyUnicode_DecodeUTF8((const char *)d.cs.p, d.cs.n, NULL))) {
+                Py_DECREF(obj);
+                goto error;
+            }
+            if (plan->lossless && v.extra >= X_RAW && !index_item(&raws, i, raw_dict(&d))) {
+                Py_DECREF(obj);
+                goto error;
             }
         }
         int rc = PyDict_SetItem(out, c->name, obj);
         Py_DECREF(obj);
         if (rc < 0) goto error;
     }
-    return out;
+    if (raws == NULL && charsets == NULL) return out;
+    PyObject *parts = Py_BuildValue("(NOO)", out, raws ? raws : Py_None, charsets ? charsets : Py_None);
+    Py_XDECREF(raws);
+    Py_XDECREF(charsets);
+    return parts;
 miss:
     Py_DECREF(out);
+    Py_XDECREF(raws);
+    Py_XDECREF(charsets);
     Py_RETURN_NONE;
 error:
     Py_DECREF(out);
+    Py_XDECREF(raws);
+    Py_XDECREF(charsets);
     return NULL;
+}
+
+/* The extension entries of one image, as JSON members: `"3":"gbk"` of dts.charsets and
+ * `"4":{"dataType":13,...}` of dts.values (data_to_raw), comma-separated, in column order. */
+typedef struct {
+    Buf charsets, values;
+} Extras;
+
+/* orjson's `{"dataType":13,"charset":"utf8mb4","bv":"..."}` of data_to_raw(d): 1, 0 a miss, -1 */
+static int raw_json(Buf *b, const DataView *d) {
+    char digits[24];
+    if (!buf_put(b, "{\"dataType\":", 12) || !buf_put(b, digits, int_text(d->dt, digits))) return -1;
+    int rc = 1;
+    if (d->cs.n && (!buf_put(b, ",\"charset\":", 11) || (rc = json_string(b, d->cs.p, d->cs.n)) <= 0))
+        return rc <= 0 ? rc : -1;
+    if (d->sv.n && (!buf_put(b, ",\"sv\":", 6) || (rc = json_string(b, d->sv.p, d->sv.n)) <= 0))
+        return rc <= 0 ? rc : -1;
+    if (d->bv.n) {
+        Canon b64 = {.tag = C_B64, .s = d->bv};
+        if (!buf_put(b, ",\"bv\":", 6) || canon_json(b, &b64) <= 0) return -1;
+    }
+    return buf_put(b, "}", 1) ? 1 : -1;
+}
+
+/* `"index":` into an extras buffer, after a comma when it holds a member already */
+static int index_key(Buf *b, Py_ssize_t index) {
+    char digits[24];
+    Py_ssize_t nd = int_text(index, digits);
+    return (!b->n || buf_put(b, ",", 1)) && buf_put(b, "\"", 1) && buf_put(b, digits, nd) && buf_put(b, "\":", 2);
+}
+
+/* A value's extension entry: 1, 0 a miss (strict and changed; lossless without `x`), -1 error. */
+static int value_extras(const PlanObject *plan, const Canon *v, const DataView *d, Py_ssize_t index, Extras *x) {
+    if (v->extra == X_NONE) return 1;
+    if (!plan->lossless) return v->extra != X_CHANGED;
+    if (x == NULL) return 0;
+    if (v->extra == X_CHARSET) {
+        if (!index_key(&x->charsets, index)) return -1;
+        return json_string(&x->charsets, d->cs.p, d->cs.n);
+    }
+    if (!index_key(&x->values, index)) return -1;
+    return raw_json(&x->values, d);
 }
 
 /* dataColumn JSON object of one image into b: 1 written, 0 a miss, -1 error. `spans`, when
  * given (2 per column), gets each value's [start, end) in b, or -1 for a column left out (NA);
- * `written` the number of values written. */
+ * `written` the number of values written; `x` (emptied first) the image's extension entries in
+ * lossless mode (NULL: an image that needs any is a miss). */
 static int image_json(PlanObject *plan, Buf *b, const Span *datas, Py_ssize_t count, Py_ssize_t *spans,
-                      Py_ssize_t *written) {
+                      Py_ssize_t *written, Extras *x) {
     if (count != plan->ncols) return 0;
     int first = 1;
     *written = 0;
+    if (x) x->charsets.n = x->values.n = 0;
     if (!buf_put(b, "{", 1)) return -1;
     for (Py_ssize_t i = 0; i < count; i++) {
-        const Col *c = &plan->cols[i];
+        Col *c = &plan->cols[i];
         Canon v;
-        int kind = classify(c, datas[i], &v);
+        DataView d;
+        int kind = classify(c, datas[i], &v, &d);
         if (kind == V_MISS) return 0;
         if (spans) spans[2 * i] = -1;
         if (kind == V_SKIP) continue;
-        if (!first && !buf_put(b, ",", 1)) return -1;
+        int rc = (first || buf_put(b, ",", 1)) && buf_put(b, c->key, c->key_len) ? 1 : -1;
         first = 0;
         (*written)++;
-        if (!buf_put(b, c->key, c->key_len)) return -1;
         if (spans) spans[2 * i] = b->n;
-        if (kind == V_NULL) {
-            if (!buf_put(b, "null", 4)) return -1;
-        } else {
-            int rc = canon_json(b, &v);
-            if (rc <= 0) return rc;
+        if (rc > 0 && kind == V_NULL) {
+            rc = buf_put(b, "null", 4) ? 1 : -1;
+        } else if (rc > 0) {
+            rc = value_extras(plan, &v, &d, i, x);
+            if (rc > 0) rc = canon_json(b, &v);
         }
+        canon_release(&v);
+        if (rc <= 0) return rc;
         if (spans) spans[2 * i + 1] = b->n;
     }
     return buf_put(b, "}", 1) ? 1 : -1;
@@ -957,6 +1208,10 @@ typedef struct {
     Py_ssize_t post_seq_n;
     const char *nrows_text;        /* NULL: no "row" part */
     Py_ssize_t nrows_n;
+    const char *loud_post_seq;     /* NULL, or a quiet layout's post_seq with the extension's head, */
+    Py_ssize_t loud_post_seq_n;    /* for the messages whose image needs extension entries */
+    const char *loud_nrows_text;
+    Py_ssize_t loud_nrows_n;
     const Py_ssize_t *keys;        /* the shard key's column indexes */
     Py_ssize_t nkeys;
 } Layout;
@@ -977,14 +1232,25 @@ static int put_seq(Buf *b, const Layout *L, long long index) {
 /* Append the line of the image the walk just read (image k of the DML type) to b. With `shard`,
  * the shard key JSON of the key columns' values (null where left out, as shard_key's orjson.dumps
  * writes it) is appended there and *has_key says whether there was one (no keys, or an image of no
- * values, give none). 1 written, 0 a miss (b and shard hold partial output), -1 error. */
+ * values, give none). `x`: room for the image's extension entries (NULL: none may be needed).
+ * 1 written, 0 a miss (b and shard hold partial output), -1 error. */
 static int write_line(PlanObject *plan, const Layout *L, const Walk *w, Py_ssize_t count, Py_ssize_t k,
-                      Buf *b, Py_ssize_t *spans, Buf *shard, int *has_key) {
+                      Buf *b, Py_ssize_t *spans, Buf *shard, int *has_key, Extras *x) {
     PyObject *a = PyTuple_GET_ITEM(L->pre, k), *z = PyTuple_GET_ITEM(L->post, k);
     if (!buf_put(b, PyBytes_AS_STRING(a), PyBytes_GET_SIZE(a))) return -1;
     Py_ssize_t written = 0;
-    int rc = count ? image_json(plan, b, w->datas, count, spans, &written) : 0;
+    int rc = count ? image_json(plan, b, w->datas, count, spans, &written, x) : 0;
     if (rc <= 0) return rc;
+    int extras = x != NULL && (x->charsets.n || x->values.n);
+    const char *post_seq = L->post_seq, *nrows_text = L->nrows_text;
+    Py_ssize_t post_seq_n = L->post_seq_n, nrows_n = L->nrows_n;
+    if (extras && nrows_text == NULL) { /* a quiet layout: this message has an extension after all */
+        if (L->loud_post_seq == NULL) return 0;
+        post_seq = L->loud_post_seq;
+        post_seq_n = L->loud_post_seq_n;
+        nrows_text = L->loud_nrows_text;
+        nrows_n = L->loud_nrows_n;
+    }
     if (shard != NULL) {
         *has_key = L->nkeys > 0 && written > 0;
         if (*has_key) {
@@ -1000,13 +1266,21 @@ static int write_line(PlanObject *plan, const Layout *L, const Walk *w, Py_ssize
         }
     }
     if (!buf_put(b, PyBytes_AS_STRING(z), PyBytes_GET_SIZE(z)) || !put_seq(b, L, w->index)
-        || !buf_put(b, L->post_seq, L->post_seq_n))
+        || !buf_put(b, post_seq, post_seq_n))
         return -1;
-    if (L->nrows_text != NULL) {
+    if (nrows_text != NULL) {
         char digits[32];
         Py_ssize_t nd = int_text(w->index, digits);
         digits[nd++] = ',';
-        if (!buf_put(b, digits, nd) || !buf_put(b, L->nrows_text, L->nrows_n) || !buf_put(b, "]}}", 3)) return -1;
+        if (!buf_put(b, digits, nd) || !buf_put(b, nrows_text, nrows_n) || !buf_put(b, "]", 1)) return -1;
+        /* the extension's order: header, columns, row, charsets, values (blob_encode._dml) */
+        if (extras && x->charsets.n
+            && (!buf_put(b, ",\"charsets\":{", 13) || !buf_put(b, x->charsets.p, x->charsets.n) || !buf_put(b, "}", 1)))
+            return -1;
+        if (extras && x->values.n
+            && (!buf_put(b, ",\"values\":{", 11) || !buf_put(b, x->values.p, x->values.n) || !buf_put(b, "}", 1)))
+            return -1;
+        if (!buf_put(b, "}}", 2)) return -1;
     }
     return 1;
 }
@@ -1094,15 +1368,26 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
     L.seq_pad = PyObject_IsTrue(args[5]);
     if (L.seq_pad < 0) goto fail_args;
     if (!check_templates(L.pre, L.post, nimg)) goto fail_args;
-    if (!PyBytes_Check(seq_prefix) || !PyBytes_Check(post_seq) || (nrows_text != Py_None && !PyBytes_Check(nrows_text))) {
-        PyErr_SetString(PyExc_TypeError, "lines(): seq_prefix, post_seq and nrows_text are bytes");
+    PyObject *loud = NULL;
+    if (PyTuple_Check(post_seq) && PyTuple_GET_SIZE(post_seq) == 2) { /* (quiet, loud) */
+        loud = PyTuple_GET_ITEM(post_seq, 1);
+        post_seq = PyTuple_GET_ITEM(post_seq, 0);
+    }
+    if (!PyBytes_Check(seq_prefix) || !PyBytes_Check(post_seq) || (loud != NULL && !PyBytes_Check(loud))
+        || (nrows_text != Py_None && !PyBytes_Check(nrows_text)) || (loud != NULL && nrows_text == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "lines(): seq_prefix, post_seq (or (quiet, loud)) and nrows_text are bytes");
         goto fail_args;
     }
     L.seq_prefix = PyBytes_AS_STRING(seq_prefix);
     L.seq_prefix_n = PyBytes_GET_SIZE(seq_prefix);
     L.post_seq = PyBytes_AS_STRING(post_seq);
     L.post_seq_n = PyBytes_GET_SIZE(post_seq);
-    if (nrows_text != Py_None) {
+    if (loud != NULL) {
+        L.loud_post_seq = PyBytes_AS_STRING(loud);
+        L.loud_post_seq_n = PyBytes_GET_SIZE(loud);
+        L.loud_nrows_text = PyBytes_AS_STRING(nrows_text);
+        L.loud_nrows_n = PyBytes_GET_SIZE(nrows_text);
+    } else if (nrows_text != Py_None) {
         L.nrows_text = PyBytes_AS_STRING(nrows_text);
         L.nrows_n = PyBytes_GET_SIZE(nrows_text);
     }
@@ -1112,6 +1397,7 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *result = NULL, *shards = NULL;
     Py_ssize_t *spans = NULL;
     Buf out = {NULL, 0, 0}, shard = {NULL, 0, 0};
+    Extras x = {{NULL, 0, 0}, {NULL, 0, 0}};
     PyObject *next = NULL; /* ranged: where the rows not written begin, or None at the end */
     int started = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
     if (started < 0) goto done;
@@ -1136,7 +1422,7 @@ static PyObject *Plan_lines(PlanObject *self, PyObject *const *args, Py_ssize_t 
         int has_key = 0;
         out.n = 0;
         shard.n = 0;
-        int rc = write_line(self, &L, &w, count, k, &out, spans, want_keys ? &shard : NULL, &has_key);
+        int rc = write_line(self, &L, &w, count, k, &out, spans, want_keys ? &shard : NULL, &has_key, &x);
         if (rc < 0) goto error;
         if (rc == 0) goto none;
         if (want_keys) {
@@ -1178,6 +1464,8 @@ done:
     Py_XDECREF(shards);
     PyMem_Free(out.p);
     PyMem_Free(shard.p);
+    PyMem_Free(x.charsets.p);
+    PyMem_Free(x.values.p);
     PyMem_Free(spans);
     PyMem_Free(w.datas);
     PyMem_Free(keys);
@@ -1962,7 +2250,7 @@ static int sink_entry(SinkObject *s, const uint8_t *start, const uint8_t *end, c
         Py_ssize_t k = e->dml_type == 1 ? (Py_ssize_t)w.which - 2 : 0;
         int has_key = 0;
         Buf *shard = &s->data[S_SHARD];
-        rc = write_line(t->plan, &L, &w, count, k, &s->data[S_BLOB], spans, shard, &has_key);
+        rc = write_line(t->plan, &L, &w, count, k, &s->data[S_BLOB], spans, shard, &has_key, NULL);
         if (rc <= 0) goto finish;
         if (s->data[S_BLOB].n > SINK_LIMIT) { /* an Entry of over a GiB of lines: Python's */
             rc = 0;
@@ -2111,10 +2399,14 @@ static void Plan_dealloc(PlanObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Plan(columns): columns is a sequence of (name, kind, dataType, lo, hi, charset, fsp, need_bv). */
+/* Plan(columns, lossless=True): columns is a sequence of (name, kind, dataType, lo, hi, charset,
+ * fsp, need_bv); `lossless`: the options' mode (what values the Blob value cannot hold cost). */
 static int Plan_init(PlanObject *self, PyObject *args, PyObject *kwds) {
     PyObject *columns;
-    if (!PyArg_ParseTuple(args, "O:Plan", &columns)) return -1;
+    int lossless = 1;
+    static char *kwlist[] = {"columns", "lossless", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:Plan", kwlist, &columns, &lossless)) return -1;
+    self->lossless = lossless;
     PyObject *seq = PySequence_Fast(columns, "Plan() needs a sequence of column tuples");
     if (seq == NULL) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -2222,6 +2514,47 @@ static PyTypeObject PlanType = {
 
 /* split_items(entries_bytes) -> [bytes of each Entry] in order, or None if the bytes hold anything
  * but well-formed fields (protobuf's own parse then reports the error). */
+/* set_charsets(table): the charsets K_TEXT decodes, as a sequence of (MySQL name in lower case,
+ * mode, codec name, mapping or None, check): mode 0 UTF-8 (checked in C), 1 Python's codec of
+ * that name, 2 a charmap (`mapping`, 256 characters); check: the bytes must come back when the
+ * text is encoded again. Replaces the table; blob_rows.py gives values.CHARSETS once. */
+static PyObject *set_charsets(PyObject *module, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "set_charsets() needs a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_CHARSETS) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "too many charsets");
+        return NULL;
+    }
+    Charset table[MAX_CHARSETS];
+    memset(table, 0, sizeof(table));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *name, *codec;
+        Py_ssize_t name_len, codec_len;
+        PyObject *mapping;
+        Charset *c = &table[i];
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#is#Op:charset", &name, &name_len, &c->mode,
+                              &codec, &codec_len, &mapping, &c->check)
+            || name_len >= 32 || codec_len >= 32 || c->mode < CS_UTF8 || c->mode > CS_CHARMAP
+            || (c->mode == CS_CHARMAP && !PyUnicode_Check(mapping))) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "bad charset %zd", i);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        memcpy(c->name, name, (size_t)name_len);
+        c->name_len = name_len;
+        memcpy(c->codec, codec, (size_t)codec_len);
+        c->mapping = c->mode == CS_CHARMAP ? mapping : NULL;
+    }
+    for (int k = 0; k < NCHARSETS; k++) Py_CLEAR(CHARSETS[k].mapping);
+    for (Py_ssize_t i = 0; i < n; i++) Py_XINCREF(table[i].mapping);
+    memcpy(CHARSETS, table, sizeof(table));
+    NCHARSETS = (int)n;
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
 static PyObject *split_items(PyObject *module, PyObject *arg) {
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
@@ -2260,6 +2593,8 @@ static PyMethodDef module_methods[] = {
      "valid_entries(data) -> True when protobuf parses the bytes as an Entries (False: not sure)"},
     {"table_key", (PyCFunction)table_key, METH_O,
      "table_key(entry_bytes) -> the Sink's table key of a plain DML Entry, or None"},
+    {"set_charsets", (PyCFunction)set_charsets, METH_O,
+     "set_charsets([(name, mode, codec, mapping, check), ...]): the charsets text columns decode in C"},
     {NULL, NULL, 0, NULL},
 };
 

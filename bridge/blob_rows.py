@@ -20,7 +20,8 @@ import base64
 import math
 
 from .errors import ConversionError
-from .values import _DEC_RE, BYTES, DECIMAL_DT, DEFAULT_CHARSET, DT, STRING, Codec, Inexact
+from .values import (_DEC_RE, BYTES, CHARSETS, DECIMAL_DT, DEFAULT_CHARSET, DT, MYSQL_LATIN1, STRING, Codec, Inexact,
+                     charset_codec)
 
 DT_INT8 = DT.INT8
 
@@ -137,24 +138,56 @@ def _native_column(name: str, codec: Codec, utc: bool):
         code, dt, need_bv = _K_UTF8, STRING, True
     elif kind in _K_TEMPORAL and utc and 0 <= ct.fsp <= 6:
         code, dt, fsp = _K_TEMPORAL[kind], STRING, ct.fsp
+    elif kind == "bit" and codec.blob_type == "LONG":  # bit(1..63): INT64 digits, as DTS sends them
+        code, dt = _K_BODIES["long"], DT.INT64
+        lo, hi = ct.int_range
     else:
-        return None  # bit, decimal as DOUBLE, temporal outside UTC: the Python codecs only
+        return None  # bit(64), decimal as DOUBLE, temporal outside UTC: the Python codecs only
     return (name, code, dt, lo, hi, charset, fsp, need_bv)
 
 
-def native_plan(names: list, codecs: list[Codec], utc: bool):
+def native_plan(names: list, codecs: list[Codec], utc: bool, lossless: bool = True):
     """A `_speedups.Plan` for the column set, or None (no C extension, or a column it does not cover).
 
     `Plan.rows(entry_bytes, dml_type)` gives the dataColumn dict of each image the DML type's ops
-    use, row by row (None for an image the Python path must convert), or None for the whole
-    Entry; `Plan.lines` the JSON lines; `Plan.encode` a Blob image as Data on the wire.
+    use, row by row (None for an image the Python path must convert; `(dataColumn, raws, charsets)`
+    for one whose values need the lossless extension), or None for the whole Entry; `Plan.lines`
+    the JSON lines; `Plan.encode` a Blob image as Data on the wire. `lossless`: the options' mode,
+    which decides what a value the Blob value cannot hold exactly costs (docs/decisions.md).
     """
     if not NATIVE:
         return None
     columns = [_native_column(name, codec, utc) for name, codec in zip(names, codecs)]
     if not columns or None in columns:
         return None
-    return speedups.Plan(columns)
+    return speedups.Plan(columns, lossless)
+
+
+# charset table modes of bridge/_speedups.c
+_CS_UTF8, _CS_CODEC, _CS_CHARMAP = 0, 1, 2
+
+
+def charset_table() -> list[tuple]:
+    """values.CHARSETS as `_speedups.set_charsets` takes it: (name, mode, codec, mapping, check) for
+    every charset with a text codec, "" (none on the wire) included; `binary` has none, so its text
+    values stay with Python."""
+    latin1 = MYSQL_LATIN1.decode(bytes(range(256)))[0]  # the decoding table itself
+    out = []
+    for name, codec in CHARSETS.items():
+        if codec is None:
+            continue  # binary
+        check = charset_codec(name)[2]
+        if codec == "utf-8":
+            out.append((name, _CS_UTF8, codec, None, check))
+        elif codec == "mysql-latin1":
+            out.append((name, _CS_CHARMAP, codec, latin1, check))
+        else:
+            out.append((name, _CS_CODEC, codec, None, check))
+    return out
+
+
+if NATIVE:
+    speedups.set_charsets(charset_table())
 
 
 def known_fields(data: bytes, message: str = "Entry") -> bool:
