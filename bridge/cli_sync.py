@@ -36,23 +36,10 @@ def _check_routing_flags(args) -> None:
 def _sinks(args, writer, policy, source: str, options, letters, tally):
     """(sink, gate) for --to blob|tuple with routing, the table-error policy and dead letters."""
     from . import sync
-    from .cli_tuple import tuple_converter
-    tables = None
-    if args.on_table_error is not None:
-        tables = sync.TableErrors(args.on_table_error, letters, source, tally)
-        if args.on_table_error != "halt-all":
-            writer.on_refused = tables.record
-    routing = sync.Routing(getattr(args, "include", None), getattr(args, "exclude", None))
-    common = dict(tables=tables, oversized=args.oversized, letters=letters)
-    if args.to == "blob":
-        gate = sync.EntryGate(sync.blob_converter(options), lambda: tuple([] for _ in range(sync.BLOB_COLUMNS)),
-                              routing, tables)
-        sink = sync.BlobSink(writer, args.datahub_topic, source, policy, gate=gate, **common)
-    else:
-        gate = sync.EntryGate(tuple_converter(options, None), list, routing, tables)
-        sink = sync.TupleSink(writer, args.datahub_topic, source, policy, gate=gate,
-                              schema_change=args.schema_change or "evolve", **common)
-    return sink, gate
+    return sync.make_sink(args.to, writer, args.datahub_topic, source, policy, options,
+                          include=getattr(args, "include", None), exclude=getattr(args, "exclude", None),
+                          on_table_error=args.on_table_error, schema_change=args.schema_change,
+                          oversized=args.oversized, letters=letters)
 
 
 def cmd_sync(args: argparse.Namespace) -> int:

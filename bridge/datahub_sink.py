@@ -314,15 +314,52 @@ class DataHubWriter:
         landed (records built on the old RecordSchema go first), and read its RecordSchema again."""
         from datahub.models import FieldType
         self.flush()
-        have = {f.name for f in self.topic(name).schema.field_list}
+        # read afresh: another writer (a Spark task of another Kafka partition) may have appended them
+        have = {f.name for f in self._refresh_schema(self.topic(name)).field_list}
         for field, kind in fields:
             if field in have:
                 continue
-            self._call(lambda: self.client.append_field(self.project, name, field, FieldType(kind.lower())),
-                       "AppendField")
-        info = self._call(lambda: self.client.get_topic(self.project, name), "GetTopic")
+            try:
+                self._call(lambda: self.client.append_field(self.project, name, field, FieldType(kind.lower())),
+                           "AppendField")
+            except DataHubError:
+                # appended by another writer in between: done, if with the same type
+                now = {f.name: str(getattr(f.type, "value", f.type)).upper()
+                       for f in self._refresh_schema(self.topic(name)).field_list}
+                if now.get(field) != kind.upper():
+                    raise
+        self._refresh_schema(self.topic(name))
+
+    def _refresh_schema(self, topic: _Topic):
+        """The Tuple topic's RecordSchema read again (fields other writers appended)."""
+        info = self._call(lambda: self.client.get_topic(self.project, topic.name), "GetTopic")
         with self._cv:
-            self._topics[name].schema = info.record_schema
+            topic.schema = info.record_schema
+        return topic.schema
+
+    def _caught_up(self, topic: _Topic, batch: list[_Pending]) -> bool:
+        """A Tuple request refused as malformed: when another writer appended fields since its
+        records were built (their values one per old field), the records take NULLs for the new
+        fields and go again (True); else (False) the refusal stands."""
+        if topic.kind != "TUPLE":
+            return False
+        from datahub.models import TupleRecord
+        schema = self._refresh_schema(topic)
+        fields = schema.field_list
+        old = [r.record.values for r in batch]
+        names = [f.name for f in fields]
+        grew = [len(v) < len(fields) for v in old]
+        if not any(grew):
+            return False
+        for item, values in zip(batch, old):
+            before = item.record.field_list
+            if [f.name for f in before] != names[:len(before)]:
+                return False  # not an append: leave the refusal to the caller
+            record = TupleRecord(schema=schema, values=list(values) + [None] * (len(fields) - len(values)))
+            for key, value in (item.record.attributes or {}).items():
+                record.put_attribute(key, value)
+            item.record = record
+        return True
 
     def _create(self, name: str, record_schema: dict | None):
         from datahub.models import RecordSchema
@@ -580,6 +617,9 @@ class DataHubWriter:
                     self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
                                   records=len(batch), seconds=time.monotonic() - started, outcome=code)
                     return "reshard"
+                if status < 500 and code in _MALFORMED_CODES and self._caught_up(topic, batch):
+                    records = [p.record for p in batch]
+                    continue
                 if status < 500 and self.on_refused is not None and code in _MALFORMED_CODES:
                     self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
                                   records=len(batch), seconds=time.monotonic() - started, outcome=code)

@@ -28,7 +28,7 @@ import orjson
 
 from .errors import BridgeError
 
-__all__ = ["DeadLetters", "DeadLetterOffsets", "read_dead_letters", "letter_position", "STATE_SUFFIX"]
+__all__ = ["DeadLetters", "DeadLetterOffsets", "read_dead_letters", "letter_position", "letter_line", "STATE_SUFFIX"]
 
 STATE_SUFFIX = ".state.json"
 
@@ -37,6 +37,14 @@ def letter_position(letter: dict) -> str:
     """"partition:offset:entry[:row]" of a dead letter."""
     base = f"{letter['partition']}:{letter['offset']}:{letter['entry']}"
     return base if letter.get("row") is None else f"{base}:{letter['row']}"
+
+
+def letter_line(*, entry_bytes: bytes, source: str, partition: int, offset: int, entry: int, row: int | None,
+                table: str, error: str, datahub_topic: str | None) -> bytes:
+    """One dead letter as JSON (a line of the file, a record of a DataHub dead-letter topic)."""
+    return orjson.dumps({"entry_base64": base64.b64encode(entry_bytes).decode("ascii"), "source": source,
+                         "partition": partition, "offset": offset, "entry": entry, "row": row, "table": table,
+                         "datahub_topic": datahub_topic, "error": error})
 
 
 class DeadLetters:
@@ -87,11 +95,8 @@ class DeadLetters:
             replace_json(self.state_path, self._doc())
         return dict(self.offsets)
 
-    def write(self, *, entry_bytes: bytes, source: str, partition: int, offset: int, entry: int,
-              row: int | None, table: str, error: str, datahub_topic: str | None) -> None:
-        line = orjson.dumps({"entry_base64": base64.b64encode(entry_bytes).decode("ascii"), "source": source,
-                             "partition": partition, "offset": offset, "entry": entry, "row": row, "table": table,
-                             "datahub_topic": datahub_topic, "error": error}) + b"\n"
+    def write(self, **letter) -> None:
+        line = letter_line(**letter) + b"\n"
         with self._lock:
             self._fh.write(line)
             self.written += 1

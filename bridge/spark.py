@@ -26,6 +26,7 @@ import sys
 from . import subscribe_pb2 as pb
 from .errors import OptionsError
 from .options import DEFAULT_OPTIONS, Options
+from ._spark_tables import _DtsToEntries, entries_schema
 from ._spark_streaming import DEFAULT_MAX_OPEN_OFFSETS, PROVIDER_CONF, ROCKSDB
 from ._spark_jobs import (BLOB_COLUMNS, BLOB_SCHEMA, DTS_COLUMNS, DTS_SCHEMA, FIELD_TYPES_OF_SPARK,
                           KAFKA_SCHEMA, KEYS, MODES, POSITION_COLUMNS, SparkTally, _BlobToDts, _ColumnSets,
@@ -33,7 +34,7 @@ from ._spark_jobs import (BLOB_COLUMNS, BLOB_SCHEMA, DTS_COLUMNS, DTS_SCHEMA, FI
                           _policy_name, _tuple_fields, _tuple_output, _unpack_columns, _with_error)
 
 __all__ = [
-    "dts_to_blob", "blob_to_dts", "dts_to_tuple", "tuple_to_dts", "table_columns",
+    "dts_to_blob", "blob_to_dts", "dts_to_tuple", "tuple_to_dts", "table_columns", "dts_entries", "entries_schema",
     "dts_to_blob_batches", "blob_to_dts_batches", "dts_to_tuple_batches", "tuple_to_dts_batches",
     "KAFKA_SCHEMA", "BLOB_SCHEMA", "DTS_SCHEMA", "blob_schema", "dts_schema", "tuple_schema",
     "kafka_order", "record_schema_of",
@@ -123,6 +124,23 @@ def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
                           max_open_offsets, max_open_seconds)
     fn = dts_to_blob_batches(options, mode, tally=tally, arrow=True)
     return _dts_input(df, ordered).mapInArrow(fn, blob_schema(mode))
+
+
+def dts_entries(df, mode: str = "FAILFAST", *, tally: SparkTally | None = None, ordered: bool = False,
+                max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None):
+    """Kafka-shaped DTS DataFrame -> one row per complete Entry (`entries_schema(mode)`): topic,
+    partition, offset (the first segment of its Entries), entry (its index there) and `dts`, the
+    Entry's bytes. Every Entry of every table and type, in stream order per Kafka partition: the
+    input of `format("datahub")` for a whole database (docs/spark.md, "A whole database"), where
+    each task converts the Entries as `dts-bridge sync` does, whatever DDL changes mid-stream.
+    Reassembly, `ordered`, the streaming state and its limits are those of `dts_to_blob`.
+    """
+    _policy_name(mode)
+    if df.isStreaming:
+        return _streaming(df, lambda: _DtsToEntries(mode), entries_schema(mode), tally, max_open_offsets,
+                          max_open_seconds)
+    fn = _batch_function(lambda: _DtsToEntries(mode), True, tally)
+    return _dts_input(df, ordered).mapInArrow(fn, entries_schema(mode))
 
 
 def tuple_schema(schema, columns=None, mode: str = "FAILFAST", positions: bool = False) -> str:

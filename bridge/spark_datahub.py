@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .datahub_sink import DataHubError, DataHubWriter, Position, make_client, tuple_shard_key
 from .errors import BridgeError, ConversionError, OptionsError
-from .sync import topic_name
+from .sync import SCHEMA_CHANGE_POLICIES, TABLE_ERROR_POLICIES, topic_name
 
 __all__ = ["register", "NAME", "OPTIONS", "SinkConfig", "parse_options", "configure", "write_batches",
            "BATCH_ID_PROPERTY"]  # DataHubDataSource too, built on first access (needs pyspark)
@@ -95,6 +95,13 @@ def _names(key: str, value: str) -> tuple[str, ...]:
     return names
 
 
+def _patterns(key: str, value: str) -> tuple[str, ...]:
+    patterns = tuple(p.strip() for p in str(value).split(",") if p.strip())
+    if not patterns:
+        raise OptionsError(f"option {key!r} must give at least one db.table pattern", value=value)
+    return patterns
+
+
 def _table(key: str, value: str) -> str:
     db, dot, table = str(value).partition(".")
     if not dot or not db or not table:
@@ -136,7 +143,23 @@ OPTIONS = (
                                             "write only what did not land (streaming: the micro-batch id)"),
     Option("commitLog", _text, None, "a file on the driver: one JSON line of counts per committed or "
                                      "aborted job / micro-batch"),
+    # a whole database: rows of dts_entries, converted in the task as dts-bridge sync converts them
+    Option("to", _one_of("blob", "tuple"), "blob", "dts_entries rows: blob (topic names one topic, or one per "
+                                                   "database with {db}) or tuple (topic is a template with {table})"),
+    Option("include", _patterns, None, "dts_entries rows: only tables whose db.table matches one of these "
+                                       "comma-separated shell patterns"),
+    Option("exclude", _patterns, None, "dts_entries rows: leave out tables whose db.table matches"),
+    Option("schemaChange", _one_of(*SCHEMA_CHANGE_POLICIES), "evolve",
+           "dts_entries rows to Tuple: a row whose columns differ from its topic's (DDL): evolve, lenient, ignore, "
+           "fail (as dts-bridge sync --schema-change)"),
+    Option("onTableError", _one_of(*TABLE_ERROR_POLICIES), "halt-all",
+           "dts_entries rows: an Entry that cannot be converted or a record DataHub refuses: dlq, halt-table, "
+           "halt-all (the task fails)"),
+    Option("oversized", _one_of("fail", "dlq"), "fail", "dts_entries rows: a record over DataHub's limits"),
+    Option("deadLetters", _text, None, "dts_entries rows: the DataHub Blob topic of dead letters (needed by "
+                                       "onTableError dlq|halt-table and oversized dlq)"),
 )
+_ENTRY_OPTIONS = ("to", "include", "exclude", "schemaChange", "onTableError", "oversized", "deadLetters")
 _BY_KEY = {o.key.lower(): o for o in OPTIONS}
 
 
@@ -167,7 +190,7 @@ class SinkConfig:
     """Everything a task needs: the parsed options and the input's shape (plain data, pickled to
     the executors)."""
     options: dict
-    kind: str                          # BLOB or TUPLE
+    kind: str                          # BLOB, TUPLE or ENTRIES (rows of dts_entries: a whole database)
     fields: tuple = ()                 # TUPLE: ((name, DataHub field type), ...) in column order
     timestamps: tuple = ()             # TUPLE: the fields held as Spark timestamps
     rows_name_tables: bool = False     # TUPLE: db / table columns give each row's table
@@ -202,6 +225,13 @@ def configure(options, columns: Iterable[tuple[str, str]], *, streaming: bool, o
                            "mode('append') / outputMode('append')")
     if streaming and opts["epoch"] is not None:
         raise OptionsError("option 'epoch' is for batch writes; a streaming write uses the micro-batch id")
+    if "dts" in names:
+        return _configure_entries(opts, dict(columns), options)
+    given = {str(k).lower() for k in dict(options)}
+    for key in _ENTRY_OPTIONS:
+        if key.lower() in given:
+            raise OptionsError(f"option {key!r} is for rows of dts_entries (a whole database); these rows are "
+                               "dts_to_blob's or dts_to_tuple's")
     missing = [p for p in _POSITIONS if p not in names]
     if missing:
         raise OptionsError(f"the {NAME} sink needs the position columns {', '.join(_POSITIONS)} (dts_to_blob "
@@ -234,6 +264,39 @@ def configure(options, columns: Iterable[tuple[str, str]], *, streaming: bool, o
         raise OptionsError("option 'keyColumns' names columns the rows do not have", value=unknown)
     timestamps = tuple(n for n, t in fields if t == "TIMESTAMP")
     return SinkConfig(opts, "TUPLE", fields, timestamps, rows_name_tables, epoch)
+
+
+def _configure_entries(opts: dict, columns: dict, given) -> SinkConfig:
+    """Rows of dts_entries: the whole-database mode, its options checked as dts-bridge sync checks its flags."""
+    from ._spark_tables import ENTRY_COLUMNS
+    wrong = [f"{n} {columns.get(n)}" for n, t in ENTRY_COLUMNS if columns.get(n) != t and (n, t) != ("topic", "string")]
+    if wrong:
+        raise OptionsError(f"rows with a dts column are dts_entries rows: they need "
+                           f"{', '.join(f'{n} {t}' for n, t in ENTRY_COLUMNS)}", value=wrong)
+    if opts["source"] is None and columns.get("topic") != "string":
+        raise OptionsError("column 'topic' must be a string (the Kafka topic), or set option 'source'")
+    for key in ("keyColumns", "table"):
+        if opts[key] is not None:
+            raise OptionsError(f"option {key!r} is for dts_to_tuple rows; dts_entries rows are keyed and named as "
+                               "dts-bridge sync keys and names them")
+    template = opts["topic"]
+    if opts["to"] == "tuple" and "{table}" not in template:
+        raise OptionsError("option 'to' tuple writes one topic per table: option 'topic' needs {table} "
+                           "(e.g. '{db}_{table}')", value=template)
+    if opts["to"] == "blob" and "{table}" in template:
+        raise OptionsError("option 'to' blob writes one topic, or one per database ({db}): option 'topic' takes "
+                           "no {table}", value=template)
+    given = {str(k).lower() for k in dict(given)}
+    if opts["to"] == "blob" and "schemachange" in given and opts["schemaChange"] != "evolve":
+        raise OptionsError("option 'schemaChange' is for option 'to' tuple (Blob topics carry DDL messages as "
+                           "they come)", value=opts["schemaChange"])
+    letters = opts["onTableError"] in ("dlq", "halt-table") or opts["oversized"] == "dlq"
+    if letters and not opts["deadLetters"]:
+        raise OptionsError("options onTableError dlq|halt-table and oversized dlq write dead letters: set option "
+                           "'deadLetters' (a DataHub Blob topic)")
+    if opts["deadLetters"] and "{" in opts["deadLetters"]:
+        raise OptionsError("option 'deadLetters' names one DataHub Blob topic", value=opts["deadLetters"])
+    return SinkConfig(opts, "ENTRIES", epoch=opts["epoch"])
 
 
 # ---- the task side ------------------------------------------------------------------------------
@@ -360,7 +423,11 @@ def write_batches(config: SinkConfig, batches: Iterable, epoch: int | None = Non
     flushed; returns the counts. `epoch` (the micro-batch id, or the batch option) makes a rerun
     with the same rows write only what did not land. Records not acknowledged when this raises
     are abandoned (the replay sends them again)."""
-    task = _Task(config, epoch, client_for)
+    if config.kind == "ENTRIES":
+        from ._spark_tables import TablesTask
+        task = TablesTask(config, epoch, client_for)
+    else:
+        task = _Task(config, epoch, client_for)
     try:
         for batch in batches:
             task.put_batch(batch)
@@ -373,7 +440,8 @@ def write_batches(config: SinkConfig, batches: Iterable, epoch: int | None = Non
 
 # ---- the driver side ----------------------------------------------------------------------------
 
-_COUNTED = ("rows", "written", "skipped", "rejected", "requests", "retries", "throttled", "resplits")
+_COUNTED = ("rows", "written", "skipped", "rejected", "requests", "retries", "throttled", "resplits",
+            "dead_letters", "converted", "not_emitted")
 
 
 def summarize(reports: list[dict | None], batch_id: int | None, outcome: str) -> dict:
@@ -385,6 +453,10 @@ def summarize(reports: list[dict | None], batch_id: int | None, outcome: str) ->
     for name in _COUNTED:
         out[name] = sum(r.get(name, 0) for r in done)
     out["offsets"] = {k: v for r in done for k, v in sorted(r.get("offsets", {}).items())}
+    if any("halted" in r for r in done):  # the whole-database mode's facts
+        out["halted"] = {k: v for r in done for k, v in sorted(r.get("halted", {}).items())}
+        out["evolved"] = [e for r in done for e in r.get("evolved", [])]
+        out["ignored"] = {k: v for r in done for k, v in sorted(r.get("ignored", {}).items())}
     return out
 
 

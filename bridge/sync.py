@@ -25,7 +25,7 @@ from .errors import BridgeError, ConversionError
 from .options import Options
 
 __all__ = ["BlobSink", "TupleSink", "Routing", "TableErrors", "EntryGate", "topic_name", "blob_converter", "run",
-           "replay", "TopicNameCollision", "SchemaChangeError", "SCHEMA_CHANGE_POLICIES", "TABLE_ERROR_POLICIES",
+           "replay", "make_sink", "deliver", "TopicNameCollision", "SchemaChangeError", "SCHEMA_CHANGE_POLICIES", "TABLE_ERROR_POLICIES",
            "REPLAY_SUFFIX"]
 
 _TOPIC_BAD = re.compile(r"[^a-z0-9_]+")
@@ -446,6 +446,39 @@ class TupleSink(_Sink):
             self.writer.append_fields(topic, append)
             self.evolved.append((topic, [n for n, _ in append], dict(where)))
         return row
+
+
+def make_sink(to: str, writer: DataHubWriter, template: str, source: str, policy, options: Options, *,
+              include=(), exclude=(), on_table_error: str | None = None, schema_change: str | None = None,
+              oversized: str = "fail", letters=None):
+    """(sink, gate) of one pipeline, as every face builds it (`dts-bridge sync` and `replay`, the
+    Spark `datahub` sink given whole Entries): `to` blob|tuple, the topic `template`, routing by
+    `include` / `exclude`, the table-error policy (refused records go to it through the writer's
+    `on_refused`), the schema-change policy (Tuple) and the oversized policy; `letters` is the
+    dead-letter sink (`deadletters.DeadLetters`, or anything with its write/sync/halted)."""
+    tables = None
+    if on_table_error is not None:
+        tables = TableErrors(on_table_error, letters, source, policy.tally)
+        if on_table_error != "halt-all":
+            writer.on_refused = tables.record
+    routing = Routing(include, exclude)
+    common = dict(tables=tables, oversized=oversized, letters=letters)
+    if to == "blob":
+        gate = EntryGate(blob_converter(options), lambda: tuple([] for _ in range(BLOB_COLUMNS)), routing, tables)
+        return BlobSink(writer, template, source, policy, gate=gate, **common), gate
+    from .cli_tuple import tuple_converter
+    gate = EntryGate(tuple_converter(options, None), list, routing, tables)
+    return TupleSink(writer, template, source, policy, gate=gate, schema_change=schema_change or "evolve",
+                     **common), gate
+
+
+def deliver(entries, sink: _Sink, gate: EntryGate, policy) -> None:
+    """(where, Entry, its bytes or None) in stream order through the gate into the sink, each
+    Entry's outputs whole (what `kafka.consume` does with `size`); `sink.sync()` is the caller's."""
+    from .stream import entries_to_outputs
+    for where, outputs in entries_to_outputs(entries, gate, policy, size=sink.size):
+        if outputs is not None:
+            sink.write(where, outputs)
 
 
 # How far DataHub's clock may be behind this machine's: the tail scan reads back this much further.
