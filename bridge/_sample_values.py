@@ -21,7 +21,8 @@ from typing import Callable
 
 from . import subscribe_pb2 as pb
 
-__all__ = ["NULL", "NA", "CHARSET_CODECS", "ColumnType", "encode_value", "mysql_json", "wkb_point",
+__all__ = ["NULL", "NULL_ON_WIRE", "NA", "CHARSET_CODECS", "wire_bytes", "REAL_ORDERS", "REAL_SUPPLIERS",
+           "realistic_rows", "realistic_entries", "ColumnType", "encode_value", "mysql_json", "wkb_point",
            "wkb_polygon", "RowContext", "serial", "one_of", "integer", "real", "decimal", "words",
            "raw_bytes", "moment", "clock", "json_doc", "nullable", "Col", "Table", "FULL", "MINIMAL",
            "Change", "insert", "update", "delete", "ALL_TYPES_EDGE_ROWS", "CHARSET_EDGE_ROWS", "TEXTS"]
@@ -37,6 +38,35 @@ class _Absent:
 
 
 NA = _Absent()
+
+
+class _NilOnWire:
+    """SQL NULL with `dataType: NIL` written out on the wire (`08 00`), as a producer that writes
+    default values sends it; plain NULL is an empty Data (no bytes). Both parse to the same Data."""
+
+    def __repr__(self) -> str:
+        return "NIL"
+
+
+NULL_ON_WIRE = _NilOnWire()
+_NIL_MARK = 127  # stands for NULL_ON_WIRE in a generated Entry until `wire_bytes` writes it
+
+
+def wire_bytes(entry: pb.Entry) -> bytes:
+    """The Entry's bytes as the producer writes them: each NULL_ON_WIRE Data as `08 00` (protobuf
+    itself would write nothing for NIL). Row images are fields 1 and 2 of RowChange."""
+    raw = entry.SerializeToString()
+    marks = sum(d.dataType == _NIL_MARK for row in entry.event.dmlEvent.rows
+                for d in (*row.oldColumns, *row.newColumns))
+    if not marks:
+        return raw
+    out = raw
+    for tag in (b"\x0a", b"\x12"):
+        out = out.replace(tag + b"\x02\x08\x7f", tag + b"\x02\x08\x00")
+    # a generated value holding the mark's bytes would be rewritten too: fail loudly, never silently
+    if out.count(b"\x02\x08\x00") - raw.count(b"\x02\x08\x00") != marks:
+        raise ValueError(f"seqId {entry.header.seqId}: NULL_ON_WIRE marks do not match the bytes")
+    return out
 
 # MySQL charset name -> Python codec; MySQL's "latin1" is really Windows-1252.
 CHARSET_CODECS = {"utf8mb4": "utf-8", "utf8": "utf-8", "utf8mb3": "utf-8", "latin1": "cp1252",
@@ -133,7 +163,8 @@ def _temporal(t: ColumnType, value, charset: str) -> pb.Data:
     found = _TEMPORAL[t.family].fullmatch(value)
     fsp = t.args[0] if t.args else 0
     _check(bool(found) and len(found.group(1) or "") == fsp, t, value, f"needs {fsp} fractional digits")
-    return pb.Data(dataType=pb.STRING, bv=value.encode("ascii"))
+    # whether DTS names a charset on temporal text is not documented: a column may say one (Col.charset)
+    return pb.Data(dataType=pb.STRING, charset=charset, bv=value.encode("ascii"))
 
 
 def _bytes(t: ColumnType, value, charset: str) -> pb.Data:
@@ -160,6 +191,8 @@ def encode_value(original_type: str, charset: str, value) -> pb.Data:
     """
     if value is NULL:
         return pb.Data(dataType=pb.NIL)
+    if value is NULL_ON_WIRE:
+        return pb.Data(dataType=_NIL_MARK)
     if value is NA:
         return pb.Data(dataType=pb.NA)
     t = ColumnType(original_type)
@@ -262,8 +295,11 @@ def json_doc(make: Callable[[RowContext], object]) -> Gen:
     return lambda c: mysql_json(make(c))
 
 
-def nullable(gen: Gen, p: float = 0.25) -> Gen:
-    return lambda c: NULL if c.rng.random() < p else gen(c)
+def nullable(gen: Gen, p: float = 0.25, nulls: tuple = (NULL,)) -> Gen:
+    """NULL with probability p (one of `nulls`: NULL, NULL_ON_WIRE), else the generator's value."""
+    if len(nulls) == 1:  # no second draw: the committed streams keep their random sequence
+        return lambda c: nulls[0] if c.rng.random() < p else gen(c)
+    return lambda c: c.rng.choice(nulls) if c.rng.random() < p else gen(c)
 
 
 # ---- columns and tables --------------------------------------------------------------------------
@@ -276,7 +312,7 @@ class Col:
     type: str               # Column.originalType, as MySQL 5.7 prints it
     gen: Gen
     key: bool = False
-    charset: str = ""       # text columns only; empty means the table's charset
+    charset: str = ""       # text: empty means the table's charset; temporal: the charset DTS names, if any
 
 
 @dataclass(frozen=True)
@@ -293,7 +329,10 @@ class Table:
         return any(c.key for c in self.cols)
 
     def charset_of(self, col: Col) -> str:
-        return (col.charset or self.charset) if ColumnType(col.type).family in TEXT_FAMILIES else ""
+        family = ColumnType(col.type).family
+        if family in TEXT_FAMILIES:
+            return col.charset or self.charset
+        return col.charset if family in _TEMPORAL else ""
 
     def columns(self) -> list[pb.Column]:
         return [pb.Column(name=c.name, originalType=c.type, isKey=c.key) for c in self.cols]
@@ -308,7 +347,8 @@ class Table:
     def create_sql(self) -> str:
         lines = []
         for c in self.cols:
-            charset = f" CHARACTER SET {c.charset}" if c.charset and c.charset != self.charset else ""
+            text = ColumnType(c.type).family in TEXT_FAMILIES
+            charset = f" CHARACTER SET {c.charset}" if text and c.charset and c.charset != self.charset else ""
             lines.append(f"  `{c.name}` {c.type}{charset}{' NOT NULL' if c.key else ''}")
         if self.has_key:
             lines.append(f"  PRIMARY KEY ({','.join(f'`{c.name}`' for c in self.cols if c.key)})")
@@ -432,3 +472,88 @@ CHARSET_EDGE_ROWS: list[dict] = [
     {"id": 2, **{f"c_{cs}": "" for cs in TEXTS}, "c_gbk_char": "", "c_latin1_text": ""},
     {"id": 3},
 ]
+
+
+# ---- the shapes a real subscription carries (issue 18) ---------------------------------------------
+# What Tencent's documentation and public consumers show DTS sending, one column per shape: text as
+# STRING with charset utf8/utf8mb4/gbk/latin1 in `bv`; temporals as STRING, with a charset and
+# without; TIMESTAMP as "... +00:00"; DATETIME(6); NULL as an empty Data and as NIL written out;
+# numbers in `sv` ("1" for a double); BIT and YEAR as integers; JSON/BLOB/GEOMETRY as BYTES; zero dates.
+
+_BUYERS = ("王伟", "李芳 🌸", "Zoë Müller", "José García", "Nguyễn Văn A", "O'Brien")
+_SUPPLIERS = ("华东供应链有限公司", "深圳市电子元件厂", "北京图书批发", "广州服装（集团）")
+
+
+def _zero_or(gen: Gen, p: float, zero: str) -> Gen:
+    """MySQL's zero date with probability p (legal with the default sql_mode of 5.x), else gen's value."""
+    return lambda c: zero if c.rng.random() < p else gen(c)
+
+
+REAL_ORDERS = Table("mall", "orders", (
+    Col("id", "bigint(20) unsigned", serial(880001), key=True),
+    Col("buyer", "varchar(64)", one_of(*_BUYERS)),                                     # utf8mb4 (the table's)
+    Col("city", "varchar(32)", one_of("Zürich", "北京", "São Paulo", "Kraków"), charset="utf8"),
+    Col("supplier", "varchar(64)", one_of(*_SUPPLIERS), charset="gbk"),
+    Col("note", "varchar(255)", nullable(one_of("€ 5 off", "naïve café", "Œuvre – “quoted”"), 0.3,
+                                         (NULL, NULL_ON_WIRE)), charset="latin1"),
+    Col("amount", "decimal(12,2)", decimal(1, 9999, 2)),
+    Col("weight", "double", one_of("1", "2.5", "0.125", "12")),               # "1" for 1.0, as DTS writes it
+    Col("qty", "int(11)", integer(1, 50)),
+    Col("flags", "bit(8)", integer(0, 255)),
+    Col("model_year", "year(4)", integer(1990, 2021)),
+    Col("ordered_on", "date", moment("date", within=30 * 86400), charset="utf8mb4"),
+    Col("created_at", "datetime", moment("datetime", within=600), charset="utf8mb4"),
+    Col("paid_at", "datetime(6)", nullable(moment("datetime", 6, within=600), 0.2, (NULL, NULL_ON_WIRE))),
+    Col("updated_at", "timestamp", moment("timestamp"), charset="binary"),
+    Col("synced_at", "timestamp(3)", moment("timestamp", 3)),
+    Col("shipped_on", "date", _zero_or(moment("date", within=86400), 0.4, "0000-00-00")),
+    Col("closed_at", "datetime", _zero_or(moment("datetime", within=86400), 0.3, "0000-00-00 00:00:00")),
+    Col("attrs", "json", json_doc(lambda c: {"gift": c.rng.random() < 0.3, "tags": ["促销", "vip"][:c.n % 3]})),
+    Col("receipt", "blob", nullable(raw_bytes(4, 24), 0.3, (NULL, NULL_ON_WIRE))),
+    Col("location", "geometry", lambda c: wkb_point(c.rng.randint(73, 135) + 0.5, c.rng.randint(18, 53) + 0.25, 4326)),
+))
+
+REAL_SUPPLIERS = Table("mall", "suppliers", (   # a gbk table: every text column gbk
+    Col("id", "int(11)", serial(1), key=True),
+    Col("name", "varchar(64)", one_of(*_SUPPLIERS)),
+    Col("contact", "varchar(32)", one_of("张经理", "李女士", "陈先生")),
+    Col("address", "varchar(128)", one_of("上海市浦东新区世纪大道100号", "广东省深圳市南山区科技园")),
+    Col("rating", "decimal(3,1)", decimal(0, 5, 1)),
+    Col("joined_on", "date", _zero_or(moment("date", within=10 ** 8), 0.25, "0000-00-00")),
+), charset="gbk")
+
+# Header properties a producer may tag Entries with; the keys are the generator's (DTS documents none).
+REAL_PROPERTIES = (("subscribe_id", "subs-7x9k2m"), ("region", "ap-guangzhou"))
+
+
+def realistic_rows(count: int, seed: int = 0, table: Table = REAL_ORDERS, now: int = 1621236162):
+    """`count` rows of `table` (default: REAL_ORDERS, one column per documented shape) in the forms
+    `Table.encode` takes; deterministic for a seed."""
+    rng = random.Random(seed)
+    for n in range(1, count + 1):
+        ctx = RowContext(rng, n, now + n // 10, 0)
+        yield {c.name: c.gen(ctx) for c in table.cols}
+
+
+def realistic_entries(count: int, seed: int = 0, rows_per_entry: int = 1, table: Table = REAL_ORDERS,
+                      properties: tuple = REAL_PROPERTIES) -> list[bytes]:
+    """The wire bytes of `count` INSERT Entries of `table`, `rows_per_entry` rows each, as DTS writes
+    them (header properties, NULLs both ways, the shapes of REAL_ORDERS): the benchmarks' realistic
+    mix. Parse one with `pb.Entry.FromString`; `samples/realistic.pb` holds the same shapes.
+
+    >>> [len(pb.Entry.FromString(raw).event.dmlEvent.rows) for raw in realistic_entries(2, rows_per_entry=3)]
+    [3, 3]
+    """
+    rows = realistic_rows(count * rows_per_entry, seed, table)
+    out = []
+    for seq in range(1, count + 1):
+        header = pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1621236162 + seq // 10,
+                           serverId=3306101, fileName="mysql-bin.000031", position=4 + 512 * seq,
+                           gtid=f"7d2c4e1a-3b9f-11ec-9a41-5254006a1c2f:{seq}", schemaName=table.schema,
+                           tableName=table.name, seqId=seq, isLast=True,
+                           properties=[pb.KVPair(key=k, value=v) for k, v in properties])
+        event = pb.DMLEvent(dmlEventType=pb.INSERT, columns=table.columns())
+        for _ in range(rows_per_entry):
+            event.rows.add(newColumns=table.encode(next(rows)))
+        out.append(wire_bytes(pb.Entry(header=header, event=pb.Event(dmlEvent=event))))
+    return out

@@ -395,7 +395,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     progress.clear()
     report = _merge(tally, second) if "dts" not in (src_side, dst_side) else tally
     sys.stdout.flush()
-    print(f"{label}: {report.summary()}{written}", file=sys.stderr)
+    print(f"{label}: {report.summary(written)}", file=sys.stderr)
     return 1 if report.rejected else 0
 
 

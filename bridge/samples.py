@@ -8,7 +8,7 @@ same on every run (the tests compare them with the committed files in `samples/`
 
 >>> streams = build_sample_entries()
 >>> sorted(streams)
-['large', 'mariadb', 'mixed', 'types']
+['large', 'mariadb', 'mixed', 'realistic', 'types']
 >>> streams["mixed"][0].event.ddlEvent.sql
 'CREATE DATABASE IF NOT EXISTS `shop` DEFAULT CHARACTER SET utf8mb4'
 """
@@ -20,15 +20,16 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from . import subscribe_pb2 as pb
-from ._sample_values import (ALL_TYPES_EDGE_ROWS, CHARSET_EDGE_ROWS, MINIMAL, NA, NULL, TEXTS, Change,
-                             Col, RowContext, Table, clock, decimal, delete, insert, integer, json_doc, moment,
-                             nullable, one_of, raw_bytes, real, serial, update, words, wkb_point)
+from ._sample_values import (ALL_TYPES_EDGE_ROWS, CHARSET_EDGE_ROWS, MINIMAL, NA, NULL, NULL_ON_WIRE,
+                             REAL_ORDERS, REAL_PROPERTIES, REAL_SUPPLIERS, TEXTS, Change, Col, RowContext, Table,
+                             clock, decimal, delete, insert, integer, json_doc, moment, nullable, one_of, raw_bytes,
+                             real, serial, update, wire_bytes, words, wkb_point)
 from ._wire import Assembled, Reassembler, pack_entries, write_dts_json, write_pb
 
-__all__ = ["build_sample_entries", "write_samples", "stream_summary", "STREAM_MESSAGE_BYTES"]
+__all__ = ["build_sample_entries", "build_sample_wire", "write_samples", "stream_summary", "STREAM_MESSAGE_BYTES"]
 
 # Kafka message size per stream: "large" uses a small limit so that big Entries get split.
-STREAM_MESSAGE_BYTES = {"mixed": 16384, "types": 16384, "mariadb": 16384, "large": 4096}
+STREAM_MESSAGE_BYTES = {"mixed": 16384, "types": 16384, "mariadb": 16384, "large": 4096, "realistic": 16384}
 
 # ---- tables as data ------------------------------------------------------------------------------
 
@@ -196,6 +197,7 @@ class Source:
     start: int               # header time of the first event
     prior_gtids: str = ""    # GTIDs executed by earlier primaries, carried in checkpoints
     fake_gtid: bool = False  # what checkpoints say in fakeGtid (see samples/README.md)
+    properties: tuple = ()   # (key, value) header properties on every Entry
 
 
 _GTID_EVENT, _BEGIN_EVENT, _XID_EVENT, _FIRST_EVENT = 65, 80, 31, 194  # bytes / offset in a binlog
@@ -322,7 +324,8 @@ class Binlog:
         header = pb.Header(version=1, sourceType=self.src.kind, messageType=kind, timestamp=self.now,
                            serverId=self.src.server_id, fileName=self.file_name, position=self.position,
                            gtid=gtid, schemaName=schema, tableName=table, seqId=len(self.entries) + 1,
-                           eventIndex=event_index, isLast=is_last)
+                           eventIndex=event_index, isLast=is_last,
+                           properties=[pb.KVPair(key=k, value=v) for k, v in self.src.properties])
         self.entries.append(pb.Entry(header=header, event=pb.Event(**event)))
 
 
@@ -335,6 +338,8 @@ TYPES_HOST = replace(PRIMARY, server_id=1140037211, uuid="f1f2a3b4-0c1d-11ec-a1b
                      file_no=7, position=_FIRST_EVENT, gtid_no=1, start=_T0 + 86400, prior_gtids="")
 BLOB_HOST = replace(TYPES_HOST, server_id=3306001, uuid="5e0f9c10-1f2e-11ec-8e8e-5254001a2b3c", zone=480,
                     file_no=42, position=1048576, gtid_no=501, start=_T0 + 2 * 86400)
+REAL_HOST = replace(TYPES_HOST, server_id=3306101, uuid="7d2c4e1a-3b9f-11ec-9a41-5254006a1c2f", file_no=31,
+                    position=4, gtid_no=9001, start=_T0 + 4 * 86400, properties=REAL_PROPERTIES)
 MARIADB_HOST = Source(pb.MARIADB, 3306, "", 120, "mariadb-bin", 7, 90210, 1201, _T0 + 3 * 86400,
                       fake_gtid=True)
 
@@ -474,7 +479,46 @@ def _mariadb() -> list[pb.Entry]:
     return b.finish()
 
 
-_STREAMS = {"mixed": _mixed, "types": _types, "large": _large, "mariadb": _mariadb}
+def _realistic() -> list[pb.Entry]:
+    """A subscription as DTS writes it (issue 18): the documented value shapes (`REAL_ORDERS`), a gbk
+    table, zero dates, NULL both ways on the wire, header properties on every Entry."""
+    b = Binlog(REAL_HOST, seed=505)
+    b.ddl("CREATE DATABASE IF NOT EXISTS `mall` DEFAULT CHARACTER SET utf8mb4", schema="mall", session_db="")
+    b.ddl(REAL_ORDERS.create_sql(), schema="mall", table="orders")
+    b.ddl(REAL_SUPPLIERS.create_sql(), schema="mall", table="suppliers")
+    suppliers = [b.row(REAL_SUPPLIERS) for _ in range(4)]
+    b.transaction(insert(REAL_SUPPLIERS, suppliers), thread=812)
+    orders = [b.row(REAL_ORDERS) for _ in range(8)]
+    b.transaction(insert(REAL_ORDERS, orders[:5]), thread=812)
+    b.transaction(insert(REAL_ORDERS, orders[5:]), thread=813)
+    b.idle(7)
+    shipped = [{**o, "shipped_on": "2021-05-21", "paid_at": "2021-05-21 09:30:00.250001", "note": NULL_ON_WIRE}
+               for o in orders[:3]]
+    b.transaction(update(REAL_ORDERS, list(zip(orders[:3], shipped))), thread=812)
+    b.transaction(update(REAL_SUPPLIERS, [(suppliers[0], {**suppliers[0], "contact": "王总", "rating": "4.5"})]),
+                  thread=814)
+    b.transaction(delete(REAL_ORDERS, [orders[7]]), thread=813)
+    b.idle(12)
+    b.transaction(insert(REAL_ORDERS, [b.row(REAL_ORDERS) for _ in range(3)]), thread=815)
+    return b.finish()
+
+
+_STREAMS = {"mixed": _mixed, "types": _types, "large": _large, "mariadb": _mariadb, "realistic": _realistic}
+
+
+class _Wire:
+    """An Entry as `pack_entries` takes it, with the bytes the producer wrote (`wire_bytes`)."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def SerializeToString(self) -> bytes:
+        return self.raw
+
+
+def build_sample_wire() -> dict[str, list[bytes]]:
+    """Every sample stream by name as the bytes of each Entry the producer writes."""
+    return {name: [wire_bytes(e) for e in build()] for name, build in _STREAMS.items()}
 
 
 def build_sample_entries() -> dict[str, list[pb.Entry]]:
@@ -483,7 +527,7 @@ def build_sample_entries() -> dict[str, list[pb.Entry]]:
     >>> [e.header.seqId for e in build_sample_entries()["types"][:3]]
     [1, 2, 3]
     """
-    return {name: build() for name, build in _STREAMS.items()}
+    return {name: [pb.Entry.FromString(raw) for raw in raws] for name, raws in build_sample_wire().items()}
 
 
 def write_samples(out_dir, *, max_message_bytes: int | None = None) -> list[pathlib.Path]:
@@ -500,26 +544,28 @@ def write_samples(out_dir, *, max_message_bytes: int | None = None) -> list[path
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, entries in sorted(build_sample_entries().items()):
+    for name, raws in sorted(build_sample_wire().items()):
         limit = max_message_bytes or STREAM_MESSAGE_BYTES[name]
         pb_path, json_path = out / f"{name}.pb", out / f"{name}.dts.jsonl"
         with open(pb_path, "wb") as fh:
-            write_pb(fh, pack_entries(entries, limit))
+            write_pb(fh, pack_entries(map(_Wire, raws), limit))
         with open(json_path, "wb") as fh:
-            write_dts_json(fh, entries)
+            write_dts_json(fh, (pb.Entry.FromString(raw) for raw in raws))
         written += [pb_path, json_path]
     return written
 
 
-def stream_summary(name: str, entries: list[pb.Entry]) -> str:
-    """One Markdown table row describing a stream, as samples/README.md lists it (a test checks).
+def stream_summary(name: str, entries: list[pb.Entry], raws: list[bytes] | None = None) -> str:
+    """One Markdown table row describing a stream, as samples/README.md lists it (a test checks);
+    `raws`: the Entries' bytes as written (`build_sample_wire`), when they are not protobuf's own.
 
     >>> stream_summary("types", build_sample_entries()["types"]).startswith("| types | MYSQL |")
     True
     """
     kinds = Counter(e.header.messageType for e in entries)
     rows = sum(len(e.event.dmlEvent.rows) for e in entries)
-    envelopes = [env.SerializeToString() for env in pack_entries(entries, STREAM_MESSAGE_BYTES[name])]
+    raws = raws if raws is not None else [e.SerializeToString() for e in entries]
+    envelopes = [env.SerializeToString() for env in pack_entries(map(_Wire, raws), STREAM_MESSAGE_BYTES[name])]
     reassembler, split = Reassembler(), []
     for offset, raw in enumerate(envelopes):
         for out in reassembler.feed(0, offset, raw):

@@ -50,12 +50,13 @@ class Tally:
     def balanced(self) -> bool:
         return self.input == self.converted + self.rejected + self.not_emitted
 
-    def summary(self) -> str:
+    def summary(self, wrote: str = "") -> str:
+        """The run's one-line report; `wrote` says where the output went (after its count)."""
         again = f"; dropped {self.redelivered} redelivered Envelopes" if self.redelivered else ""
         changed = "".join(f"; {getattr(self, kind)} {what}" for kind, what in SUBSTITUTIONS.items()
                           if getattr(self, kind))
         return (f"converted {self.converted}, rejected {self.rejected}, not emitted {self.not_emitted} "
-                f"(of {self.input} input records); wrote {self.outputs}{again}{changed}")
+                f"(of {self.input} input records); wrote {self.outputs}{wrote}{again}{changed}")
 
 
 def reject_record(err: BridgeError, raw: Any = None) -> dict:

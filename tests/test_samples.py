@@ -12,7 +12,8 @@ import pytest
 
 from bridge import subscribe_pb2 as pb
 from bridge._wire import Assembled, Reassembler, entry_from_json_line, read_dts_json, read_pb
-from bridge.samples import STREAM_MESSAGE_BYTES, build_sample_entries, stream_summary, write_samples
+from bridge._sample_values import REAL_ORDERS, realistic_entries
+from bridge.samples import STREAM_MESSAGE_BYTES, build_sample_entries, build_sample_wire, stream_summary, write_samples
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 REGENERATE = "python -c \"from bridge.samples import write_samples; write_samples('samples')\""
@@ -92,8 +93,10 @@ def test_some_entries_span_several_envelopes():
 
 def test_readme_describes_every_stream(streams):
     readme = (SAMPLES / "README.md").read_text(encoding="utf-8")
+    wire = build_sample_wire()
     for name, entries in streams.items():
-        assert stream_summary(name, entries) in readme, f"update the table row for {name} in samples/README.md"
+        assert stream_summary(name, entries, wire[name]) in readme, \
+            f"update the table row for {name} in samples/README.md"
 
 
 def test_every_message_type_appears(streams):
@@ -146,7 +149,9 @@ def test_values_are_encoded_as_the_spec_says(streams):
                 data.bv.decode("utf-8")
         elif family in TEMPORAL:
             frac = rf"\.\d{{{fsp.group(1)}}}" if fsp else ""
-            assert data.dataType == pb.STRING and not data.charset, where
+            # DTS may or may not name a charset on temporal text (undocumented): realistic has both
+            assert data.dataType == pb.STRING and data.charset in ("", "utf8mb4", "binary"), where
+            assert not data.charset or name == "realistic", where
             assert re.fullmatch(TEMPORAL[family].replace("FRAC", frac), data.bv.decode("ascii")), where
         else:
             pytest.fail(f"unexpected type family: {where}")
@@ -262,3 +267,66 @@ def test_ddl_statements_cover_every_kind(streams):
             "DROP INDEX", "CREATE DATABASE", "GRANT SELECT"} <= kinds
     assert {s[:2] for s in sql} >= {"/*", "--", "# ", "  "}
     assert any("`" in s for s in sql) and any("TrUnCaTe" in s for s in sql)
+
+
+# ---- realistic: a subscription as DTS writes it (issue 18) ----------------------------------------
+
+def _shapes(entries) -> set:
+    """The value shapes of a stream's row images (documented in samples/README.md, `realistic`)."""
+    out = set()
+    for entry in entries:
+        dml = entry.event.dmlEvent
+        for row in dml.rows:
+            for image in (row.oldColumns, row.newColumns):
+                for column, data in zip(dml.columns, image):
+                    family = _family(column.originalType)
+                    if family in TEXT and data.bv:
+                        out.add(("text", data.charset))
+                    elif family in TEMPORAL and family != "time" and data.dataType == pb.STRING:
+                        text = data.bv.decode("ascii")
+                        out.add(("temporal charset", data.charset))
+                        out |= {("zero date", family)} if text.startswith("0000-00-00") else set()
+                        out |= {("timestamp +00:00",)} if family == "timestamp" and text.endswith(" +00:00") else set()
+                        out |= {("microseconds",)} if re.search(r"\.\d{6}$", text) and text[-3:] != "000" else set()
+                    elif family == "double" and "." not in data.sv and data.sv:
+                        out.add(("double without a point", data.sv))
+                    elif family in ("bit", "year"):
+                        out.add((family, pb.DataType.Name(data.dataType)))
+                    elif family in ("json", "blob", "geometry") and data.dataType == pb.BYTES:
+                        out.add(("bytes", family))
+    return out
+
+
+REAL_SHAPES = {("text", "utf8"), ("text", "utf8mb4"), ("text", "gbk"), ("text", "latin1"),
+               ("temporal charset", ""), ("temporal charset", "utf8mb4"), ("temporal charset", "binary"),
+               ("zero date", "date"), ("zero date", "datetime"), ("timestamp +00:00",), ("microseconds",),
+               ("double without a point", "1"), ("bit", "INT64"), ("year", "INT64"), ("bytes", "json"),
+               ("bytes", "blob"), ("bytes", "geometry")}
+
+
+def test_realistic_holds_every_documented_shape(streams):
+    entries = streams["realistic"]
+    assert _shapes(entries) >= REAL_SHAPES
+    dml = [e for e in entries if e.header.messageType == pb.DML]
+    assert all(e.header.properties for e in entries)  # header properties on every Entry
+    assert {e.header.tableName for e in dml} == {"orders", "suppliers"}
+    suppliers = next(e for e in dml if e.header.tableName == "suppliers")
+    assert {d.charset for d in suppliers.event.dmlEvent.rows[0].newColumns if d.bv} >= {"gbk"}  # a gbk table
+
+
+def test_realistic_writes_null_both_ways():
+    """NULL as an empty Data and as NIL written out (08 00): both parse to the same Data."""
+    raws = build_sample_wire()["realistic"]
+    explicit = sum(raw.count(b"\x12\x02\x08\x00") + raw.count(b"\x0a\x02\x08\x00") for raw in raws)
+    empty = sum(raw.count(b"\x12\x00") + raw.count(b"\x0a\x00") for raw in raws)
+    assert explicit and empty
+    assert all(pb.Entry.FromString(raw).SerializeToString() != raw for raw in raws if b"\x02\x08\x00" in raw)
+
+
+def test_realistic_entries_give_the_benchmarks_the_same_shapes():
+    """`realistic_entries` (the benchmarks' realistic mix) makes REAL_ORDERS rows as the sample does."""
+    raws = realistic_entries(40, seed=3, rows_per_entry=2)
+    assert raws == realistic_entries(40, seed=3, rows_per_entry=2)
+    entries = [pb.Entry.FromString(raw) for raw in raws]
+    assert _shapes(entries) >= REAL_SHAPES
+    assert all(e.header.properties and len(e.event.dmlEvent.columns) == len(REAL_ORDERS.cols) for e in entries)
