@@ -12,7 +12,7 @@ from . import subscribe_pb2 as pb
 from ._wire import (Assembled, Reassembler, pack_entries, read_dts_json, read_pb, split_entries,
                     write_dts_json, write_pb)
 from .blob_decode import BlobDecoder, blob_to_entries, decode_blob
-from .blob_encode import BlobEncoder, encode_blob, entries_to_blob, entry_to_blob, shard_key
+from .blob_encode import BlobEncoder, encode_blob, entries_to_blob, entries_to_blob_lines, entry_to_blob, shard_key
 from .errors import (BlobFormatError, BridgeError, ConversionError, DecodeError, FramingError,
                      OptionsError, TupleFormatError)
 from .options import DEFAULT_OPTIONS, Options
@@ -22,7 +22,7 @@ from .validation import validate_blob
 
 __all__ = [
     "pb", "Options", "DEFAULT_OPTIONS",
-    "entry_to_blob", "entries_to_blob", "blob_to_entries", "encode_blob", "decode_blob", "validate_blob",
+    "entry_to_blob", "entries_to_blob", "entries_to_blob_lines", "blob_to_entries", "encode_blob", "decode_blob", "validate_blob",
     "shard_key", "BlobEncoder", "BlobDecoder",
     "entry_to_tuples", "entries_to_tuples", "tuples_to_entries", "record_schema", "load_record_schema",
     "TupleEncoder", "TupleDecoder",

@@ -141,7 +141,8 @@ static int only_submessage(const uint8_t *p, const uint8_t *end, uint32_t want, 
     return found;
 }
 
-/* Data fields; 0 for anything but a minimal encoding of the four known fields. */
+/* Data fields; 0 for anything but the four known fields, each at most once. A field written out
+ * with its default (`08 00`: NIL spelt out, an empty string) reads as absent, as protobuf reads it. */
 static int read_data(Span s, DataView *d) {
     const uint8_t *p = s.p, *end = s.p + s.n;
     d->dt = 0;
@@ -158,11 +159,11 @@ static int read_data(Span s, DataView *d) {
         d->seen |= 1u << field;
         if (field == 1) {
             uint64_t v;
-            if (wt != 0 || !read_varint(&p, end, &v) || v == 0 || v > DT_NA) return 0;
+            if (wt != 0 || !read_varint(&p, end, &v) || v > DT_NA) return 0;
             d->dt = (int)v;
         } else {
             Span *t = field == 2 ? &d->cs : field == 3 ? &d->sv : &d->bv;
-            if (wt != 2 || !read_span(&p, end, t) || t->n == 0) return 0;
+            if (wt != 2 || !read_span(&p, end, t)) return 0;
         }
     }
     return 1;
@@ -549,8 +550,9 @@ static int classify(Col *c, Span data, Canon *v, DataView *d) {
     v->extra = X_NONE;
     v->str = NULL;
     if (!read_data(data, d)) return V_MISS;
-    if (d->dt == DT_NIL) return d->seen ? V_MISS : V_NULL;
-    if (d->dt == DT_NA) return d->seen == (1u << 1) ? V_SKIP : V_MISS;
+    int bare = !d->cs.n && !d->sv.n && !d->bv.n; /* nothing the codec would carry raw */
+    if (d->dt == DT_NIL) return bare ? V_NULL : V_MISS;
+    if (d->dt == DT_NA) return bare ? V_SKIP : V_MISS;
     if (d->dt != c->dt || !check_value(c, d, v)) return V_MISS;
     return V_VALUE;
 }
@@ -1476,6 +1478,154 @@ fail_args:
     return NULL;
 }
 
+
+/* ---- whole message dicts (the dict API: entry_to_blob) --------------------------------------- */
+
+enum { N_SCHEMA, N_PAYLOAD, N_VERSION, N_DTS, N_DATACOLUMN, N_OP, N_SEQ, N_TIMESTAMP, N_HEADER, N_COLUMNS,
+       N_ROW, N_CHARSETS, N_VALUES, N_NAMES };
+static const char *const NAME_TEXT[N_NAMES] = {"schema", "payload", "version", "dts", "dataColumn", "op",
+                                                "sequenceId", "timestamp", "header", "columns", "row",
+                                                "charsets", "values"};
+static PyObject *NAMES[N_NAMES]; /* interned once: the keys of every message dict */
+
+/* d[NAMES[key]] = value (new reference, stolen); 0 on error */
+static int put_item(PyObject *d, int key, PyObject *value) {
+    if (value == NULL) return 0;
+    int rc = PyDict_SetItem(d, NAMES[key], value);
+    Py_DECREF(value);
+    return rc == 0;
+}
+
+/* One message dict, as BlobEncoder._dml_wire builds it: schema, payload (image, op, sequenceId,
+ * timestamp), version and, in lossless mode, the extension (header, columns, row, charsets,
+ * values), left out when `quiet` and the image needs no entry of it. NULL on error. */
+static PyObject *message(PyObject *const *args, PyObject *values, PyObject *raws, PyObject *charsets,
+                         Py_ssize_t k, PyObject *seq, long long index, long long nrows) {
+    PyObject *schema = args[2], *image_key = PyTuple_GET_ITEM(args[3], k), *op = PyTuple_GET_ITEM(args[4], k);
+    PyObject *stamp = args[7], *version = args[8], *ext_header = args[9], *ext_columns = args[10];
+    int quiet = PyObject_IsTrue(args[11]);
+    PyObject *msg = PyDict_New(), *payload = PyDict_New(), *image = PyDict_New();
+    if (msg == NULL || payload == NULL || image == NULL || quiet < 0) goto error;
+    Py_INCREF(values);
+    if (!put_item(image, N_DATACOLUMN, values)) goto error;
+    if (PyDict_SetItem(payload, image_key, image) < 0) goto error;
+    Py_CLEAR(image);
+    Py_INCREF(op);
+    Py_INCREF(seq);
+    Py_INCREF(stamp);
+    if (!put_item(payload, N_OP, op) || !put_item(payload, N_SEQ, seq) || !put_item(payload, N_TIMESTAMP, stamp))
+        goto error;
+    Py_INCREF(schema);
+    if (!put_item(msg, N_SCHEMA, schema)) goto error;
+    PyObject *p = payload;
+    payload = NULL;
+    Py_INCREF(version);
+    if (!put_item(msg, N_PAYLOAD, p) || !put_item(msg, N_VERSION, version)) goto error;
+    if (ext_header != Py_None && (!quiet || raws != NULL || charsets != NULL)) {
+        PyObject *ext = PyDict_New();
+        if (ext == NULL) goto error;
+        Py_INCREF(ext_header);
+        Py_INCREF(ext_columns);
+        if (!put_item(ext, N_HEADER, ext_header) || !put_item(ext, N_COLUMNS, ext_columns)
+            || !put_item(ext, N_ROW, Py_BuildValue("[LL]", index, nrows))
+            || (charsets != NULL && (Py_INCREF(charsets), !put_item(ext, N_CHARSETS, charsets)))
+            || (raws != NULL && (Py_INCREF(raws), !put_item(ext, N_VALUES, raws)))) {
+            Py_DECREF(ext);
+            goto error;
+        }
+        if (!put_item(msg, N_DTS, ext)) goto error; /* ext is the message's, or dropped */
+    }
+    return msg;
+error:
+    Py_XDECREF(msg);
+    Py_XDECREF(payload);
+    Py_XDECREF(image);
+    return NULL;
+}
+
+/* Plan.messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix, seq_pad, stamp, version,
+ * ext_header, ext_columns, quiet, nrows): the Blob message dicts of a plain DML Entry, every image
+ * converted here (image_keys and ops: one str per image of the DML type; ext_header None in
+ * strict mode); None when any image is one C is not sure of (then `rows` and Python decide). */
+static PyObject *Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13 || !PyTuple_Check(args[3]) || !PyTuple_Check(args[4]) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix: bytes, "
+                                         "seq_pad, stamp, version, ext_header, ext_columns, quiet, nrows)");
+        return NULL;
+    }
+    int dml_type = PyLong_AsLong(args[1]);
+    if (dml_type == -1 && PyErr_Occurred()) return NULL;
+    long long nrows = PyLong_AsLongLong(args[12]);
+    if (nrows == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t nimg = dml_type == 1 ? 2 : 1;
+    if (PyTuple_GET_SIZE(args[3]) != nimg || PyTuple_GET_SIZE(args[4]) != nimg) {
+        PyErr_SetString(PyExc_TypeError, "messages(): one image key and one op per image of the DML type");
+        return NULL;
+    }
+    Layout L = {0};
+    L.seq_prefix = PyBytes_AS_STRING(args[5]);
+    L.seq_prefix_n = PyBytes_GET_SIZE(args[5]);
+    L.seq_pad = PyObject_IsTrue(args[6]);
+    if (L.seq_pad < 0) return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL, *seq = NULL;
+    Buf text = {NULL, 0, 0};
+    Walk w = {0};
+    int rc = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
+    if (rc < 0) goto done;
+    if (rc == 0) goto none;
+    if ((result = PyList_New(0)) == NULL) goto done;
+    Py_ssize_t count;
+    long long seq_row = -1;
+    while ((rc = walk_next(&w, &count)) == 1) {
+        Py_ssize_t k = dml_type == 1 ? (Py_ssize_t)w.which - 2 : 0;
+        if (count == 0) goto none; /* an empty image: Python writes its "image": "empty" */
+        PyObject *img = image(self, w.datas, count);
+        if (img == NULL) goto error;
+        if (img == Py_None) {
+            Py_DECREF(img);
+            goto none;
+        }
+        PyObject *values = img, *raws = NULL, *charsets = NULL;
+        if (PyTuple_Check(img)) {
+            values = PyTuple_GET_ITEM(img, 0);
+            raws = PyTuple_GET_ITEM(img, 1) == Py_None ? NULL : PyTuple_GET_ITEM(img, 1);
+            charsets = PyTuple_GET_ITEM(img, 2) == Py_None ? NULL : PyTuple_GET_ITEM(img, 2);
+        }
+        if (seq_row != w.index) { /* an update's two messages share their row's sequenceId */
+            Py_CLEAR(seq);
+            text.n = 0;
+            if (put_seq(&text, &L, w.index)) seq = PyUnicode_FromStringAndSize((const char *)text.p, text.n);
+            if (seq == NULL) {
+                Py_DECREF(img);
+                goto error;
+            }
+            seq_row = w.index;
+        }
+        PyObject *msg = message(args, values, raws, charsets, k, seq, w.index, nrows);
+        Py_DECREF(img);
+        if (msg == NULL) goto error;
+        int failed = PyList_Append(result, msg) < 0;
+        Py_DECREF(msg);
+        if (failed) goto error;
+    }
+    if (rc < 0) goto none;
+    goto done;
+error:
+    Py_CLEAR(result);
+    goto done;
+none:
+    Py_XDECREF(result);
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(seq);
+    PyMem_Free(text.p);
+    PyMem_Free(w.datas);
+    PyBuffer_Release(&buf);
+    return result;
+}
 
 /* ---- Blob -> DTS: one image's dataColumn values -> the Data of a RowChange field, on the wire ---- */
 
@@ -2493,6 +2643,9 @@ static PyMethodDef Plan_methods[] = {
      "[Blob JSON line, ...] (with keys, a column-index tuple: ([line, ...], [shard key JSON or None, ...])), "
      "or None for an Entry to convert in Python; with resume (None or a point a previous call gave) and stop "
      "(a row index, -1: none), the rows from there to stop, as (lines, the next resume point or None)"},
+    {"messages", (PyCFunction)(void (*)(void))Plan_messages, METH_FASTCALL,
+     "messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix, seq_pad, stamp, version, ext_header, "
+     "ext_columns, quiet, nrows) -> the Blob message dicts of a plain DML Entry, or None for Python to decide"},
     {"encode", (PyCFunction)(void (*)(void))Plan_encode, METH_FASTCALL,
      "encode(values, field) -> the Data of one image as RowChange field 1 or 2 on the wire, or None "
      "for values the Python codecs must judge"},
@@ -2607,6 +2760,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__speedups(void) {
     if (PyType_Ready(&PlanType) < 0 || PyType_Ready(&SinkType) < 0) return NULL;
     field_index();
+    for (int i = 0; i < N_NAMES; i++)
+        if ((NAMES[i] = PyUnicode_InternFromString(NAME_TEXT[i])) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&PlanType);

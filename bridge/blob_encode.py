@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 import orjson
+from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from . import subscribe_pb2 as pb
-from .errors import BridgeError, ConversionError
+from .errors import BridgeError, ConversionError, DecodeError
 from .options import DEFAULT_OPTIONS, Options, per_options
-from .blob_rows import MISSES, NATIVE, compile_image, known_fields, native_plan, wire_scan
+from .blob_rows import MISSES, NATIVE, compile_image, known_fields, native_plan, split_items, wire_scan
 from .values import (CONTROL_MESSAGE_TYPES, ColumnSetCache, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, Substituted, codec_for, data_to_raw, ddl_op, note_substitution)
 
-__all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key", "check_dml_event",
+__all__ = ["entry_to_blob", "entries_to_blob", "entries_to_blob_lines", "BlobEncoder", "encode_blob", "shard_key", "check_dml_event",
            "check_row_images", "unknown_fields",
            "sequence_id", "ROW_DIGITS", "EVENT_FIELDS", "FORMAT_VERSION"]
 
@@ -40,6 +41,7 @@ _NIL, _NA = int(pb.NIL), int(pb.NA)
 _DEFAULT_HEADER = {"version": 1}
 _OP_IMAGES = {"INSERT": ("after", "newColumns"), "UPDATE_BEFOR": ("before", "oldColumns"),
               "UPDATE_AFTER": ("after", "newColumns"), "DELETE": ("before", "oldColumns")}
+_IMAGE_KEYS = {dml_type: tuple(_OP_IMAGES[op][0] for op in ops) for dml_type, ops in DML_OPS.items()}
 _DEFAULT_HEADER_NO_SOURCE = {"version": 1, "sourceType": int(pb.MYSQL)}
 _DML, _DDL = int(pb.DML), int(pb.DDL)
 _MIN_EVENT_TIME, _MAX_EVENT_TIME = 10 ** 12, 10 ** 13 - 1  # the format's 13-digit epoch milliseconds
@@ -154,6 +156,18 @@ def _compile_fields(descriptor, skip) -> Callable:
 
 # dts.header of a DML Entry without header properties (what _ext_header gives it)
 wire_ext_header = _compile_fields(pb.Header.DESCRIPTOR, _HEADER_IN_ENVELOPE | _HEADER_IN_SOURCE | {"properties"})
+
+
+def _wire_header(header: pb.Header) -> dict:
+    """dts.header of a DML Entry whose header properties hold no DataHub fact (`_ext_header`'s)."""
+    out = wire_ext_header(header)
+    if header.properties:
+        out["properties"] = _kv(header.properties)  # field 15: last, as ListFields orders it
+    return out
+
+
+def _has_facts(props) -> bool:
+    return any(p.key.startswith(RESERVED_PREFIX) for p in props)
 
 
 _VERSION_BYTES = FORMAT_VERSION.encode()
@@ -587,10 +601,11 @@ class BlobEncoder:
     def _wire_table(self, entry: pb.Entry, header: pb.Header, raw: bytes):
         """The C fast path's view of a plain DML Entry: (cache entry, dmlEventType, rows), or None.
 
-        Plain: no header, event or row properties (so no DataHub facts), one dmlEvent and nothing
-        else in the Event, 1 to 10**6 rows, and a column set the C plan covers."""
+        Plain: no DataHub facts among the header properties (the others travel in dts.header), no
+        event or row properties, one dmlEvent and nothing else in the Event, 1 to 10**6 rows, and a
+        column set the C plan covers."""
         scanned = wire_scan(raw)
-        if scanned is None or header.properties:
+        if scanned is None or header.properties and _has_facts(header.properties):
             return None
         key, dml_type, nrows = scanned
         if not 0 < nrows <= _ROW_SCALE:
@@ -622,17 +637,25 @@ class BlobEncoder:
             return None
         cached, dml_type, nrows = found
         table, schema = cached.table, cached.schema
-        images = table.native.rows(raw, dml_type)
-        if images is None:
-            return None
         ops = DML_OPS[dml_type]
         lossless = self.options.lossless
+        ext_header = quiet = None
         if lossless:
-            ext_header = wire_ext_header(header)
+            ext_header = _wire_header(header)
             quiet = table.plain_extension_redundant(nrows, ext_header)
             ext_columns = table.ext_columns
         stamp = self._wire_stamp(header)
-        seq_base = header.seqId * _ROW_SCALE
+        seq_id = header.seqId
+        # every image plain: C builds the message dicts themselves
+        out = table.native.messages(raw, dml_type, schema, _IMAGE_KEYS[dml_type], ops,
+                                    str(seq_id).encode() if seq_id else b"", bool(seq_id), stamp, FORMAT_VERSION,
+                                    ext_header, table.ext_columns, quiet, nrows)
+        if out is not None:
+            return out
+        images = table.native.rows(raw, dml_type)
+        if images is None:
+            return None
+        seq_base = seq_id * _ROW_SCALE
         out = []
         n = 0
         rows = None
@@ -643,7 +666,9 @@ class BlobEncoder:
                 n += 1
                 raws = charsets = None
                 empty = False
-                if values is None:  # the C path was not sure: the Python path decides
+                if type(values) is tuple:  # values that need the extension (lossless)
+                    values, raws, charsets = values
+                elif values is None:  # the C path was not sure: the Python path decides
                     if rows is None:
                         rows = entry.event.dmlEvent.rows
                     datas = getattr(rows[index], _OP_IMAGES[op][1])
@@ -709,20 +734,20 @@ class BlobEncoder:
         table = cached.table
         pre, post = cached.templates(dml_type)
         stamp = self._wire_stamp(header)
+        head = b"\",\"timestamp\":" + orjson.dumps(stamp) + b"},\"version\":\"" + _VERSION_BYTES + b"\""
+        quiet_tail = head + b"}"
         if self.options.lossless:
-            ext_header = wire_ext_header(header)
-            quiet = table.plain_extension_redundant(nrows, ext_header)
-        else:
-            quiet = True
-        if quiet:
-            tail, nrows_text = b"},\"version\":\"" + _VERSION_BYTES + b"\"}", None
-        else:
-            tail = (b"},\"version\":\"" + _VERSION_BYTES + b"\",\"dts\":{\"header\":" + orjson.dumps(ext_header)
-                    + cached.ext_columns_json + b",\"row\":[")
+            ext_header = _wire_header(header)
+            loud_tail = (head + b",\"dts\":{\"header\":" + orjson.dumps(ext_header) + cached.ext_columns_json
+                         + b",\"row\":[")
             nrows_text = str(nrows).encode()
+            # a redundant extension is left out, unless an image's values need one after all
+            quiet = table.plain_extension_redundant(nrows, ext_header)
+            post_seq = (quiet_tail, loud_tail) if quiet else loud_tail
+        else:
+            post_seq, nrows_text = quiet_tail, None
         seq_id = header.seqId
-        args = (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id),
-                b"\",\"timestamp\":" + orjson.dumps(stamp) + tail, nrows_text)
+        args = (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id), post_seq, nrows_text)
         return cached, dml_type, stamp, args
 
     def _pieces(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> Iterator[list[bytes]]:
@@ -864,7 +889,7 @@ class BlobEncoder:
             foreign["properties"] = foreign_props
         columns = [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, text))]
         table = _TableCodec(names, codecs, schema_columns, pkey, ext, text, columns, ext == foreign)
-        table.native = native_plan(names, codecs, self.options.timezone == "UTC")
+        table.native = native_plan(names, codecs, self.options.timezone == "UTC", self.options.lossless)
         return table
 
     def _source(self, header: pb.Header, facts: dict) -> dict:
@@ -979,15 +1004,59 @@ def _table_name(header: pb.Header) -> str | None:
 
 
 def entry_to_blob(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
-    """Blob messages of one Entry (a list: an update gives two, a checkpoint in strict mode none)."""
-    return _encoder(options).convert(entry)
+    """Blob messages of one Entry (a list: an update gives two, a checkpoint in strict mode none).
+    A DML Entry is serialised once so that the C fast path reads its rows off the wire."""
+    return _encoder(options).convert(entry, _wire_bytes(entry))
+
+
+def _wire_bytes(entry: pb.Entry) -> bytes | None:
+    """The bytes the C path reads a DML Entry from (protobuf writes the same fields it holds)."""
+    return entry.SerializeToString() if NATIVE and entry.header.messageType == _DML else None
 
 
 def entries_to_blob(entries: Iterable[pb.Entry], options: Options = DEFAULT_OPTIONS) -> Iterator[dict]:
     """Blob messages of a stream of Entries, in order, sharing one encoder's caches."""
     encoder = BlobEncoder(options)
     for entry in entries:
-        yield from encoder.convert(entry)
+        yield from encoder.convert(entry, _wire_bytes(entry))
+
+
+def entries_to_blob_lines(entries: "bytes | Iterable[bytes]", options: Options = DEFAULT_OPTIONS) -> list[bytes]:
+    """The Blob JSON lines (`encode_blob` of each message, no newline) of Entries given as bytes:
+    the encoding of one `Entries` (an Envelope's data, or a reassembled buffer) or an iterable of
+    single Entry encodings (`Assembled.raws`). The batch form of `entry_to_blob` + `encode_blob`:
+    the same bytes, written by the line API (`BlobEncoder.convert_lines`), so plain DML Entries
+    never become dicts.
+
+    >>> e = pb.Entry(header=pb.Header(messageType=pb.HEARTBEAT, timestamp=1605339932, seqId=9))
+    >>> _ = e.event.heartbeatEvent.SetInParent()
+    >>> entries_to_blob_lines(pb.Entries(items=[e]).SerializeToString(), Options(strict=True))
+    [b'{"schema":{},"payload":{"op":"MHEARTBEAT","sequenceId":"9000000","timestamp":{"eventTime":1605339932000,"checkpointTime":1605339932000}},"version":"0.0.1"}']
+    """
+    if isinstance(entries, (bytes, bytearray, memoryview)):
+        entries = _entry_encodings(bytes(entries))
+    convert = _encoder(options).convert_lines
+    parse = pb.Entry.FromString
+    out: list = []
+    for index, raw in enumerate(entries):
+        try:
+            entry = parse(raw)
+        except (ProtobufDecodeError, TypeError) as exc:
+            raise DecodeError(f"Entry {index} does not parse as subscribe.Entry ({exc})", value=raw) from None
+        out += convert(entry, raw)
+    return out
+
+
+def _entry_encodings(data: bytes) -> list[bytes]:
+    """Each Entry's bytes of an `Entries` encoding, in order (C splits them; protobuf when C cannot)."""
+    found = split_items(data)
+    if found is not None:
+        return found
+    try:
+        items = pb.Entries.FromString(data).items
+    except ProtobufDecodeError as exc:
+        raise DecodeError(f"bytes do not parse as subscribe.Entries ({exc})", value=data) from None
+    return [item.SerializeToString() for item in items]
 
 
 _encoder = per_options(BlobEncoder)
