@@ -501,7 +501,8 @@ def _have(module: str) -> bool:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Blob conversions must be clean (Blob output is lossless); Tuple rows cannot hold every
-    value (docs/tuple.md), so Tuple conversions skip those and list them in a rejects file."""
+    value (docs/tuple.md), so Tuple conversions skip those and list them in a rejects file, and
+    list the values a temporal policy substituted (zero dates) in a ledger file."""
     samples = pathlib.Path(args.samples_dir)
     inputs = sorted(samples.glob("*.pb"))
     if not inputs:
@@ -515,7 +516,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if tuples:
             folder = out / f"{path.stem}.tuple"
             code = main(["convert", str(path), "-o", str(folder / f"{TABLE_PLACEHOLDER}.jsonl"), "--to", "tuple",
-                         "--on-error", "skip", "--rejects", str(folder / "rejects.jsonl"), "--mkdir"])
+                         "--on-error", "skip", "--rejects", str(folder / "rejects.jsonl"), "--mkdir",
+                         "--ledger", str(folder / "ledger.jsonl")])  # zero dates written as NULL, each named
             status = max(status, code if code != 1 else 0)
     print(f"{PROG} demo: output in {out}/", file=sys.stderr)
     if not tuples:
@@ -585,9 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "A one-line summary goes to stderr."),
         epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob",
                        f"{PROG} convert mixed.jsonl -o mixed.pb --on-error skip --rejects rejects.jsonl",
-                       f"{PROG} convert samples/mixed.pb -o 'tuple/{{table}}.csv' --to tuple",
-                       f"{PROG} convert samples/realistic.pb -o 'tuple/{{table}}.jsonl' --to tuple "
-                       "--ledger losses.jsonl"))
+                       f"{PROG} convert samples/mixed.pb -o 'tuple/{{table}}.csv' --to tuple"))
     convert.add_argument("input", metavar="INPUT", help="input file, or - for stdin (with --from)")
     convert.add_argument("-o", "--output", default="-", metavar="OUTPUT",
                          help="output file (default: stdout, with --to); for --to tuple, a name containing "

@@ -32,7 +32,7 @@ from bridge.options import Options, option_specs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
-SAMPLE_NAMES = ("mixed", "types", "large", "mariadb")
+SAMPLE_NAMES = ("mixed", "types", "large", "mariadb", "realistic")
 SCRIPT = ROOT / ".venv" / "bin" / "dts-bridge"
 SUMMARY = re.compile(r"converted (\d+), rejected (\d+), not emitted (\d+) \(of (\d+) input records\)")
 T0 = 1_605_339_932
@@ -910,3 +910,80 @@ def test_output_into_a_missing_directory_is_an_error_unless_mkdir(run, tmp_path)
     made = run("convert", SAMPLES / "mixed.pb", "-o", target, "--mkdir")
     reference = run("convert", SAMPLES / "mixed.pb", "-o", tmp_path / "here.jsonl")
     assert made.code == reference.code == 0 and target.read_bytes() == (tmp_path / "here.jsonl").read_bytes()
+
+
+# ---- temporal policies (issue 18): zero dates and fractional seconds -----------------------------
+
+def _realistic_zero_dates() -> int:
+    """Zero dates in the DML row images of samples/realistic, counted from the file itself."""
+    zero = 0
+    for entry in _sample_entries("realistic"):
+        dml_event = entry.event.dmlEvent
+        for row in dml_event.rows:
+            for image in (row.oldColumns, row.newColumns):
+                zero += sum(d.bv.startswith(b"0000-00-00") for d in image)
+    return zero
+
+
+def test_tuple_of_zero_dates_exits_0_and_reports_them(run, tmp_path):
+    """Issue 18: the default writes NULL for a zero date, counts it on the summary line and in the ledger."""
+    zero = _realistic_zero_dates()
+    assert zero > 5
+    result = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "t" / "{table}.jsonl", "--to", "tuple",
+                 "--ledger", tmp_path / "ledger.jsonl")
+    assert result.code == 0 and result.counts()["rejected"] == 0
+    assert f"; {zero} zero or invalid dates written as null" in result.err
+    ledger = [orjson.loads(line) for line in (tmp_path / "ledger.jsonl").read_bytes().splitlines()]
+    assert len(ledger) == zero and {r["kind"] for r in ledger} == {"zero_dates"}
+    assert {r["column"] for r in ledger} == {"shipped_on", "closed_at", "joined_on"}
+    assert all(r["value"].startswith("0000-00-00") and r["written"] is None and r["partition"] == 0
+               and "offset" in r and "entry" in r for r in ledger)
+    rows = [orjson.loads(line) for line in (tmp_path / "t" / "mall.orders.jsonl").read_bytes().splitlines()]
+    assert any(r["shipped_on"] is None for r in rows) and any(isinstance(r["shipped_on"], int) for r in rows)
+
+
+def test_zero_dates_error_fails_naming_the_position(run, tmp_path):
+    result = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "t" / "{table}.jsonl", "--to", "tuple",
+                 "--zero-dates", "error")
+    assert result.code == 1
+    line = result.error_line()
+    assert "zero or invalid date" in line and "0000-00-00" in line
+    assert re.search(r"\(partition 0, offset \d+, seqId \d+, table mall\.\w+, column (joined_on|shipped_on|"
+                     r"closed_at)", line), line
+    skipped = run("convert", SAMPLES / "realistic.dts.jsonl", "-o", tmp_path / "u" / "{table}.jsonl", "--to", "tuple",
+                  "--zero-dates", "error", "--on-error", "skip", "--rejects", tmp_path / "rejects.jsonl")
+    assert skipped.code == 1 and skipped.counts()["rejected"] > 0
+    first = orjson.loads((tmp_path / "rejects.jsonl").read_bytes().splitlines()[0])
+    assert first["line"] and first["column"] in ("joined_on", "shipped_on", "closed_at")
+
+
+def test_zero_dates_string_writes_the_text_as_sent(run, tmp_path):
+    result = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "t" / "{table}.jsonl", "--to", "tuple",
+                 "--zero-dates", "string")
+    assert result.code == 0 and "zero or invalid" not in result.err
+    schema = orjson.loads((tmp_path / "t" / "mall.orders.schema.json").read_bytes())
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    assert types["shipped_on"] == types["paid_at"] == "STRING"
+    rows = [orjson.loads(line) for line in (tmp_path / "t" / "mall.orders.jsonl").read_bytes().splitlines()]
+    assert "0000-00-00" in {r["shipped_on"] for r in rows}
+
+
+def test_strict_blob_truncates_sub_millisecond_digits_and_counts_them(run, tmp_path):
+    result = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "s.jsonl", "--to", "blob", "--strict")
+    assert result.code == 0 and re.search(r"; \d+ sub-millisecond fractions truncated or rounded", result.err)
+    exact = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "e.jsonl", "--to", "blob", "--strict",
+                "--temporal-precision", "exact")
+    assert exact.code == 1 and "sub-millisecond" in exact.error_line() and "column paid_at" in exact.error_line()
+    lossless = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "l.jsonl", "--to", "blob")
+    assert lossless.code == 0 and "truncated" not in lossless.err and "zero or invalid" not in lossless.err
+
+
+def test_blob_to_tuple_counts_substitutions_too(run, tmp_path):
+    run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "r.jsonl", "--to", "blob")
+    result = run("convert", tmp_path / "r.jsonl", "-o", tmp_path / "t" / "{table}.csv", "--to", "tuple")
+    assert result.code == 0 and f"; {_realistic_zero_dates()} zero or invalid dates written as null" in result.err
+
+
+def test_temporal_policy_flags_apply_to_blob_and_tuple_only(run, tmp_path):
+    result = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "x.dts.jsonl", "--zero-dates", "error")
+    assert result.code == 2 and "--zero-dates has no effect" in result.error_line()
