@@ -479,7 +479,7 @@ def test_tuple_temporal_shortcut(text, type_text):
     from bridge import tuple_encode
     ct = bridge.values.parse_column_type(type_text)
     data = pb.Data(dataType=pb.STRING, bv=text.encode())
-    convert = tuple_encode.TO_TUPLE[ct.kind](ct, bridge.Options(timezone="UTC"))
+    convert = tuple_encode.TO_TUPLE[ct.kind](ct, bridge.Options(timezone="UTC", zero_dates="error"))  # null: a Substituted
     outcomes = []
     shortcut = tuple_encode._UTC_TEXT
     for pattern in (shortcut, re.compile(r"(?!)")):
