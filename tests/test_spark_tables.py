@@ -4,7 +4,7 @@ database"), on the real Kafka broker (`dts-kafka`) and the stand-in DataHub.
 
 The input is tests/test_sync_tables.py's stream (CREATE, ALTER ADD / DROP / RENAME / MODIFY COLUMN
 of shop.orders, a poisoned table bad.poison, a 2 MB row in shop.big), packed into Envelopes of 300
-bytes (the 2 MB Entry into 1 MB ones) so that many Entries are split, and produced into both
+bytes (the 2 MB Entry into 512 KB ones, under the broker's 1 MB) so that many Entries are split, and produced into both
 partitions of one Kafka topic: two Spark tasks then convert the same tables, evolve the same topics
 and write the same shards at once. What lands is put beside `dts-bridge convert --to tuple` of the
 very file, per (DataHub shard, Kafka partition), in order (test_sync_tables.expected_topics
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
-from test_spark_pipeline import checkpoint_cuts, _two_task_name  # noqa: E402
+from test_spark_pipeline import _split_ranges, _two_task_name, checkpoint_cuts, straddling_cuts  # noqa: E402
 from test_sync import PROJECT, _text, compare, convert_tuple, landed_by_shard_partition  # noqa: E402
 from test_sync_tables import build_stream, expected_dead, expected_topics  # noqa: E402
 
@@ -73,7 +73,7 @@ def stream(tmp_path_factory):
     entries, facts = build_stream(rounds=6)
     big = next(i for i, e in enumerate(entries) if e.header.seqId in facts["big"])
     envelopes = [env.SerializeToString() for env in
-                 [*pack_entries(entries[:big], 300), *pack_entries(entries[big:big + 1], 1 << 20),
+                 [*pack_entries(entries[:big], 300), *pack_entries(entries[big:big + 1], 1 << 19),
                   *pack_entries(entries[big + 1:], 300)]]
     folder = tmp_path_factory.mktemp("tables")
     path = folder / "tables.pb"
@@ -92,12 +92,12 @@ def kafka_topic(kafka_broker, stream):  # noqa: F811
     from confluent_kafka import Producer
     envelopes = stream[0]
     name = kafka_broker.create_topic(_two_task_name("tables"), partitions=len(PARTITIONS))
-    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 5, "enable.idempotence": True,
-                         "message.max.bytes": 4 << 20})
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    failed = []
     for partition in PARTITIONS:
         for raw in envelopes:
-            producer.produce(name, raw, partition=partition)
-    assert producer.flush(60) == 0
+            producer.produce(name, raw, partition=partition, on_delivery=lambda err, _: err and failed.append(err))
+    assert producer.flush(60) == 0 and not failed, failed
     return name
 
 
@@ -200,3 +200,134 @@ def test_task_function_two_partitions_at_once(stream):
         assert sum(r["skipped"] for r in reports.values()) == 0
         assert all(r["dead_letters"] and r["evolved"] for r in reports.values()), reports
         print(f"\n[two tasks at once: {done}]")
+
+
+# ---- Spark: a stream stopped mid-run and restarted; a batch read ----------------------------------
+
+MAX_OFFSETS = 120  # per micro-batch, over both partitions: 504 offsets in about 5 micro-batches
+
+
+def kafka_read(spark, broker, topic: str, streaming: bool):
+    reader = (spark.readStream if streaming else spark.read).format("dts-kafka").option("brokers", broker.bootstrap)
+    reader = reader.option("topic", topic)
+    return (reader.option("maxOffsetsPerTrigger", str(MAX_OFFSETS)) if streaming else reader).load()
+
+
+def commits(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def start_query(spark, broker, topic: str, server, checkpoint, log, trigger: dict, **options):
+    writer = bs.dts_entries(kafka_read(spark, broker, topic, True)).writeStream.format("datahub")
+    for key, value in sink_options(server, commitLog=log, **options).items():
+        writer = writer.option(key, str(value))
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
+
+
+def test_streaming_stopped_mid_run_and_restarted(spark, kafka_broker, kafka_topic, stream, tmp_path):  # noqa: F811
+    """dts-kafka with maxOffsetsPerTrigger -> dts_entries -> writeStream datahub (Tuple, evolve,
+    dlq): stopped once records landed, restarted from the checkpoint to the end. Every table's
+    topic equals the file conversion per (shard, partition), in order, and its RecordSchema the
+    evolved one; the dead letters are exactly the poisoned, MODIFY'd and oversized Entries, once
+    per partition; micro-batches ended inside split Entries."""
+    checkpoint, log = tmp_path / "ckpt", tmp_path / "commits.jsonl"
+    with StandInDataHub() as server:
+        server.faults.delay("PutRecordsByShard", seconds=0.01)
+        query = start_query(spark, kafka_broker, kafka_topic, server, checkpoint, log,
+                            {"processingTime": "200 milliseconds"})
+        try:
+            deadline = time.monotonic() + 240
+            while not any(c["outcome"] == "commit" for c in commits(log)):
+                assert query.isActive and time.monotonic() < deadline, (query.exception(), commits(log))
+                time.sleep(0.1)
+        finally:
+            query.stop()
+        stopped_after = [c["batch"] for c in commits(log) if c["outcome"] == "commit"]
+        query = start_query(spark, kafka_broker, kafka_topic, server, checkpoint, log, {"availableNow": True})
+        assert query.awaitTermination(300), "the restarted stream did not finish"
+        assert query.exception() is None, query.exception()
+        done = check_all(server, kafka_topic, stream, "evolve", f"stopped after micro-batches {stopped_after}")
+        summaries = [c for c in commits(log) if c["outcome"] == "commit"]
+        batches = [c["batch"] for c in summaries]
+        assert sorted(set(batches)) == list(range(max(batches) + 1)), batches
+        evolved = {(e["topic"], tuple(e["fields"])) for c in summaries for e in c["evolved"]}
+        assert ("shop_orders", ("note",)) in evolved and ("shop_orders", ("remark",)) in evolved, evolved
+        cuts = checkpoint_cuts(checkpoint, kafka_topic)
+        splits = {p: _split_ranges(stream[0]) for p in PARTITIONS}
+        straddle = straddling_cuts(cuts, splits)
+        assert straddle, f"no micro-batch ended inside a split Entries: {dict(cuts)}"
+        print(f"\n[stream stopped after micro-batches {stopped_after}, restarted: {len(batches)} micro-batches "
+              f"committed, {sum(c['skipped'] for c in summaries)} records found landed by a replayed one, "
+              f"{len(straddle)} ends inside split Entries; {done}]")
+
+
+def test_batch_lenient(spark, kafka_broker, kafka_topic, stream, tmp_path):  # noqa: F811
+    """spark.read dts-kafka -> dts_entries -> write datahub under lenient: qty's new type goes to
+    qty__string (a STRING field appended), every other row lands; a rerun with the same epoch
+    writes nothing new."""
+    log = tmp_path / "commits.jsonl"
+    entries = bs.dts_entries(kafka_read(spark, kafka_broker, kafka_topic, False))
+    with StandInDataHub() as server:
+        for _ in range(2):
+            writer = entries.write.format("datahub").mode("append")
+            for key, value in sink_options(server, schemaChange="lenient", epoch=5, commitLog=log).items():
+                writer = writer.option(key, str(value))
+            writer.save()
+        done = check_all(server, kafka_topic, stream, "lenient", "batch, lenient")
+        first, second = commits(log)
+        assert second["written"] == 0 and second["skipped"] == first["written"] > 0, (first, second)
+        assert second["dead_letters"] == 0, second
+        print(f"\n[batch lenient: {done}]")
+
+
+def test_schema_change_fail_names_table_and_position(stream):
+    """schemaChange fail: the first row whose RecordSchema differs from its topic's stops the task
+    with the table, the fields and the Kafka position; nothing of the table lands after it."""
+    with StandInDataHub() as server:
+        config = configure(sink_options(server, schemaChange="fail", exclude="bad.*"), ENTRY_COLUMNS,
+                           streaming=False)
+        with pytest.raises(Exception, match="--schema-change fail") as caught:
+            write_batches(config, iter(entry_batches(stream[0], "dts", 0)))
+        text = str(caught.value)
+        assert "shop.orders" in text and "added note STRING" in text and "partition 0 offset" in text, text
+        landed = server.records(PROJECT, "shop_orders")
+        assert landed and all("note" not in json.dumps(r["values"]) for r in landed)
+
+
+BASE = {"endpoint": "http://127.0.0.1:9", "project": "p", "topic": "{db}_{table}", "to": "tuple"}
+BLOB_ROWS = [("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("entry", "int"), ("row", "int"),
+             ("shard_key", "string"), ("blob", "string")]
+
+
+@pytest.mark.parametrize("options, columns, message", [
+    ({"to": "parquet"}, ENTRY_COLUMNS, "option 'to'"),
+    ({"to": "tuple", "topic": "orders"}, ENTRY_COLUMNS, "option 'topic' needs {table}"),
+    ({"to": "blob", "topic": "dts_{table}"}, ENTRY_COLUMNS, "option 'topic' takes no {table}"),
+    ({"schemaChange": "drop"}, ENTRY_COLUMNS, "option 'schemaChange'"),
+    ({"to": "blob", "topic": "dts", "schemaChange": "lenient"}, ENTRY_COLUMNS, "option 'schemaChange' is for"),
+    ({"onTableError": "skip"}, ENTRY_COLUMNS, "option 'onTableError'"),
+    ({"onTableError": "dlq"}, ENTRY_COLUMNS, "option 'deadLetters'"),
+    ({"oversized": "dlq"}, ENTRY_COLUMNS, "option 'deadLetters'"),
+    ({"oversized": "chunk"}, ENTRY_COLUMNS, "option 'oversized'"),
+    ({"deadLetters": "dl_{db}"}, ENTRY_COLUMNS, "option 'deadLetters'"),
+    ({"include": " , "}, ENTRY_COLUMNS, "option 'include'"),
+    ({"keyColumns": "id"}, ENTRY_COLUMNS, "option 'keyColumns'"),
+    ({"shemaChange": "evolve"}, ENTRY_COLUMNS, "did you mean 'schemaChange'"),
+    ({}, ENTRY_COLUMNS[:4] + (("dts", "string"),), "dts binary"),
+    ({"topic": "t", "include": "shop.*"}, BLOB_ROWS, "option '(to|include)' is for rows of dts_entries"),
+])
+def test_options_are_checked_up_front(options, columns, message):
+    with pytest.raises(OptionsError, match=message):
+        configure({**BASE, **options}, columns, streaming=True)
+
+
+def test_dts_entries_output_and_options(spark, stream):
+    """One row per Entry, in stream order, its bytes the Entry's; a bad mode is refused."""
+    envelopes = stream[0]
+    rows = bs.dts_entries(spark.createDataFrame(
+        [(None, raw, "dts", 0, n, None) for n, raw in enumerate(envelopes)], bs.KAFKA_SCHEMA)).collect()
+    entries = build_stream(rounds=6)[0]
+    assert [pb.Entry.FromString(r.dts) for r in rows] == entries
+    assert [(r.offset, r.entry) for r in rows] == sorted((r.offset, r.entry) for r in rows)
+    with pytest.raises(OptionsError, match="option 'mode'"):
+        bs.dts_entries(spark.createDataFrame([], bs.KAFKA_SCHEMA), mode="LENIENT")
