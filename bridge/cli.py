@@ -114,6 +114,8 @@ OPTION_SIDES: dict[str, frozenset] = {
     "zero_dates": frozenset({"blob", "tuple"}),  # Blob: strict mode's (lossless keeps every value as sent)
     "temporal_precision": frozenset({"blob", "tuple"}),
 }
+# Options that act on Blob data in strict mode only (and on Tuple data): the temporal policies.
+STRICT_BLOB_OPTIONS = frozenset({"zero_dates", "temporal_precision"})
 # Spark's PERMISSIVE ("keep") has no file counterpart: a kept record would need an error column.
 CLI_CHOICES = {"on_error": ("fail", "skip")}
 CLI_HELP = {"on_error": "bad records: stop at the first (exit 1), or skip and count them (see --rejects)"}
@@ -150,9 +152,14 @@ def options_from(args: argparse.Namespace, sides: set) -> Options:
             raise UsageError(f"option {_flag(name)} has no effect on this conversion "
                              f"(it applies to {' or '.join(sorted(where))} data)")
     try:
-        return Options(**given)
+        options = Options(**given)
     except OptionsError as err:
         raise UsageError(str(err)) from None
+    policies = sorted(STRICT_BLOB_OPTIONS & set(given))
+    if policies and "tuple" not in sides and not options.strict:
+        raise UsageError(f"option {_flag(policies[0])} has no effect without --strict on Blob data "
+                         "(lossless Blob keeps every value as sent)")
+    return options
 
 
 # ---- input and output streams -------------------------------------------------------------------

@@ -984,6 +984,8 @@ def test_blob_to_tuple_counts_substitutions_too(run, tmp_path):
     assert result.code == 0 and f"; {_realistic_zero_dates()} zero or invalid dates written as null" in result.err
 
 
-def test_temporal_policy_flags_apply_to_blob_and_tuple_only(run, tmp_path):
+def test_temporal_policy_flags_apply_to_strict_blob_and_tuple_only(run, tmp_path):
     result = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "x.dts.jsonl", "--zero-dates", "error")
     assert result.code == 2 and "--zero-dates has no effect" in result.error_line()
+    lossless = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "x.jsonl", "--temporal-precision", "round")
+    assert lossless.code == 2 and "--temporal-precision has no effect without --strict" in lossless.error_line()
