@@ -195,12 +195,13 @@ def dts_json_lines_to_entries(lines: Iterable[tuple[int, bytes]], policy: ErrorP
 def counted(policy: ErrorPolicy, where: dict, convert: Callable[..., Any], *args) -> Any:
     """`convert(*args)` for one record, the substitutions it made counted under the policy (and
     written to its ledger) once it returned: a record that fails counts none."""
-    notes: list = []
-    token = SUBSTITUTION_NOTES.set(notes)
+    slot = SUBSTITUTION_NOTES
+    outer, notes = slot.notes, []
+    slot.notes = notes
     try:
         out = convert(*args)
     finally:
-        SUBSTITUTION_NOTES.reset(token)
+        slot.notes = outer
     if notes:
         policy.substituted(notes, where)
     return out
@@ -216,25 +217,34 @@ def entries_to_outputs(entries: Iterable[tuple], convert: Callable[..., Any], po
     `keep` yields (where with its "error", None).
     """
     tally = policy.tally
-    for item in entries:
-        where, entry = item[0], item[1]
-        raw = item[2] if len(item) > 2 else None
-        try:
-            outputs = counted(policy, where, convert, entry) if raw is None else \
-                counted(policy, where, convert, entry, raw)
-        except BridgeError as err:
-            err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
-            policy.reject(err, entry.SerializeToString())
-            if policy.on_error == "keep":
-                yield {**where, "error": str(err)}, None
-            continue
-        n = size(outputs)
-        if n:
-            tally.converted += 1
-        else:
-            tally.not_emitted += 1
-        tally.outputs += n
-        yield where, outputs
+    # `counted`, unrolled for a loop that runs once per Entry: one thread-local store per Entry
+    slot, notes = SUBSTITUTION_NOTES, []
+    try:
+        for item in entries:
+            where, entry = item[0], item[1]
+            if notes:
+                notes.clear()  # a rejected Entry's, or noted between Entries (a lazy second pass)
+            slot.notes = notes
+            try:
+                outputs = convert(entry) if len(item) < 3 or item[2] is None else convert(entry, item[2])
+            except BridgeError as err:
+                err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
+                policy.reject(err, entry.SerializeToString())
+                if policy.on_error == "keep":
+                    yield {**where, "error": str(err)}, None
+                continue
+            if notes:
+                policy.substituted(notes, where)
+                notes.clear()
+            n = size(outputs)
+            if n:
+                tally.converted += 1
+            else:
+                tally.not_emitted += 1
+            tally.outputs += n
+            yield where, outputs
+    finally:
+        slot.notes = None
 
 
 def entries_to_messages(entries: Iterable[tuple], convert: Callable[..., list],

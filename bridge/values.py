@@ -24,7 +24,7 @@ import base64
 import codecs
 import datetime as _dt
 import re
-from contextvars import ContextVar
+import threading
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable
@@ -347,15 +347,21 @@ SUBSTITUTIONS: dict[str, str] = {
     "fractions": "sub-millisecond fractions truncated or rounded",
 }
 
-# The substitutions of the Entry being converted: (kind, column, value as sent, value written).
-# The stream layer sets a list per Entry and counts it only once the Entry converted whole.
-SUBSTITUTION_NOTES: ContextVar[list | None] = ContextVar("bridge_substitutions", default=None)
+class _Notes(threading.local):
+    """`notes`: the substitutions of the record this thread is converting, (kind, column, value as
+    sent, value written), or None. The stream layer sets a list around each converter call (one
+    attribute store each way: cheaper per Entry than a ContextVar's set and reset) and counts it
+    only once the record converted whole (`stream.counted`)."""
+    notes: list | None = None
+
+
+SUBSTITUTION_NOTES = _Notes()
 
 
 def note_substitution(found: Substituted, column: str) -> None:
     """Record one substitution where the converter used it (a value converted twice, first by a
     fast path that gave way, is noted once: only its user notes it)."""
-    notes = SUBSTITUTION_NOTES.get()
+    notes = SUBSTITUTION_NOTES.notes
     if notes is not None:
         notes.append((found.kind, column, found.text, found.best))
 

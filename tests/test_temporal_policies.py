@@ -296,4 +296,18 @@ def test_counted_keeps_notes_only_of_a_record_that_converted():
         counted(policy, {"line": 1}, failing, entry)
     assert policy.tally.zero_dates == 0
     counted(policy, {"line": 1}, TupleEncoder().convert, entry)
-    assert policy.tally.zero_dates == 1 and SUBSTITUTION_NOTES.get() is None
+    assert policy.tally.zero_dates == 1 and SUBSTITUTION_NOTES.notes is None
+
+
+def test_an_entry_streamed_in_pieces_counts_each_substitution_once():
+    """stream_lines converts a large Entry twice (a first pass for errors, then piece by piece as the
+    writer takes the lines): its substitutions are counted once, those of the second pass dropped."""
+    texts = [f"2021-05-17 07:22:{i % 60:02d}.{i:06d}" for i in range(1, 120)]
+    entries = [temporal_entry("datetime(6)", texts, seq=41), temporal_entry("datetime(6)", texts[:3], seq=42)]
+    encoder = bridge.BlobEncoder(Options(strict=True), line_budget=4096)
+    streamed = encoder.stream_lines(entries[0])
+    assert not isinstance(streamed, list)  # the Entry is converted in pieces
+    lines, policy, ledger = run_entries(entries, encoder.stream_lines)
+    assert len(lines) == 122 and all(b'"c":1621236' in line for line in lines)
+    assert policy.tally.fractions == len(ledger) == 122
+    assert [r["line"] for r in ledger] == [1] * 119 + [2] * 3
