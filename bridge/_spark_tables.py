@@ -25,8 +25,9 @@ import orjson
 
 from . import subscribe_pb2 as pb
 from ._spark_jobs import POSITION_COLUMNS, _ddl, _FromDts, _with_error
-from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubWriter, Position, make_client
+from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubWriter, Position
 from .errors import BridgeError, ConversionError
+from .spark_datahub import _SETTLE_SECONDS, _Task
 
 __all__ = ["ENTRY_COLUMNS", "entries_schema", "TablesTask", "TopicDeadLetters", "earlier_halts"]
 
@@ -137,27 +138,15 @@ class _Pipeline:
         return [self.writer] + ([self.letters.writer] if self.letters is not None else [])
 
 
-class TablesTask:
-    """One task of the whole-database mode (the interface of `spark_datahub._Task`): rows of
-    `dts_entries` put in arrival order, each source's Entries through `bridge.sync.deliver`."""
+class TablesTask(_Task):
+    """One task of the whole-database mode (a `spark_datahub._Task`, its writers made by
+    `new_writer`): rows of `dts_entries` put in arrival order, each source's Entries through
+    `bridge.sync.deliver`."""
 
     def __init__(self, config, epoch: int | None, client_for: Callable[[], Any] | None = None) -> None:
-        self.config, self.epoch = config, epoch
-        opts = config.options
-        self.client_for = client_for or (lambda: make_client(opts["endpoint"], opts["accessId"], opts["accessKey"],
-                                                             opts["compress"]))
+        super().__init__(config, epoch, client_for)
         self.pipelines: dict[str, _Pipeline] = {}
         self.counts = dict(rows=0, rejected=0)
-        self.offsets: dict[str, list[int]] = {}
-
-    def new_writer(self, source: str) -> DataHubWriter:
-        opts = self.config.options
-        create = {"shards": opts["shards"], "lifecycle": opts["lifecycle"]} if opts["createTopics"] else None
-        writer = DataHubWriter(self.client_for(), opts["project"], batch_records=opts["batchSize"],
-                               workers=opts["workers"], max_retries=opts["maxRetries"], create_topics=create)
-        if self.epoch is not None:
-            writer.resume(source, epoch=self.epoch)
-        return writer
 
     def pipeline(self, source: str) -> _Pipeline:
         found = self.pipelines.get(source)
@@ -197,24 +186,20 @@ class TablesTask:
                 policy.reject(ConversionError(f"the dts column holds no Entry ({exc})", topic=source, **where), data)
                 continue
             policy.tally.input += 1
-            span = self.offsets.setdefault(f"{source}:{where['partition']}", [where["offset"], where["offset"]])
-            span[0], span[1] = min(span[0], where["offset"]), max(span[1], where["offset"])
+            self.span(source, where["partition"], where["offset"])
             yield (where, entry, data) if raw else (where, entry)
 
     def flush(self) -> None:
         for line in self.pipelines.values():
             try:
-                line.sink.sync()
+                line.sink.sync()  # the data, the refusals settled, then the dead letters
             except BridgeError as err:
                 raise err.located(topic=line.sink.source)
-            if line.letters is not None:
-                line.letters.sync()
         for line in self.pipelines.values():
             for writer in line.writers():
                 writer.stop()
 
     def stop(self) -> None:
-        from .spark_datahub import _SETTLE_SECONDS
         for line in self.pipelines.values():
             for writer in line.writers():
                 writer.stop(wait=_SETTLE_SECONDS)

@@ -315,17 +315,26 @@ class _Task:
         self.counts = dict(rows=0, written=0, skipped=0, rejected=0)
         self.offsets: dict[str, list[int]] = {}
 
+    def new_writer(self, source: str) -> DataHubWriter:
+        """A DataHubWriter of the options, resumed at the epoch for `source` (the records' dts.topic)."""
+        opts = self.config.options
+        create = {"shards": opts["shards"], "lifecycle": opts["lifecycle"]} if opts["createTopics"] else None
+        writer = DataHubWriter(self.client_for(), opts["project"], batch_records=opts["batchSize"],
+                               workers=opts["workers"], max_retries=opts["maxRetries"], create_topics=create)
+        if self.epoch is not None:
+            writer.resume(source, epoch=self.epoch)
+        return writer
+
     def writer(self, source: str) -> DataHubWriter:
         writer = self.writers.get(source)
         if writer is None:
-            opts = self.config.options
-            create = {"shards": opts["shards"], "lifecycle": opts["lifecycle"]} if opts["createTopics"] else None
-            writer = DataHubWriter(self.client_for(), opts["project"], batch_records=opts["batchSize"],
-                                   workers=opts["workers"], max_retries=opts["maxRetries"], create_topics=create)
-            if self.epoch is not None:
-                writer.resume(source, epoch=self.epoch)
-            self.writers[source] = writer
+            writer = self.writers[source] = self.new_writer(source)
         return writer
+
+    def span(self, source: str, partition: int, offset: int) -> None:
+        """The task's Kafka offsets, per source and partition, for the counts."""
+        span = self.offsets.setdefault(f"{source}:{partition}", [offset, offset])
+        span[0], span[1] = min(span[0], offset), max(span[1], offset)
 
     def check_topic(self, writer: DataHubWriter, source: str, topic: str) -> None:
         if (source, topic) in self.checked:
@@ -370,8 +379,7 @@ class _Task:
             except BridgeError as err:
                 raise err.located(**where)
             self.counts["written" if put else "skipped"] += 1
-            span = self.offsets.setdefault(f"{source}:{where['partition']}", [where["offset"], where["offset"]])
-            span[0], span[1] = min(span[0], where["offset"]), max(span[1], where["offset"])
+            self.span(source, where["partition"], where["offset"])
 
     def _tuple_items(self, cols: dict, n: int) -> Iterator[tuple]:
         import pyarrow as pa
