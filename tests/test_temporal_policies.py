@@ -27,7 +27,7 @@ from bridge.values import SUBSTITUTION_NOTES
 from strategies import data_for, parse_mysql_type
 from test_laws import strict_normal_form, through_json
 from test_speedups import assert_same
-from test_tuple import holdable, tuple_normal_form
+from test_tuple import holdable, rewritten, tuple_normal_form
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 ZERO_DATES = ("null", "error", "string")
@@ -194,23 +194,20 @@ def test_lossless_blob_keeps_generated_temporals_as_sent(case, options):
 
 # ---- the strict law with the default policies -------------------------------------------------
 
+def _default_policies(family: str, d: pb.Data) -> None:
+    if family in ("date", "datetime", "timestamp") and d.dataType == pb.STRING:
+        text = d.bv.decode()
+        if text.startswith("0000-00-00"):
+            d.Clear()
+        elif "." in text[19:26]:
+            head, _, rest = text.partition(".")
+            digits, _, zone = rest.partition(" ")
+            d.bv = f"{head}.{digits[:3].ljust(len(digits), '0')}{' ' + zone if zone else ''}".encode()
+
+
 def policy_applied(entry: pb.Entry) -> pb.Entry:
     """The Entry as the default policies see it: zero dates NULL, digits below the millisecond zero."""
-    out = pb.Entry()
-    out.CopyFrom(entry)
-    families = [parse_mysql_type(c.originalType).family for c in out.event.dmlEvent.columns]
-    for row in out.event.dmlEvent.rows:
-        for image in (row.oldColumns, row.newColumns):
-            for family, d in zip(families, image):
-                if family in ("date", "datetime", "timestamp") and d.dataType == pb.STRING:
-                    text = d.bv.decode()
-                    if text.startswith("0000-00-00"):
-                        d.Clear()
-                    elif "." in text[19:26]:
-                        head, _, rest = text.partition(".")
-                        digits, _, zone = rest.partition(" ")
-                        d.bv = f"{head}.{digits[:3].ljust(len(digits), '0')}{' ' + zone if zone else ''}".encode()
-    return out
+    return rewritten(entry, _default_policies)
 
 
 def test_strict_law_with_the_default_policies_holds_on_realistic():
@@ -232,20 +229,17 @@ def test_strict_law_with_the_default_policies_holds_on_realistic():
 
 # ---- Tuple ---------------------------------------------------------------------------------------
 
+def _tuple_spelling(family: str, d: pb.Data) -> None:
+    if family in ("date", "datetime", "timestamp"):
+        d.ClearField("charset")
+    elif family == "double" and d.sv:
+        d.sv = repr(float(d.sv))
+
+
 def canonical_values(entry: pb.Entry) -> pb.Entry:
     """What a Tuple row keeps of realistic's non-canonical spellings (docs/tuple.md): no charset on
     temporal text, a double's shortest repr ("1" comes back "1.0")."""
-    out = pb.Entry()
-    out.CopyFrom(entry)
-    families = [parse_mysql_type(c.originalType).family for c in out.event.dmlEvent.columns]
-    for row in out.event.dmlEvent.rows:
-        for image in (row.oldColumns, row.newColumns):
-            for family, d in zip(families, image):
-                if family in ("date", "datetime", "timestamp"):
-                    d.ClearField("charset")
-                elif family == "double" and d.sv:
-                    d.sv = repr(float(d.sv))
-    return out
+    return rewritten(entry, _tuple_spelling)
 
 
 def test_tuple_law_holds_on_realistic():

@@ -457,19 +457,28 @@ def holdable_micros(family: str, text: str) -> int | None:
     return micros if micros <= TIMESTAMP_RANGE[1] else None
 
 
-def holdable(entry: pb.Entry) -> pb.Entry:
-    """The entry with zero dates and times beyond DataHub's TIMESTAMP range set to NULL (those are
-    errors on the Tuple side, tested above)."""
+def rewritten(entry: pb.Entry, rewrite) -> pb.Entry:
+    """A copy of the Entry with `rewrite(family, data)` applied to every value of its row images."""
     out = pb.Entry()
     out.CopyFrom(entry)
     families = [parse_mysql_type(c.originalType).family for c in out.event.dmlEvent.columns]
     for row in out.event.dmlEvent.rows:
         for image in (row.oldColumns, row.newColumns):
             for family, data in zip(families, image):
-                if family in _TEMPORAL_FAMILIES and data.dataType == pb.STRING \
-                        and holdable_micros(family, data.bv.decode()) is None:
-                    data.Clear()
+                rewrite(family, data)
     return out
+
+
+def _null_if_not_holdable(family: str, data: pb.Data) -> None:
+    if family in _TEMPORAL_FAMILIES and data.dataType == pb.STRING \
+            and holdable_micros(family, data.bv.decode()) is None:
+        data.Clear()
+
+
+def holdable(entry: pb.Entry) -> pb.Entry:
+    """The entry with zero dates and times beyond DataHub's TIMESTAMP range set to NULL (zero dates
+    are NULL under the default zero_dates policy, the others errors on the Tuple side, tested above)."""
+    return rewritten(entry, _null_if_not_holdable)
 
 
 def _normal_data(family: str, data: pb.Data) -> pb.Data:
