@@ -84,6 +84,23 @@ def _bridge_dts_to_blob_dicts(use_raw: bool) -> Callable[[Chunk], int]:
     return run
 
 
+def bridge_entry_to_blob(chunk: Chunk) -> int:
+    """The pure functions a library user calls: parse, `entry_to_blob(entry)` (which serialises a
+    DML Entry once for the C path) and `encode_blob` of each message."""
+    entry_to_blob, encode = bridge.entry_to_blob, bridge.encode_blob
+    n = 0
+    for raw in chunk.entry_bytes:
+        for msg in entry_to_blob(_from_string(raw)):
+            encode(msg)
+            n += 1
+    return n
+
+
+def bridge_entries_to_blob_lines(chunk: Chunk) -> int:
+    """The batch form: `entries_to_blob_lines` of the chunk's Entry encodings."""
+    return len(bridge.entries_to_blob_lines(chunk.entry_bytes))
+
+
 # ---- (c) the floors ---------------------------------------------------------------------------
 
 def parse_floor(chunk: Chunk) -> int:
@@ -195,6 +212,8 @@ CASES: dict[str, tuple[str, Callable[[Chunk], int]]] = {
                           _bridge_dts_to_blob_dicts(True)),
     "dts_to_blob_python": ("(b) pure Python: convert(entry) + encode_blob (the reference path)",
                            _bridge_dts_to_blob_dicts(False)),
+    "dts_to_blob_entry_api": ("(b) pure functions: entry_to_blob(entry) + encode_blob", bridge_entry_to_blob),
+    "dts_to_blob_batch": ("(b) batch form: entries_to_blob_lines(Entry encodings)", bridge_entries_to_blob_lines),
     "parse_floor": ("(c) floor: Entry.ParseFromString", parse_floor),
     "dumps_floor": ("(c) floor: orjson.dumps of prebuilt lossless Blob dicts", _dumps_floor("lossless")),
     "dumps_floor_strict": ("(c) floor: orjson.dumps of prebuilt strict Blob dicts", _dumps_floor("strict")),

@@ -48,6 +48,7 @@ typedef struct {
     int cs_last;          /* K_TEXT: index + 1 in CHARSETS of the charset the last value named */
     char cs_text[32];     /* ... and that charset's text as the value spelt it */
     Py_ssize_t cs_text_len;
+    PyObject *index_text; /* str(column index): its key in dts.values and dts.charsets, made once */
 } Col;
 
 typedef struct {
@@ -68,6 +69,35 @@ typedef struct {
     unsigned seen; /* bit per field 1..4 */
     Span cs, sv, bv;
 } DataView;
+
+/* ---- a growing byte buffer ------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *p;
+    Py_ssize_t n, cap;
+} Buf;
+
+static int buf_grow(Buf *b, Py_ssize_t more) {
+    if (b->n + more <= b->cap) return 1;
+    Py_ssize_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->n + more) cap *= 2;
+    uint8_t *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+static inline int buf_put(Buf *b, const void *p, Py_ssize_t n) {
+    if (n <= 0) return 1; /* b->p may still be NULL, and memcpy's pointers must not be (C11 7.24.1) */
+    if (!buf_grow(b, n)) return 0;
+    memcpy(b->p + b->n, p, (size_t)n);
+    b->n += n;
+    return 1;
+}
 
 /* ---- wire reading ----------------------------------------------------------------------------- */
 
@@ -171,7 +201,7 @@ static int read_data(Span s, DataView *d) {
 
 /* ---- value checks: the canonical value of one Data for its column, or a miss ----------------- */
 
-enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL, C_STR };
+enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL, C_STR, C_NULL, C_TABLE };
 
 /* What a value needs besides its Blob value, as the codecs decide it (bridge/values.py):
  * X_CHARSET: text in a charset other than utf8mb4 (lossless: dts.charsets names it);
@@ -188,6 +218,7 @@ typedef struct {
     double d;       /* C_FLOAT */
     Span s;         /* C_ASCII: the text itself; C_FLOAT: its text; C_UTF8 / C_B64: the bytes */
     PyObject *str;  /* C_STR: the decoded text (owned; canon_release drops it) */
+    const struct Decoding *table; /* C_TABLE: the charset's units (s: the bytes) */
     char text[40];  /* C_FLOAT of a non-canonical spelling: repr() of the double (s points here) */
 } Canon;
 
@@ -380,6 +411,16 @@ static int same_charset(const Col *c, const DataView *d) {
 
 enum { CS_UTF8, CS_CODEC, CS_CHARMAP };
 
+/* A charset's text units, read off its codec once (`decoding_of`): the code point + 1 of each
+ * byte that is a character alone, and of each two-byte sequence, 0 where the codec refuses the
+ * unit or where it does not come back from encoding its character (a unit C must not take).
+ * The codecs of the table are stateless, so text is its units in order and, when each unit comes
+ * back, so does the text: the check `_text_codec` makes on the whole value. */
+struct Decoding {
+    uint32_t single[256];
+    uint32_t *pair; /* 65536 entries, or NULL: a charset of single bytes */
+};
+
 typedef struct {
     char name[32];     /* lower case, as values.charset_codec looks names up */
     Py_ssize_t name_len;
@@ -387,7 +428,105 @@ typedef struct {
     char codec[32];
     PyObject *mapping; /* CS_CHARMAP: the 256-character decoding table */
     int check;         /* decode then encode is not the identity: the bytes must come back */
+    struct Decoding *decoding; /* built on the first value in this charset; NULL: not yet (or failed) */
+    int failed;
 } Charset;
+
+/* The one code point of `unit` as the charset decodes it, if encoding it gives `unit` back (or the
+ * codec is the identity); 0 otherwise. */
+static uint32_t unit_of(const Charset *cs, const char *unit, Py_ssize_t n) {
+    PyObject *text = cs->mode == CS_CHARMAP ? PyUnicode_DecodeCharmap(unit, n, cs->mapping, "strict")
+                                            : PyUnicode_Decode(unit, n, cs->codec, "strict");
+    if (text == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    uint32_t cp = 0;
+    if (PyUnicode_GET_LENGTH(text) == 1) {
+        Py_UCS4 ch = PyUnicode_READ_CHAR(text, 0);
+        cp = ch >= 0xD800 && ch <= 0xDFFF ? 0 : (uint32_t)ch + 1;
+    }
+    if (cp && cs->check) {
+        PyObject *again = PyUnicode_AsEncodedString(text, cs->codec, "strict");
+        if (again == NULL || PyBytes_GET_SIZE(again) != n || memcmp(PyBytes_AS_STRING(again), unit, (size_t)n)) cp = 0;
+        Py_XDECREF(again);
+        PyErr_Clear();
+    }
+    Py_DECREF(text);
+    return cp;
+}
+
+/* The charset's Decoding, built on first use (a few ms for a two-byte charset); NULL: none. */
+static const struct Decoding *decoding_of(Charset *cs) {
+    if (cs->decoding != NULL || cs->failed) return cs->decoding;
+    struct Decoding *t = PyMem_Calloc(1, sizeof(struct Decoding));
+    if (t == NULL) goto fail;
+    int leads = 0;
+    for (int b = 0; b < 256; b++) {
+        char unit = (char)b;
+        t->single[b] = unit_of(cs, &unit, 1);
+        leads += t->single[b] == 0;
+    }
+    if (cs->mode == CS_CODEC && leads) {
+        t->pair = PyMem_Calloc(65536, sizeof(uint32_t));
+        if (t->pair == NULL) goto fail;
+        for (int a = 0; a < 256; a++) {
+            if (t->single[a]) continue; /* a character alone never starts a pair */
+            for (int b = 0; b < 256; b++) {
+                char unit[2] = {(char)a, (char)b};
+                t->pair[a << 8 | b] = unit_of(cs, unit, 2);
+            }
+        }
+    }
+    cs->decoding = t;
+    return t;
+fail:
+    if (t != NULL) PyMem_Free(t->pair);
+    PyMem_Free(t);
+    PyErr_Clear();
+    cs->failed = 1;
+    return NULL;
+}
+
+/* The next character of text in a Decoding: its code point, and *len its bytes; 0 when C does not
+ * know it (a unit of more bytes, one the codec refuses or one that does not come back). */
+static inline uint32_t next_unit(const struct Decoding *t, const uint8_t *p, const uint8_t *end, int *len) {
+    uint32_t cp = t->single[p[0]];
+    if (cp) {
+        *len = 1;
+        return cp - 1;
+    }
+    if (t->pair == NULL || end - p < 2 || (cp = t->pair[p[0] << 8 | p[1]]) == 0) return 0x110000;
+    *len = 2;
+    return cp - 1;
+}
+
+/* UTF-8 of a code point into o; its length */
+static inline int utf8_put(uint8_t *o, uint32_t cp) {
+    if (cp < 0x80) {
+        o[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (uint8_t)(0xC0 | cp >> 6);
+        o[1] = (uint8_t)(0x80 | (cp & 63));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (uint8_t)(0xE0 | cp >> 12);
+        o[1] = (uint8_t)(0x80 | (cp >> 6 & 63));
+        o[2] = (uint8_t)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (uint8_t)(0xF0 | cp >> 18);
+    o[1] = (uint8_t)(0x80 | (cp >> 12 & 63));
+    o[2] = (uint8_t)(0x80 | (cp >> 6 & 63));
+    o[3] = (uint8_t)(0x80 | (cp & 63));
+    return 4;
+}
+
+/* The UTF-8 of text in a Decoding into b (appended, not escaped): 1, 0 a unit C does not know, -1 */
+static int table_utf8(Buf *b, const struct Decoding *t, const uint8_t *p, Py_ssize_t n);
 
 #define MAX_CHARSETS 96
 static Charset CHARSETS[MAX_CHARSETS];
@@ -395,7 +534,7 @@ static int NCHARSETS = 0;
 
 /* The table entry of a value's charset (case-insensitive), or NULL: no text codec (binary, an
  * unknown name). The column keeps the last one found, so a column of one charset looks once. */
-static const Charset *charset_of(Col *c, Span cs) {
+static Charset *charset_of(Col *c, Span cs) {
     if (c->cs_last && cs.n == c->cs_text_len && !memcmp(cs.p, c->cs_text, (size_t)cs.n))
         return &CHARSETS[c->cs_last - 1];
     if (cs.n >= 32) return NULL;
@@ -423,30 +562,14 @@ static int check_text(Col *c, const DataView *d, Canon *v) {
     v->tag = C_UTF8;
     v->s = d->bv;
     if (same_charset(c, d)) return 1;
-    const Charset *cs = charset_of(c, d->cs);
+    Charset *cs = charset_of(c, d->cs);
     if (cs == NULL) return 0;
     v->extra = X_CHARSET;
     if (cs->mode == CS_UTF8) return 1;
-    PyObject *text = cs->mode == CS_CHARMAP
-                         ? PyUnicode_DecodeCharmap((const char *)d->bv.p, d->bv.n, cs->mapping, "strict")
-                         : PyUnicode_Decode((const char *)d->bv.p, d->bv.n, cs->codec, "strict");
-    if (text == NULL) {
-        PyErr_Clear(); /* bytes the codec refuses: the Python path carries or reports them */
-        return 0;
-    }
-    if (cs->check) {
-        PyObject *again = PyUnicode_AsEncodedString(text, cs->codec, "strict");
-        int same = again != NULL && PyBytes_GET_SIZE(again) == d->bv.n
-                   && !memcmp(PyBytes_AS_STRING(again), d->bv.p, (size_t)d->bv.n);
-        Py_XDECREF(again);
-        if (!same) {
-            PyErr_Clear();
-            Py_DECREF(text);
-            return 0;
-        }
-    }
-    v->tag = C_STR;
-    v->str = text;
+    /* decoded while written, unit by unit (a unit C does not know is a miss: Python decides) */
+    v->table = decoding_of(cs);
+    if (v->table == NULL) return 0;
+    v->tag = C_TABLE;
     return 1;
 }
 
@@ -514,10 +637,15 @@ static int check_temporal(const Col *c, const DataView *d, Canon *v) {
         if (c->kind == K_TIMESTAMP && memcmp(p + want - 7, " +00:00", 7)) return 0;
     }
     static const int dim[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (y < 1 || mo < 1 || mo > 12 || da < 1) return 0;
     int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    if (da > dim[mo - 1] + (mo == 2 && leap)) return 0;
-    if (hh > 23 || mi > 59 || ss > 59) return 0;
+    if (y < 1 || mo < 1 || mo > 12 || da < 1 || da > dim[mo - 1] + (mo == 2 && leap) || hh > 23 || mi > 59
+        || ss > 59) {
+        /* a zero date (0000-00-00, legal MySQL data) or another day or time that does not exist: no
+         * epoch time, so null and the Data as sent (lossless); strict applies its zero_dates policy */
+        v->tag = C_NULL;
+        v->extra = X_CHANGED;
+        return 1;
+    }
     if (frac % 1000) v->extra = X_CHANGED; /* sub-millisecond digits: epoch ms cannot hold them */
     else if (d->cs.n) v->extra = X_RAW;
     v->tag = C_INT;
@@ -620,6 +748,15 @@ static PyObject *canon_object(const Canon *v) {
     case C_STR:
         Py_INCREF(v->str);
         return v->str;
+    case C_NULL:
+        Py_RETURN_NONE;
+    case C_TABLE: {
+        Buf b = {NULL, 0, 0};
+        int rc = table_utf8(&b, v->table, v->s.p, v->s.n);
+        PyObject *s = rc > 0 ? PyUnicode_DecodeUTF8(b.n ? (const char *)b.p : "", b.n, NULL) : NULL;
+        PyMem_Free(b.p);
+        return s; /* NULL without an error: a miss */
+    }
     default: {
         PyObject *s = PyUnicode_DecodeUTF8((const char *)v->s.p, v->s.n, NULL);
         if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
@@ -629,33 +766,6 @@ static PyObject *canon_object(const Canon *v) {
 }
 
 /* ---- the JSON writer: the bytes orjson.dumps gives for the same values ------------------------- */
-
-typedef struct {
-    uint8_t *p;
-    Py_ssize_t n, cap;
-} Buf;
-
-static int buf_grow(Buf *b, Py_ssize_t more) {
-    if (b->n + more <= b->cap) return 1;
-    Py_ssize_t cap = b->cap ? b->cap : 1024;
-    while (cap < b->n + more) cap *= 2;
-    uint8_t *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return 0;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 1;
-}
-
-static inline int buf_put(Buf *b, const void *p, Py_ssize_t n) {
-    if (n <= 0) return 1; /* b->p may still be NULL, and memcpy's pointers must not be (C11 7.24.1) */
-    if (!buf_grow(b, n)) return 0;
-    memcpy(b->p + b->n, p, (size_t)n);
-    b->n += n;
-    return 1;
-}
 
 static Py_ssize_t int_text(long long x, char *out);
 
@@ -743,6 +853,20 @@ static int json_string(Buf *b, const uint8_t *p, Py_ssize_t n) {
     return 1;
 }
 
+static int table_utf8(Buf *b, const struct Decoding *t, const uint8_t *p, Py_ssize_t n) {
+    const uint8_t *end = p + n;
+    if (!buf_grow(b, 2 * n)) return -1; /* a unit of one or two bytes is at most 3 bytes of UTF-8... */
+    while (p < end) {
+        int len;
+        uint32_t cp = next_unit(t, p, end, &len);
+        if (cp > 0x10FFFF) return 0;
+        if (!buf_grow(b, 4)) return -1; /* ...or 4, past the BMP */
+        b->n += utf8_put(b->p + b->n, cp);
+        p += len;
+    }
+    return 1;
+}
+
 /* 1 written, 0 a miss, -1 error */
 static int canon_json(Buf *b, const Canon *v) {
     switch (v->tag) {
@@ -762,6 +886,21 @@ static int canon_json(Buf *b, const Canon *v) {
         return buf_put(b, v->s.p, v->s.n) ? 1 : -1;
     case C_BOOL:
         return (v->i ? buf_put(b, "true", 4) : buf_put(b, "false", 5)) ? 1 : -1;
+    case C_NULL:
+        return buf_put(b, "null", 4) ? 1 : -1;
+    case C_TABLE: {
+        /* the UTF-8 into b past its end, then escaped into place: orjson's escapes, one writer */
+        Py_ssize_t start = b->n;
+        int rc = table_utf8(b, v->table, v->s.p, v->s.n);
+        if (rc <= 0) return rc;
+        Py_ssize_t n = b->n - start;
+        Buf tmp = {NULL, 0, 0};
+        rc = buf_put(&tmp, b->p + start, n) ? 1 : -1;
+        b->n = start;
+        if (rc > 0) rc = json_string(b, n ? tmp.p : (const uint8_t *)"", n);
+        PyMem_Free(tmp.p);
+        return rc;
+    }
     case C_STR: {
         Py_ssize_t n;
         const char *u = PyUnicode_AsUTF8AndSize(v->str, &n);
@@ -787,23 +926,31 @@ static int canon_json(Buf *b, const Canon *v) {
 
 /* ---- images and rows -------------------------------------------------------------------------- */
 
+enum { N_SCHEMA, N_PAYLOAD, N_VERSION, N_DTS, N_DATACOLUMN, N_OP, N_SEQ, N_TIMESTAMP, N_HEADER, N_COLUMNS,
+       N_ROW, N_CHARSETS, N_VALUES, N_DATATYPE, N_CHARSET, N_SV, N_BV, N_NAMES };
+static const char *const NAME_TEXT[N_NAMES] = {"schema", "payload", "version", "dts", "dataColumn", "op",
+                                                "sequenceId", "timestamp", "header", "columns", "row",
+                                                "charsets", "values", "dataType",
+                                                "charset", "sv", "bv"};
+static PyObject *NAMES[N_NAMES]; /* interned once: the keys of every message dict */
+
 /* data_to_raw(d) of values.py: the exact fields of a Data, bv as base64; NULL on error. */
 static PyObject *raw_dict(const DataView *d) {
     PyObject *out = PyDict_New(), *item = NULL;
     if (out == NULL) return NULL;
-    if ((item = PyLong_FromLong(d->dt)) == NULL || PyDict_SetItemString(out, "dataType", item) < 0) goto error;
+    if ((item = PyLong_FromLong(d->dt)) == NULL || PyDict_SetItem(out, NAMES[N_DATATYPE], item) < 0) goto error;
     Py_CLEAR(item);
     if (d->cs.n && ((item = PyUnicode_DecodeUTF8((const char *)d->cs.p, d->cs.n, NULL)) == NULL
-                    || PyDict_SetItemString(out, "charset", item) < 0))
+                    || PyDict_SetItem(out, NAMES[N_CHARSET], item) < 0))
         goto error;
     Py_CLEAR(item);
     if (d->sv.n && ((item = PyUnicode_DecodeUTF8((const char *)d->sv.p, d->sv.n, NULL)) == NULL
-                    || PyDict_SetItemString(out, "sv", item) < 0))
+                    || PyDict_SetItem(out, NAMES[N_SV], item) < 0))
         goto error;
     Py_CLEAR(item);
     if (d->bv.n) {
         Canon b64 = {.tag = C_B64, .s = d->bv};
-        if ((item = canon_object(&b64)) == NULL || PyDict_SetItemString(out, "bv", item) < 0) goto error;
+        if ((item = canon_object(&b64)) == NULL || PyDict_SetItem(out, NAMES[N_BV], item) < 0) goto error;
         Py_CLEAR(item);
     }
     return out;
@@ -814,15 +961,14 @@ error:
 }
 
 /* dict[str(index)] = value (a new reference, stolen); the dict made on first use. 0 on error. */
-static int index_item(PyObject **dict, Py_ssize_t index, PyObject *value) {
+static int index_item(PyObject **dict, Col *c, Py_ssize_t index, PyObject *value) {
     if (value == NULL) return 0;
-    if (*dict == NULL && (*dict = PyDict_New()) == NULL) {
+    if ((*dict == NULL && (*dict = PyDict_New()) == NULL)
+        || (c->index_text == NULL && (c->index_text = PyUnicode_FromFormat("%zd", index)) == NULL)) {
         Py_DECREF(value);
         return 0;
     }
-    PyObject *key = PyUnicode_FromFormat("%zd", index);
-    int rc = key == NULL ? -1 : PyDict_SetItem(*dict, key, value);
-    Py_XDECREF(key);
+    int rc = PyDict_SetItem(*dict, c->index_text, value);
     Py_DECREF(value);
     return rc == 0;
 }
@@ -858,11 +1004,11 @@ static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
                 goto miss;
             }
             if (plan->lossless && v.extra == X_CHARSET
-                && !index_item(&charsets, i, PyUnicode_DecodeUTF8((const char *)d.cs.p, d.cs.n, NULL))) {
+                && !index_item(&charsets, c, i, PyUnicode_DecodeUTF8((const char *)d.cs.p, d.cs.n, NULL))) {
                 Py_DECREF(obj);
                 goto error;
             }
-            if (plan->lossless && v.extra >= X_RAW && !index_item(&raws, i, raw_dict(&d))) {
+            if (plan->lossless && v.extra >= X_RAW && !index_item(&raws, c, i, raw_dict(&d))) {
                 Py_DECREF(obj);
                 goto error;
             }
@@ -1480,13 +1626,6 @@ fail_args:
 
 
 /* ---- whole message dicts (the dict API: entry_to_blob) --------------------------------------- */
-
-enum { N_SCHEMA, N_PAYLOAD, N_VERSION, N_DTS, N_DATACOLUMN, N_OP, N_SEQ, N_TIMESTAMP, N_HEADER, N_COLUMNS,
-       N_ROW, N_CHARSETS, N_VALUES, N_NAMES };
-static const char *const NAME_TEXT[N_NAMES] = {"schema", "payload", "version", "dts", "dataColumn", "op",
-                                                "sequenceId", "timestamp", "header", "columns", "row",
-                                                "charsets", "values"};
-static PyObject *NAMES[N_NAMES]; /* interned once: the keys of every message dict */
 
 /* d[NAMES[key]] = value (new reference, stolen); 0 on error */
 static int put_item(PyObject *d, int key, PyObject *value) {
@@ -2539,6 +2678,7 @@ static void free_cols(Col *cols, Py_ssize_t n) {
     if (cols == NULL) return;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_XDECREF(cols[i].name);
+        Py_XDECREF(cols[i].index_text);
         PyMem_Free(cols[i].key);
     }
     PyMem_Free(cols);

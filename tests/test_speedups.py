@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import bridge
 from bridge import blob_rows, pb
+from bridge import values as values_table
 from bridge._wire import encode_varint
 from bridge.errors import BridgeError
 
@@ -801,3 +802,150 @@ def test_the_long_line_seed_is_one_rejected_record_read_past():
     assert (tally.input, tally.rejected) == (1, 1)
     [record] = policy.rejects
     assert record["kind"] == "LineTooLongError" and record["line"] == 1 and record["raw_truncated_from"] == 100_000_001
+
+
+# ---- issue 18: the shapes DTS really sends take the C path and give what Python gives -------------
+
+_SHAPE_CHARSETS = sorted(cs for cs, codec in values_table.CHARSETS.items() if codec is not None)
+_TEMPORALS = {"date": 0, "datetime": 0, "datetime(3)": 3, "datetime(6)": 6, "timestamp": 0, "timestamp(3)": 3,
+              "timestamp(6)": 6}
+
+
+def _text_data(text: str, charset: str) -> pb.Data | None:
+    """`text` as DTS sends it in `charset`, or None when the charset cannot write it."""
+    try:
+        raw = values_table.charset_codec(charset)[1](text)[0]
+    except UnicodeError:
+        return None
+    return pb.Data(dataType=pb.STRING, charset=charset, bv=raw)
+
+
+@st.composite
+def _temporal_text(draw, type_text: str) -> str:
+    kind, fsp = type_text.split("(")[0], _TEMPORALS[type_text]
+    if draw(st.integers(0, 5)) == 0:  # a zero date, or a day that does not exist
+        day = draw(st.sampled_from(["0000-00-00", "2021-00-17", "2021-02-30", "2020-13-01", "0000-01-01"]))
+    else:
+        day = f"{draw(st.integers(1, 9999)):04d}-{draw(st.integers(1, 12)):02d}-{draw(st.integers(1, 28)):02d}"
+    if kind == "date":
+        return day
+    hh = draw(st.integers(0, 24 if draw(st.integers(0, 20)) == 0 else 23))
+    text = f"{day} {hh:02d}:{draw(st.integers(0, 59)):02d}:{draw(st.integers(0, 59)):02d}"
+    if fsp:
+        micros = draw(st.sampled_from([0, 123000, 999999, 1, 500]) | st.integers(0, 999999))
+        text += "." + f"{micros:06d}"[:fsp]
+    return text + (" +00:00" if kind == "timestamp" else "")
+
+
+# column type -> strategy of one Data as DTS writes it (the issue's shapes, each on its own column)
+def _shape_values(type_text: str):
+    if type_text.startswith("varchar"):
+        return st.builds(_text_data, st.text(max_size=8), st.sampled_from(_SHAPE_CHARSETS)) | st.builds(
+            pb.Data, dataType=st.just(pb.STRING), charset=st.sampled_from(["gbk", "big5", "utf16", "ascii"]),
+            bv=st.binary(max_size=6))  # bytes the charset may refuse: the C path must give way
+    if type_text in _TEMPORALS:
+        return st.builds(lambda text, cs: pb.Data(dataType=pb.STRING, charset=cs, bv=text.encode()),
+                         _temporal_text(type_text), st.sampled_from(["", "", "utf8mb4", "binary", "utf8"]))
+    if type_text == "double":
+        return st.builds(lambda x, whole: pb.Data(dataType=pb.FLOAT64, sv=str(int(x)) if whole else repr(x)),
+                         st.floats(-1e15, 1e15, allow_nan=False), st.booleans()) | st.sampled_from(
+            [pb.Data(dataType=pb.FLOAT64, sv=t) for t in ("1", "12", "-0", "1.50", "+2", "1e3", "1E-7", ".5", "7.")])
+    if type_text.startswith("bit"):
+        bits = int(type_text[4:-1])
+        return st.integers(0, (1 << bits) - 1).map(lambda v: pb.Data(dataType=pb.INT64, sv=str(v)))
+    return st.integers(1901, 2155).map(lambda v: pb.Data(dataType=pb.INT64, sv=str(v)))  # year
+
+
+_SHAPE_TYPES = ["varchar(32)", *_TEMPORALS, "double", "bit(1)", "bit(8)", "bit(63)", "year(4)"]
+
+
+@st.composite
+def shaped_entries(draw):
+    """DML Entries of the shapes the issue lists: text in every charset of the table, temporals with
+    and without a charset (sub-millisecond digits, zero dates), doubles spelt '1', BIT and YEAR,
+    NULL as NIL, header properties; with the ids and the op of a real event."""
+    types = draw(st.lists(st.sampled_from(_SHAPE_TYPES), min_size=1, max_size=6))
+    entry = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1_700_000_000,
+                                      serverId=3306, schemaName="mall", tableName="orders",
+                                      seqId=draw(st.integers(0, 10 ** 6))))
+    for key, value in draw(st.lists(st.tuples(st.sampled_from(["subscribe_id", "region", "x"]), st.text(max_size=5)),
+                                    max_size=2)):
+        entry.header.properties.add(key=key, value=value)
+    dml = entry.event.dmlEvent
+    dml.dmlEventType = draw(st.sampled_from([pb.INSERT, pb.UPDATE, pb.DELETE]))
+    dml.columns.add(name="id", originalType="bigint(20)", isKey=True)
+    for i, type_text in enumerate(types):
+        dml.columns.add(name=f"c{i}", originalType=type_text)
+    for index in range(draw(st.integers(1, 3))):
+        row = dml.rows.add()
+        images = {pb.INSERT: (row.newColumns,), pb.UPDATE: (row.oldColumns, row.newColumns),
+                  pb.DELETE: (row.oldColumns,)}[dml.dmlEventType]
+        for image in images:
+            image.add(dataType=pb.INT64, sv=str(index))
+            for type_text in types:
+                value = None if draw(st.integers(0, 6)) == 0 else draw(_shape_values(type_text))
+                image.add().CopyFrom(value or pb.Data(dataType=pb.NIL))
+    return entry
+
+
+def _clean(entry: pb.Entry) -> bool:
+    """Whether every value is one the C path must take in lossless mode (well-formed for its shape)."""
+    for row in entry.event.dmlEvent.rows:
+        for image in (row.oldColumns, row.newColumns):
+            for data, column in zip(image, entry.event.dmlEvent.columns):
+                if data.dataType == pb.FLOAT64 and "e" in repr(float(data.sv)):
+                    return False  # orjson writes exponents its own way: documented as Python's
+                if data.dataType != pb.STRING or column.originalType in _TEMPORALS:
+                    continue
+                codec = values_table.charset_codec(data.charset)
+                try:
+                    text = codec[0](data.bv)[0]
+                except UnicodeError:
+                    return False
+                if codec[2] and codec[1](text)[0] != data.bv or any("\ud800" <= ch <= "\udfff" for ch in text):
+                    return False
+                if data.charset not in ("", "utf8", "utf8mb3", "utf8mb4") and any(
+                        len(codec[1](ch)[0]) > 2 for ch in text):
+                    return False  # C knows units of one and two bytes; longer ones are Python's
+    return True
+
+
+@needs_native
+@pytest.mark.parametrize("options", OPTIONS[:2], ids=OPTION_IDS[:2])
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(entry=shaped_entries())
+def test_the_shapes_dts_sends_match_python(entry, options):
+    """Every face (dicts, lines, columns, entry_to_blob, entries_to_blob_lines) gives the Python
+    path's messages on the issue's shapes; in lossless mode well-formed values never leave C."""
+    raw = entry.SerializeToString()
+    expected = assert_same(raw, options)
+    if _is_error(expected):
+        return
+    assert bridge.entry_to_blob(pb.Entry.FromString(raw), options) == expected
+    lines = [orjson.dumps(m) for m in expected]
+    assert bridge.entries_to_blob_lines([raw], options) == lines
+    assert bridge.entries_to_blob_lines(pb.Entries(items=[entry]).SerializeToString(), options) == lines
+    if options.lossless and _clean(entry):
+        encoder = bridge.BlobEncoder(options)
+        assert encoder._dml_lines(pb.Entry.FromString(raw), entry.header, raw) is not None, "C gave way"
+
+
+@needs_native
+def test_header_properties_travel_in_the_c_lines():
+    entry = _plain_entry(rows=1)
+    entry.header.properties.add(key="subscribe_id", value="subs-1")
+    raw = entry.SerializeToString()
+    encoder = bridge.BlobEncoder()
+    lines = encoder._dml_lines(entry, entry.header, raw)
+    assert lines is not None
+    assert orjson.loads(lines[0])["dts"]["header"]["properties"] == [["subscribe_id", "subs-1"]]
+    assert lines == [orjson.dumps(m) for m in bridge.BlobEncoder().convert(entry)]
+    entry.header.properties.add(key="datahub:op", value="UPDATE")  # a DataHub fact: Python's to apply
+    assert encoder._dml_lines(entry, entry.header, entry.SerializeToString()) is None
+
+
+def test_entries_to_blob_lines_names_what_does_not_parse():
+    with pytest.raises(bridge.DecodeError, match="Entries"):
+        bridge.entries_to_blob_lines(b"\x0a\x05\x01")
+    with pytest.raises(bridge.DecodeError, match="Entry 1 does not parse"):
+        bridge.entries_to_blob_lines([_plain_entry().SerializeToString(), b"\x0a\x05\x01"])
