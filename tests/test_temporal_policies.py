@@ -96,10 +96,10 @@ def test_c_and_python_paths_agree_on_zero_dates_and_fractions(options):
     """Every face of the Blob encoder gives the same lines, errors, counts and ledger for every
     temporal value, charset and policy: where C took a value a policy acts on, its ledger line
     would be missing (the policies live in Python only)."""
-    for type_text, charset, nulls in itertools.product(TYPES, CHARSETS, (False, True)):
-        entry = temporal_entry(type_text, VALUES[type_text], charset, nulls=nulls)
+    for type_text, charset in itertools.product(TYPES, CHARSETS):
+        several = [temporal_entry(type_text, VALUES[type_text], charset, nulls=nulls) for nulls in (False, True)]
         singles = [temporal_entry(type_text, [text], charset) for text in VALUES[type_text]]
-        for one in [entry, *singles]:
+        for one in several + singles:
             raw = one.SerializeToString()
             assert_same(raw, options)
             results = {}
