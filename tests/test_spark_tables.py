@@ -326,3 +326,72 @@ def test_dts_entries_output_and_options(spark, stream):
     assert [(r.offset, r.entry) for r in rows] == sorted((r.offset, r.entry) for r in rows)
     with pytest.raises(OptionsError, match="option 'mode'"):
         bs.dts_entries(spark.createDataFrame([], bs.KAFKA_SCHEMA), mode="LENIENT")
+
+
+# ---- kill -9 of the whole driver (make test-deep) ----------------------------------------------------
+
+DRIVER = """
+import json, sys
+import bridge.spark as bs
+cfg = json.loads(open(sys.argv[1]).read())
+spark = bs.local_session("tables-kill")
+spark.sparkContext.setLogLevel("ERROR")
+bs.register(spark)
+kafka = (spark.readStream.format("dts-kafka").option("brokers", cfg["brokers"]).option("topic", cfg["topic"])
+         .option("maxOffsetsPerTrigger", cfg["max_offsets"]).load())
+writer = bs.dts_entries(kafka).writeStream.format("datahub").option("checkpointLocation", cfg["checkpoint"])
+for key, value in cfg["options"].items():
+    writer = writer.option(key, str(value))
+query = writer.trigger(**cfg["trigger"]).start()
+print("started", flush=True)
+query.awaitTermination()
+print("finished", flush=True)
+"""
+
+
+class TablesDriver:
+    """DRIVER as a subprocess with one config (tests/test_spark_pipeline.kill_loop's interface)."""
+
+    def __init__(self, tmp_path, **cfg) -> None:
+        self.tmp_path, self.cfg, self.runs = tmp_path, cfg, 0
+        self.script = tmp_path / "tables_driver.py"
+        self.script.write_text(DRIVER)
+
+    def start(self, trigger: str):
+        import subprocess
+        import sys
+        from test_spark_pipeline import ENV, ROOT
+        self.runs += 1
+        config, log = self.tmp_path / f"driver-{self.runs}.json", self.tmp_path / f"driver-{self.runs}.log"
+        when = {"availableNow": True} if trigger == "availableNow" else {"processingTime": trigger}
+        config.write_text(json.dumps(dict(self.cfg, trigger=when)))
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, str(self.script), str(config)], cwd=ROOT, env=ENV, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return proc, log
+
+
+@pytest.mark.deep  # three Spark drivers, minutes: make test-deep
+def test_driver_killed_with_sigkill_and_restarted_deep(kafka_broker, kafka_topic, stream, tmp_path):  # noqa: F811
+    """The whole driver (Python, JVM, Python workers) killed with SIGKILL twice inside micro-batches
+    (lenient + dlq, chaos faults off), then run to the end from its checkpoint: every table and the
+    dead letters exactly as the file conversion says, nothing twice."""
+    from test_spark_pipeline import kill_loop
+    with StandInDataHub() as server:
+        server.faults.delay("PutRecordsByShard", seconds=0.05)  # a window to kill in
+        driver = TablesDriver(tmp_path, brokers=kafka_broker.bootstrap, topic=kafka_topic, max_offsets=60,
+                              checkpoint=str(tmp_path / "ckpt"),
+                              options=sink_options(server, schemaChange="lenient", commitLog=str(tmp_path / "log.jsonl")))
+
+        def count() -> int:
+            names = make_client(server.endpoint, "i", "k").list_topic(PROJECT).topic_names
+            return sum(len(server.records(PROJECT, name)) for name in names)
+        _, facts, converted = stream
+        dead = expected_dead(facts, "lenient", "dlq")
+        total = sum(len(rows) for _, versions in converted.items() for _, vs in versions for _, rows in vs) \
+            + len(dead) * len(PARTITIONS)
+        log: list[str] = []
+        kills = kill_loop(driver, count, kills=2, total=total, seed=1729, log=log)
+        server.faults.clear()
+        done = check_all(server, kafka_topic, stream, "lenient", "killed:\n  " + "\n  ".join(log))
+        print(f"\n[{len(kills)} SIGKILLs in {driver.runs} runs; {done}]\n  " + "\n  ".join(log))
