@@ -7,7 +7,9 @@ state (Envelope reassembly, update pairing, Envelope packing, column codecs) liv
 batches. The per-partition functions (`*_batches`, for `mapInPandas` or `mapInArrow`) and their
 output schemas (Spark DDL strings) are public too. On a streaming DataFrame, `dts_to_blob` and
 `dts_to_tuple` run the same jobs per Kafka partition through `transformWithStateInPandas`, the
-open Entries kept in Spark state (bridge/_spark_streaming.py). pyspark is imported only inside the
+open Entries kept in Spark state (bridge/_spark_streaming.py). `dts_entries` gives one row per
+Entry (its bytes and position) for `format("datahub")` to convert a whole database in its tasks
+(bridge/_spark_tables.py). pyspark is imported only inside the
 functions that need a session; docs/spark.md has the schemas, the modes and the ordering rules.
 
 Bad records in Spark's words: `mode` FAILFAST (default) raises the bridge error, which names the

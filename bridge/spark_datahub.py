@@ -1,5 +1,6 @@
-"""A Spark 4 Python data source "datahub": the rows of `dts_to_blob` (a Blob topic) or of
-`dts_to_tuple(..., positions=True)` (a Tuple topic) written to Alibaba DataHub, batch
+"""A Spark 4 Python data source "datahub": the rows of `dts_to_blob` (a Blob topic), of
+`dts_to_tuple(..., positions=True)` (a Tuple topic) or of `dts_entries` (a whole database, converted
+in the task as `dts-bridge sync` converts it: bridge/_spark_tables.py) written to Alibaba DataHub, batch
 (`df.write.format("datahub").mode("append")`) and streaming (`writeStream.format("datahub")`),
 through the one DataHub writer (`bridge.datahub_sink.DataHubWriter`: ordered per shard,
 retried, idempotent by the source position every record carries).
