@@ -8,6 +8,10 @@ import os
 TARGETS: dict[str, tuple[str, str, float | None, str]] = {
     "dts_to_blob_vs_naive": ("(b) DTS -> Blob lossless / (a) naive", ">=", 8, "target"),
     "dts_to_blob_strict_vs_naive": ("(b) DTS -> Blob strict / (a) naive", ">=", 8, "target"),
+    "dts_to_blob_entry_api_vs_naive": ("(b) pure functions: entry_to_blob + encode_blob / (a) naive", ">=", 8, "target"),
+    "dts_to_blob_batch_vs_naive": ("(b) batch form: entries_to_blob_lines / (a) naive", ">=", 8, "target"),
+    "shapes_dts_to_blob_min_vs_naive": ("(h) the lowest DTS -> Blob cell of the value-shape matrix / its naive "
+                                        "baseline", ">=", 8, "target"),
     "dts_to_blob_vs_floor": ("(b) lossless / combined floor (parse + orjson.dumps)", ">=", 0.2, "stretch"),
     "dts_to_blob_strict_vs_floor": ("(b) strict / combined floor (strict dicts)", ">=", 0.2, "stretch"),
     "blob_to_dts_vs_naive": ("(d) Blob -> DTS lossless / naive (json.loads + ParseDict)", ">=", 5, "target"),
@@ -60,6 +64,8 @@ def compute_ratios(results: dict) -> dict:
         for name, num, den in (
                 ("dts_to_blob_vs_naive", "dts_to_blob", "naive_dts_to_blob"),
                 ("dts_to_blob_strict_vs_naive", "dts_to_blob_strict", "naive_dts_to_blob"),
+                ("dts_to_blob_entry_api_vs_naive", "dts_to_blob_entry_api", "naive_dts_to_blob"),
+                ("dts_to_blob_batch_vs_naive", "dts_to_blob_batch", "naive_dts_to_blob"),
                 ("dts_to_blob_dicts_vs_naive", "dts_to_blob_dicts", "naive_dts_to_blob"),
                 ("dts_to_blob_python_vs_naive", "dts_to_blob_python", "naive_dts_to_blob"),
                 ("dts_to_blob_vs_floor", "dts_to_blob", "combined_floor"),
@@ -72,6 +78,10 @@ def compute_ratios(results: dict) -> dict:
                 ("python_build_floor_vs_naive", "python_build_floor", "naive_blob_to_dts"),
                 ("dts_to_tuple_vs_dts_to_blob", "dts_to_tuple", "dts_to_blob")):
             values.setdefault(name, []).append(div(rate(num, which), rate(den, which)))
+    matrix = results.get("shapes") or {}
+    if matrix:
+        from .shapes import BLOB_CELLS
+        values["shapes_dts_to_blob_min_vs_naive"] = [min(s["ratios"][c] for s in matrix.values() for c in BLOB_CELLS)]
     spark = results.get("spark") or {}
     if "rows_per_s" in spark:
         r = spark["rows_per_s"]
@@ -174,7 +184,14 @@ def chart(results: dict, path: str) -> str | None:
     except ImportError:
         return "matplotlib is not installed (.venv/bin/pip install matplotlib): no chart"
     ratios = [(n, r) for n, r in results["ratios"].items() if r["comparison"] and r["value"] is not None]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6.5), gridspec_kw={"width_ratios": [1.1, 1]})
+    matrix = results.get("shapes") or {}
+    if matrix:
+        fig = plt.figure(figsize=(14, 12))
+        grid = fig.add_gridspec(2, 2, height_ratios=[1.2, 0.8], width_ratios=[1.1, 1])
+        left, right, bottom = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+        _shape_panel(bottom, matrix)
+    else:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6.5), gridspec_kw={"width_ratios": [1.1, 1]})
     labels, scores, colours, notes = [], [], [], []
     for name, r in ratios:
         v, t = r["value"], r["target"]
@@ -217,6 +234,39 @@ def chart(results: dict, path: str) -> str | None:
     return None
 
 
+def _shape_panel(ax, matrix: dict) -> None:
+    """(h): per value shape, each case's ratio to its naive baseline, grouped; the 8x line."""
+    from .shapes import MATRIX_CASES, TARGET
+    names = list(matrix)
+    cells = list(MATRIX_CASES)
+    width = 0.8 / len(cells)
+    colours = ["#2c6fbb", "#5b9bd5", "#9dc3e6", "#d4a017", "#7f8c8d"]
+    for k, cell in enumerate(cells):
+        xs = [i + (k - (len(cells) - 1) / 2) * width for i in range(len(names))]
+        values = [matrix[n]["ratios"][cell] for n in names]
+        ax.bar(xs, values, width, label=MATRIX_CASES[cell][0], color=colours[k % len(colours)])
+        for x, v in zip(xs, values):
+            ax.text(x, v * 1.03, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(TARGET, color="#c0392b", linewidth=1, linestyle="--")
+    ax.text(len(names) - 0.5, TARGET * 1.04, f"target for DTS -> Blob: {TARGET}x", color="#c0392b", ha="right",
+            fontsize=8)
+    ax.set_xticks(range(len(names)), names, fontsize=9)
+    ax.set_ylabel("x the naive baseline (same bytes, same process)")
+    ax.set_title("Value shapes (h): ratio to naive per shape")
+    ax.legend(fontsize=8, ncol=3, loc="upper left")
+
+
+def shape_rows(results: dict) -> list[tuple]:
+    """(h) as table rows: shape, each cell's ratio, whether the DTS -> Blob cells meet the target, what."""
+    from .shapes import MATRIX_CASES, TARGET
+    rows = []
+    for name, shape in (results.get("shapes") or {}).items():
+        cells = [f"{shape['ratios'][c]:.1f}x" for c in MATRIX_CASES]
+        rows.append((f"`{name}`", *cells, f"{shape['rows_per_s']['naive_dts_to_blob']:,}",
+                     f">= {TARGET}x: " + ("met" if shape["met"] else "NOT met"), shape["description"]))
+    return rows
+
+
 NOTES_MARKER = "<!-- Hand-written notes below this line are kept when `make bench` rewrites this page. -->"
 
 
@@ -256,6 +306,16 @@ def markdown(results: dict, chart_name: str | None, old_page: str | None, method
     parts += ["## Throughput", "",
               _md_table(["case", "rows/s (best)", "rows/s (median)", "what"],
                         [(f"`{n}`", _fmt_rate(b), _fmt_rate(m), w) for n, w, b, m in case_rows(results)]), ""]
+    if results.get("shapes"):
+        from .shapes import MATRIX_CASES
+        first = next(iter(results["shapes"].values()))
+        parts += ["## Value shapes (h): what DTS really sends", "",
+                  f"One workload per value shape ({first['rows']:,} DML rows each, `--shape-rows`), every case as "
+                  "a ratio to the naive baseline on the same bytes in the same process (DTS -> Blob and "
+                  "DTS -> Tuple: parse + MessageToDict + json.dumps; Blob -> DTS: json.loads + ParseDict + "
+                  "serialise). Target: every DTS -> Blob cell (the first three) >= 8x.", "",
+                  _md_table(["shape", *(MATRIX_CASES[c][0] for c in MATRIX_CASES), "naive rows/s",
+                             "DTS -> Blob", "what"], shape_rows(results)), ""]
     spark = results.get("spark") or {}
     parts += ["### Spark (f)", ""]
     if "rows_per_s" in spark:

@@ -11,7 +11,7 @@ import sys
 import time
 
 
-from . import cases, profiling, report, rss, spark_bench, spark_streaming_bench, timing, workload
+from . import cases, profiling, report, rss, shapes, spark_bench, spark_streaming_bench, timing, workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -140,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-spark-streaming", action="store_true",
                    help="leave out (f2), streaming dts_to_blob against the batch job")
     p.add_argument("--skip-rss", action="store_true", help="leave out (g), the CLI's memory on large streams")
+    p.add_argument("--shapes", default=",".join(shapes.SHAPES),
+                   help="value shapes of (h), the matrix, comma-separated (default: all; '' leaves (h) out): "
+                        + ", ".join(shapes.SHAPES))
+    p.add_argument("--shape-rows", type=int, default=20_000, help="DML rows per value shape in (h) (default 20000)")
+    p.add_argument("--only-shapes", action="store_true",
+                   help="run (h) alone: the other sections are left out (for iterating on one shape)")
     p.add_argument("--rss-sizes", default="100,1000", help="stream sizes in MiB for (g) (default 100,1000)")
     p.add_argument("--publish", action="store_true",
                    help="write benchmarks/results.json and docs/performance.md even for a partial run "
@@ -149,8 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    shape_names = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shape_names if s not in shapes.SHAPES]
+    if unknown:
+        build_parser().error(f"--shapes: unknown shape {', '.join(unknown)} (known: {', '.join(shapes.SHAPES)})")
+    if args.only_shapes:
+        args.skip_spark = args.skip_rss = True
+        args.profile_rows = 0
+        args.rows = min(args.rows, 2_000)
     sizes = sorted({int(s) for s in args.rss_sizes.split(",") if s.strip()})
-    full = args.rows >= DEFAULT_ROWS and not args.skip_spark and not args.skip_rss
+    full = (args.rows >= DEFAULT_ROWS and not args.skip_spark and not args.skip_rss
+            and shape_names == list(shapes.SHAPES))
     publish = full or args.publish
     os.makedirs(WORK_DIR, exist_ok=True)
     results_path, docs_path, chart_path = ((RESULTS, DOCS, CHART) if publish else
@@ -220,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
             "description": f"(c) combined floor: {first} + {second} (times added)", "rows": parse.rows,
             "seconds_best": round(best, 4), "seconds_median": round(median, 4),
             "rows_per_s": round(parse.rows / best), "rows_per_s_median": round(parse.rows / median)}
+
+    if shape_names:
+        results["shapes"] = shapes.run(args.shape_rows, args.seed, min(args.chunk_rows, 5_000), args.repeat,
+                                       shape_names, _log)
+        results["parameters"].update(shape_rows=args.shape_rows, shapes=",".join(shape_names))
+    else:
+        results["shapes"] = {}
 
     if args.skip_spark:
         results["spark"] = {"skipped": "--skip-spark"}

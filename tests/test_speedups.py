@@ -949,3 +949,18 @@ def test_entries_to_blob_lines_names_what_does_not_parse():
         bridge.entries_to_blob_lines(b"\x0a\x05\x01")
     with pytest.raises(bridge.DecodeError, match="Entry 1 does not parse"):
         bridge.entries_to_blob_lines([_plain_entry().SerializeToString(), b"\x0a\x05\x01"])
+
+
+def test_the_readme_python_example_runs():
+    """README.md's "From Python" block runs as written, and its fast form gives entry_to_blob's bytes."""
+    import re
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    section = readme[readme.index("## From Python"):readme.index("## From the shell")]
+    scope: dict = {}
+    exec(compile(re.search(r"```python\n(.*?)```", section, re.S).group(1), "README.md", "exec"), scope)  # noqa: S102
+    envelopes = [pb.Envelope.FromString(value) for _, _, value in bridge.read_pb("samples/mixed.pb")]
+    assert {env.total for env in envelopes} == {1}  # so each Envelope's data is one whole Entries
+    assert scope["lines"] == [orjson.dumps(m) for env in envelopes for e in pb.Entries.FromString(env.data).items
+                              for m in bridge.BlobEncoder().convert(e)]
+    assert scope["same"] == [orjson.dumps(m) for m in scope["messages"]]
+    assert scope["entries"] == [scope["entry"]]
