@@ -12,7 +12,7 @@ try:
 except ImportError:  # pragma: no cover - a build without a C compiler
     _speedups = None
 
-__all__ = ["NATIVE", "speedups", "split_items", "valid_entries", "wire_scan"]
+__all__ = ["NATIVE", "header_properties", "speedups", "split_items", "valid_entries", "wire_scan"]
 
 NATIVE: bool = _speedups is not None and os.environ.get("BRIDGE_PURE_PYTHON", "") in ("", "0")
 speedups = _speedups if NATIVE else None
@@ -26,6 +26,12 @@ def split_items(data: bytes) -> list | None:
 def wire_scan(raw: bytes):
     """(columns key, dmlEventType, rows) of an Entry whose Event holds only a dmlEvent, or None."""
     return _speedups.scan(raw) if NATIVE else None
+
+
+def header_properties(raw: bytes):
+    """An Entry's header properties as [[key, value], ...] (None: none), or False: one is a DataHub
+    fact, C is not sure, or there is no extension (then Python reads the parsed Header)."""
+    return _speedups.header_properties(raw) if NATIVE else False
 
 
 def valid_entries(data: bytes) -> bool:

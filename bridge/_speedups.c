@@ -49,6 +49,7 @@ typedef struct {
     char cs_text[32];     /* ... and that charset's text as the value spelt it */
     Py_ssize_t cs_text_len;
     PyObject *index_text; /* str(column index): its key in dts.values and dts.charsets, made once */
+    PyObject *cs_obj;     /* the str of cs_text, made when a value's charset must travel */
 } Col;
 
 typedef struct {
@@ -548,6 +549,7 @@ static Charset *charset_of(Col *c, Span cs) {
             c->cs_last = k + 1;
             memcpy(c->cs_text, cs.p, (size_t)cs.n);
             c->cs_text_len = cs.n;
+            Py_CLEAR(c->cs_obj);
             return &CHARSETS[k];
         }
     }
@@ -750,12 +752,25 @@ static PyObject *canon_object(const Canon *v) {
         return v->str;
     case C_NULL:
         Py_RETURN_NONE;
-    case C_TABLE: {
-        Buf b = {NULL, 0, 0};
-        int rc = table_utf8(&b, v->table, v->s.p, v->s.n);
-        PyObject *s = rc > 0 ? PyUnicode_DecodeUTF8(b.n ? (const char *)b.p : "", b.n, NULL) : NULL;
-        PyMem_Free(b.p);
-        return s; /* NULL without an error: a miss */
+    case C_TABLE: { /* two passes over the units: the str's size and widest character, then its text */
+        const uint8_t *p = v->s.p, *end = p + v->s.n;
+        Py_ssize_t n = 0;
+        uint32_t widest = 0;
+        int len;
+        while (p < end) {
+            uint32_t cp = next_unit(v->table, p, end, &len);
+            if (cp > 0x10FFFF) return NULL; /* a miss */
+            widest = cp > widest ? cp : widest;
+            n++;
+            p += len;
+        }
+        PyObject *s = PyUnicode_New(n, widest);
+        if (s == NULL) return NULL;
+        int kind = PyUnicode_KIND(s);
+        void *data = PyUnicode_DATA(s);
+        p = v->s.p;
+        for (Py_ssize_t i = 0; i < n; i++, p += len) PyUnicode_WRITE(kind, data, i, next_unit(v->table, p, end, &len));
+        return s;
     }
     default: {
         PyObject *s = PyUnicode_DecodeUTF8((const char *)v->s.p, v->s.n, NULL);
@@ -960,6 +975,15 @@ error:
     return NULL;
 }
 
+/* The str of a text value's charset (new reference): the column's last, kept. */
+static PyObject *charset_text(Col *c, Span cs) {
+    if (cs.n != c->cs_text_len || memcmp(cs.p, c->cs_text, (size_t)cs.n))
+        return PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL);
+    if (c->cs_obj == NULL && (c->cs_obj = PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL)) == NULL) return NULL;
+    Py_INCREF(c->cs_obj);
+    return c->cs_obj;
+}
+
 /* dict[str(index)] = value (a new reference, stolen); the dict made on first use. 0 on error. */
 static int index_item(PyObject **dict, Col *c, Py_ssize_t index, PyObject *value) {
     if (value == NULL) return 0;
@@ -1003,8 +1027,7 @@ static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
                 if (PyErr_Occurred()) goto error;
                 goto miss;
             }
-            if (plan->lossless && v.extra == X_CHARSET
-                && !index_item(&charsets, c, i, PyUnicode_DecodeUTF8((const char *)d.cs.p, d.cs.n, NULL))) {
+            if (plan->lossless && v.extra == X_CHARSET && !index_item(&charsets, c, i, charset_text(c, d.cs))) {
                 Py_DECREF(obj);
                 goto error;
             }
@@ -1212,6 +1235,62 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     }
     PyBuffer_Release(&buf);
     return result;
+}
+
+/* header_properties(entry_bytes) -> None (the Header has no properties), False (one is a DataHub
+ * fact, or C is not sure: Python looks), or [[key, value], ...] in order: what dts.header carries. */
+static PyObject *header_properties(PyObject *module, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)buf.buf, *end = start + buf.len;
+    PyObject *out = NULL, *pair = NULL;
+    Span header;
+    int found = only_submessage(start, end, 1, &header);
+    if (found <= 0) goto unsure;
+    const uint8_t *p = header.p, *hend = header.p + header.n;
+    while (p < hend) {
+        uint64_t tag;
+        if (!read_varint(&p, hend, &tag)) goto unsure;
+        Span kv;
+        if ((tag >> 3) != 15) {
+            if (!skip_field(&p, hend, (int)(tag & 7))) goto unsure;
+            continue;
+        }
+        if ((tag & 7) != 2 || !read_span(&p, hend, &kv)) goto unsure;
+        Span parts[3] = {{(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}};
+        const uint8_t *q = kv.p, *kend = kv.p + kv.n;
+        unsigned seen = 0;
+        while (q < kend) { /* KVPair: key (1) and value (2), each at most once; anything else: Python */
+            uint64_t ktag;
+            if (!read_varint(&q, kend, &ktag)) goto unsure;
+            uint64_t f = ktag >> 3;
+            if ((f != 1 && f != 2) || (ktag & 7) != 2 || (seen & (1u << f)) || !read_span(&q, kend, &parts[f]))
+                goto unsure;
+            seen |= 1u << f;
+        }
+        if (parts[1].n >= 8 && !memcmp(parts[1].p, "datahub:", 8)) goto unsure; /* a fact: Python's */
+        if (out == NULL && (out = PyList_New(0)) == NULL) goto error;
+        pair = Py_BuildValue("[s#s#]", (const char *)parts[1].p, parts[1].n, (const char *)parts[2].p, parts[2].n);
+        if (pair == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto error;
+            PyErr_Clear();
+            goto unsure;
+        }
+        if (PyList_Append(out, pair) < 0) goto error;
+        Py_CLEAR(pair);
+    }
+    PyBuffer_Release(&buf);
+    if (out == NULL) Py_RETURN_NONE;
+    return out;
+unsure:
+    Py_XDECREF(out);
+    PyBuffer_Release(&buf);
+    Py_RETURN_FALSE;
+error:
+    Py_XDECREF(pair);
+    Py_XDECREF(out);
+    PyBuffer_Release(&buf);
+    return NULL;
 }
 
 /* ---- walking the images of a DML event ------------------------------------------------------- */
@@ -2679,6 +2758,7 @@ static void free_cols(Col *cols, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_XDECREF(cols[i].name);
         Py_XDECREF(cols[i].index_text);
+        Py_XDECREF(cols[i].cs_obj);
         PyMem_Free(cols[i].key);
     }
     PyMem_Free(cols);
@@ -2886,6 +2966,8 @@ static PyMethodDef module_methods[] = {
      "valid_entries(data) -> True when protobuf parses the bytes as an Entries (False: not sure)"},
     {"table_key", (PyCFunction)table_key, METH_O,
      "table_key(entry_bytes) -> the Sink's table key of a plain DML Entry, or None"},
+    {"header_properties", (PyCFunction)header_properties, METH_O,
+     "header_properties(entry_bytes) -> None, False (a DataHub fact, or not sure) or [[key, value], ...]"},
     {"set_charsets", (PyCFunction)set_charsets, METH_O,
      "set_charsets([(name, mode, codec, mapping, check), ...]): the charsets text columns decode in C"},
     {NULL, NULL, 0, NULL},

@@ -25,7 +25,8 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from . import subscribe_pb2 as pb
 from .errors import BridgeError, ConversionError, DecodeError
 from .options import DEFAULT_OPTIONS, Options, per_options
-from .blob_rows import MISSES, NATIVE, compile_image, known_fields, native_plan, split_items, wire_scan
+from .blob_rows import (MISSES, NATIVE, compile_image, header_properties, known_fields, native_plan, split_items,
+                        wire_scan)
 from .values import (CONTROL_MESSAGE_TYPES, ColumnSetCache, DEFAULT_CHARSET, DML_OPS, FOREIGN_COLUMN_TYPES, OPS_BY_MESSAGE_TYPE, RESERVED_PREFIX, SOURCE_TYPES,
                      Inexact, Substituted, codec_for, data_to_raw, ddl_op, note_substitution)
 
@@ -158,16 +159,24 @@ def _compile_fields(descriptor, skip) -> Callable:
 wire_ext_header = _compile_fields(pb.Header.DESCRIPTOR, _HEADER_IN_ENVELOPE | _HEADER_IN_SOURCE | {"properties"})
 
 
-def _wire_header(header: pb.Header) -> dict:
-    """dts.header of a DML Entry whose header properties hold no DataHub fact (`_ext_header`'s)."""
+def _wire_header(header: pb.Header, props: list | None) -> dict:
+    """dts.header of a DML Entry whose header properties `props` hold no DataHub fact (`_ext_header`'s)."""
     out = wire_ext_header(header)
-    if header.properties:
-        out["properties"] = _kv(header.properties)  # field 15: last, as ListFields orders it
+    if props:
+        out["properties"] = props  # field 15: last, as ListFields orders it
     return out
 
 
-def _has_facts(props) -> bool:
-    return any(p.key.startswith(RESERVED_PREFIX) for p in props)
+def _plain_properties(header: pb.Header, raw: bytes) -> list | None | bool:
+    """The header's properties as [[key, value], ...] (None: none), or False when one is a DataHub
+    fact (the dict path applies those). C reads them off the Entry's bytes; Python when C is not sure."""
+    found = header_properties(raw)
+    if found is not False:
+        return found
+    props = header.properties
+    if any(p.key.startswith(RESERVED_PREFIX) for p in props):
+        return False
+    return _kv(props) or None
 
 
 _VERSION_BYTES = FORMAT_VERSION.encode()
@@ -599,13 +608,17 @@ class BlobEncoder:
         return out
 
     def _wire_table(self, entry: pb.Entry, header: pb.Header, raw: bytes):
-        """The C fast path's view of a plain DML Entry: (cache entry, dmlEventType, rows), or None.
+        """The C fast path's view of a plain DML Entry: (cache entry, dmlEventType, rows, header
+        properties or None), or None.
 
         Plain: no DataHub facts among the header properties (the others travel in dts.header), no
         event or row properties, one dmlEvent and nothing else in the Event, 1 to 10**6 rows, and a
         column set the C plan covers."""
         scanned = wire_scan(raw)
-        if scanned is None or header.properties and _has_facts(header.properties):
+        if scanned is None:
+            return None
+        props = _plain_properties(header, raw)
+        if props is False:
             return None
         key, dml_type, nrows = scanned
         if not 0 < nrows <= _ROW_SCALE:
@@ -621,7 +634,7 @@ class BlobEncoder:
             source = self._source(header, _NO_FACTS)
             schema = {"dataColumn": table.schema_columns, "primaryKey": table.primary_key, "source": source}
             cached = self._wire_tables[slot] = _WireTable(table, schema)
-        return cached, dml_type, nrows
+        return cached, dml_type, nrows, props
 
     def _wire_stamp(self, header: pb.Header) -> dict:
         event_time = header.timestamp * 1000
@@ -635,13 +648,13 @@ class BlobEncoder:
         found = self._wire_table(entry, header, raw)
         if found is None:
             return None
-        cached, dml_type, nrows = found
+        cached, dml_type, nrows, props = found
         table, schema = cached.table, cached.schema
         ops = DML_OPS[dml_type]
         lossless = self.options.lossless
         ext_header = quiet = None
         if lossless:
-            ext_header = _wire_header(header)
+            ext_header = _wire_header(header, props)
             quiet = table.plain_extension_redundant(nrows, ext_header)
             ext_columns = table.ext_columns
         stamp = self._wire_stamp(header)
@@ -730,14 +743,14 @@ class BlobEncoder:
         found = self._wire_table(entry, header, raw)
         if found is None:
             return None
-        cached, dml_type, nrows = found
+        cached, dml_type, nrows, props = found
         table = cached.table
         pre, post = cached.templates(dml_type)
         stamp = self._wire_stamp(header)
         head = b"\",\"timestamp\":" + orjson.dumps(stamp) + b"},\"version\":\"" + _VERSION_BYTES + b"\""
         quiet_tail = head + b"}"
         if self.options.lossless:
-            ext_header = _wire_header(header)
+            ext_header = _wire_header(header, props)
             loud_tail = (head + b",\"dts\":{\"header\":" + orjson.dumps(ext_header) + cached.ext_columns_json
                          + b",\"row\":[")
             nrows_text = str(nrows).encode()
@@ -1006,7 +1019,19 @@ def _table_name(header: pb.Header) -> str | None:
 def entry_to_blob(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
     """Blob messages of one Entry (a list: an update gives two, a checkpoint in strict mode none).
     A DML Entry is serialised once so that the C fast path reads its rows off the wire."""
-    return _encoder(options).convert(entry, _wire_bytes(entry))
+    return _shared(options).convert(entry, _wire_bytes(entry))
+
+
+_last_shared: tuple = (None, None)  # (options, encoder) of the last call: hashing Options costs per Entry
+
+
+def _shared(options: Options) -> BlobEncoder:
+    """The encoder the pure functions share per Options value."""
+    global _last_shared
+    last = _last_shared  # one tuple, swapped whole: a thread never pairs one call's options with another's encoder
+    if options is not last[0]:
+        last = _last_shared = (options, _encoder(options))
+    return last[1]
 
 
 def _wire_bytes(entry: pb.Entry) -> bytes | None:
@@ -1035,7 +1060,7 @@ def entries_to_blob_lines(entries: "bytes | Iterable[bytes]", options: Options =
     """
     if isinstance(entries, (bytes, bytearray, memoryview)):
         entries = _entry_encodings(bytes(entries))
-    convert = _encoder(options).convert_lines
+    convert = _shared(options).convert_lines
     parse = pb.Entry.FromString
     out: list = []
     for index, raw in enumerate(entries):

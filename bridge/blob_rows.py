@@ -25,9 +25,10 @@ from .values import (_DEC_RE, BYTES, CHARSETS, DECIMAL_DT, DEFAULT_CHARSET, DT, 
 
 DT_INT8 = DT.INT8
 
-from ._native import NATIVE, speedups, split_items, wire_scan
+from ._native import NATIVE, header_properties, speedups, split_items, wire_scan
 
-__all__ = ["compile_image", "native_plan", "split_items", "wire_scan", "known_fields", "Miss", "MISSES", "NATIVE"]
+__all__ = ["compile_image", "native_plan", "split_items", "wire_scan", "header_properties", "known_fields", "Miss",
+           "MISSES", "NATIVE"]
 
 
 class Miss(Exception):
