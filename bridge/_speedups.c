@@ -1293,6 +1293,12 @@ error:
     return NULL;
 }
 
+/* Drop a partial result: None (a new reference), for Python to convert the Entry. */
+static PyObject *give_way(PyObject *partial) {
+    Py_XDECREF(partial);
+    Py_RETURN_NONE;
+}
+
 /* ---- walking the images of a DML event ------------------------------------------------------- */
 
 /* The images the ops of one DML type use, row by row (INSERT: after; UPDATE: before, after;
@@ -1683,9 +1689,7 @@ error:
     Py_CLEAR(result);
     goto done;
 none:
-    Py_XDECREF(result);
-    result = Py_None;
-    Py_INCREF(result);
+    result = give_way(result);
 done:
     Py_XDECREF(next);
     Py_XDECREF(shards);
@@ -1791,19 +1795,21 @@ static PyObject *Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
     Buf text = {NULL, 0, 0};
     Walk w = {0};
     int rc = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
-    if (rc < 0) goto done;
-    if (rc == 0) goto none;
+    if (rc <= 0) {
+        result = rc < 0 ? NULL : give_way(NULL);
+        goto done;
+    }
     if ((result = PyList_New(0)) == NULL) goto done;
     Py_ssize_t count;
     long long seq_row = -1;
     while ((rc = walk_next(&w, &count)) == 1) {
         Py_ssize_t k = dml_type == 1 ? (Py_ssize_t)w.which - 2 : 0;
-        if (count == 0) goto none; /* an empty image: Python writes its "image": "empty" */
+        if (count == 0) break; /* an empty image: Python writes its "image": "empty" */
         PyObject *img = image(self, w.datas, count);
         if (img == NULL) goto error;
         if (img == Py_None) {
             Py_DECREF(img);
-            goto none;
+            break;
         }
         PyObject *values = img, *raws = NULL, *charsets = NULL;
         if (PyTuple_Check(img)) {
@@ -1828,15 +1834,10 @@ static PyObject *Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
         Py_DECREF(msg);
         if (failed) goto error;
     }
-    if (rc < 0) goto none;
+    if (rc != 0) result = give_way(result); /* stopped early: a miss, or bytes C does not take */
     goto done;
 error:
     Py_CLEAR(result);
-    goto done;
-none:
-    Py_XDECREF(result);
-    result = Py_None;
-    Py_INCREF(result);
 done:
     Py_XDECREF(seq);
     PyMem_Free(text.p);
