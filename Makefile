@@ -32,11 +32,17 @@ $(STAMP): pyproject.toml setup.py bridge/_speedups.c
 demo: $(STAMP)
 	$(PY) -m bridge demo samples
 
+# The suite's time goes mostly to waiting (JVM and broker start-ups, killed processes, DataHub
+# round trips), so its files run on TEST_WORKERS workers (pytest-xdist), a whole file to a worker:
+# module fixtures (a Kafka topic, a Spark session) stay shared within a file. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP) $(JARS_STAMP)
-	HYPOTHESIS_PROFILE=quick $(PY) -m pytest -q tests
+	HYPOTHESIS_PROFILE=quick $(PY) -m pytest -q $(XDIST) tests
 
 test-deep: $(STAMP) $(JARS_STAMP)
-	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q tests
+	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q $(XDIST) tests
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev,bench]"
