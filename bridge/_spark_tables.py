@@ -29,7 +29,7 @@ from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubWriter, Position
 from .errors import BridgeError, ConversionError
 from .spark_datahub import _SETTLE_SECONDS, _Task
 
-__all__ = ["ENTRY_COLUMNS", "entries_schema", "TablesTask", "TopicDeadLetters", "earlier_halts"]
+__all__ = ["ENTRY_COLUMNS", "entries_schema", "TablesTask", "TopicDeadLetters", "earlier_halts", "export_dead_letters"]
 
 ENTRY_COLUMNS = POSITION_COLUMNS[:4] + (("dts", "binary"),)
 
@@ -86,27 +86,48 @@ class TopicDeadLetters:
         self.writer.flush()
 
 
-def earlier_halts(writer: DataHubWriter, topic: str, source: str, epoch: int) -> dict[str, str]:
-    """Under halt-table, the tables halted before micro-batch `epoch`: every table with a dead
-    letter of `source` from an earlier micro-batch (each letter halts its table). Read from the
-    dead-letter topic itself, so a replayed micro-batch starts from the same halts."""
+def _letter_records(writer: DataHubWriter, topic: str):
+    """Every record of the dead-letter topic, shard by shard in sequence order."""
     info = writer.topic(topic)
     shards = writer._call(lambda: writer.client.list_shard(writer.project, topic), "ListShard").shards
-    halted: dict[str, str] = {}
-    for shard in shards:
+    for shard in sorted(shards, key=lambda s: (len(s.shard_id), s.shard_id)):
         latest = writer._sequence(info, shard.shard_id, "LATEST")
         if latest is None:
             continue
         oldest = writer._sequence(info, shard.shard_id, "OLDEST") or 0
-        for record in writer._read(info, shard.shard_id, oldest, latest - oldest + 1):
-            attrs = record.attributes or {}
-            mark = attrs.get(ATTR_EPOCH, "")
-            if attrs.get(ATTR_TOPIC) != source or not mark.isdigit() or int(mark) >= epoch:
-                continue
-            letter = orjson.loads(record.blob_data)
-            halted.setdefault(letter["table"], f"halted in micro-batch {mark} at {letter['partition']}:"
-                                               f"{letter['offset']}:{letter['entry']}: {letter['error']}")
+        yield from writer._read(info, shard.shard_id, oldest, latest - oldest + 1)
+
+
+def earlier_halts(writer: DataHubWriter, topic: str, source: str, epoch: int) -> dict[str, str]:
+    """Under halt-table, the tables halted before micro-batch `epoch`: every table with a dead
+    letter of `source` from an earlier micro-batch (each letter halts its table). Read from the
+    dead-letter topic itself, so a replayed micro-batch starts from the same halts."""
+    halted: dict[str, str] = {}
+    for record in _letter_records(writer, topic):
+        attrs = record.attributes or {}
+        mark = attrs.get(ATTR_EPOCH, "")
+        if attrs.get(ATTR_TOPIC) != source or not mark.isdigit() or int(mark) >= epoch:
+            continue
+        letter = orjson.loads(record.blob_data)
+        halted.setdefault(letter["table"], f"halted in micro-batch {mark} at {letter['partition']}:"
+                                           f"{letter['offset']}:{letter['entry']}: {letter['error']}")
     return halted
+
+
+def export_dead_letters(client, project: str, topic: str, path: str) -> int:
+    """Write the dead-letter topic's letters to `path`, one JSON line each (sync's dead-letter
+    file format), for `dts-bridge replay --from-dlq PATH`; returns how many. `client` is a pydatahub
+    client (`bridge.datahub_sink.make_client(endpoint)`)."""
+    writer = DataHubWriter(client, project, workers=1)
+    count = 0
+    try:
+        with open(path, "wb") as out:
+            for record in _letter_records(writer, topic):
+                out.write(bytes(record.blob_data) + b"\n")
+                count += 1
+    finally:
+        writer.stop()
+    return count
 
 
 # ---- one task's whole-database writing -----------------------------------------------------------

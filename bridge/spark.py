@@ -28,7 +28,7 @@ import sys
 from . import subscribe_pb2 as pb
 from .errors import OptionsError
 from .options import DEFAULT_OPTIONS, Options
-from ._spark_tables import _DtsToEntries, entries_schema
+from ._spark_tables import _DtsToEntries, entries_schema, export_dead_letters
 from ._spark_streaming import DEFAULT_MAX_OPEN_OFFSETS, PROVIDER_CONF, ROCKSDB
 from ._spark_jobs import (BLOB_COLUMNS, BLOB_SCHEMA, DTS_COLUMNS, DTS_SCHEMA, FIELD_TYPES_OF_SPARK,
                           KAFKA_SCHEMA, KEYS, MODES, POSITION_COLUMNS, SparkTally, _BlobToDts, _ColumnSets,
@@ -37,6 +37,7 @@ from ._spark_jobs import (BLOB_COLUMNS, BLOB_SCHEMA, DTS_COLUMNS, DTS_SCHEMA, FI
 
 __all__ = [
     "dts_to_blob", "blob_to_dts", "dts_to_tuple", "tuple_to_dts", "table_columns", "dts_entries", "entries_schema",
+    "export_dead_letters",
     "dts_to_blob_batches", "blob_to_dts_batches", "dts_to_tuple_batches", "tuple_to_dts_batches",
     "KAFKA_SCHEMA", "BLOB_SCHEMA", "DTS_SCHEMA", "blob_schema", "dts_schema", "tuple_schema",
     "kafka_order", "record_schema_of",

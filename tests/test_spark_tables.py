@@ -41,7 +41,7 @@ from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
 from test_spark_pipeline import _split_ranges, _two_task_name, checkpoint_cuts, straddling_cuts  # noqa: E402
 from test_spark_datahub import spark  # noqa: E402,F401  (its session fixture)
-from test_sync import PROJECT, convert_tuple  # noqa: E402
+from test_sync import PROJECT, _cli, _run, convert_tuple  # noqa: E402
 from test_sync_tables import build_stream, check_topics, expected_dead  # noqa: E402
 
 import bridge.spark as bs  # noqa: E402
@@ -149,11 +149,13 @@ def entry_batches(envelopes, topic: str, partition: int):
     return pa.Table.from_batches(list(rows)).to_batches(max_chunksize=40)
 
 
-def test_task_function_two_partitions_at_once(stream):
+def test_task_function_two_partitions_at_once(stream, tmp_path):
     """Two threads run the sink's task function at once, one per Kafka partition of the same
     stream (as two Spark tasks of a micro-batch): both evolve the same topics (an AppendField the
     other just made is taken as done; records built on the RecordSchema before it take NULL for
-    the new field) and write the same shards."""
+    the new field) and write the same shards. The dead letters exported to a file go through
+    `dts-bridge replay --from-dlq` under lenient: the MODIFY'd Entries land, the poisoned and the
+    oversized ones are still rejected."""
     envelopes = stream[0]
     with StandInDataHub() as server:
         config = configure(sink_options(server), ENTRY_COLUMNS, streaming=True)
@@ -170,10 +172,25 @@ def test_task_function_two_partitions_at_once(stream):
         for thread in threads:
             thread.join(300)
         assert not errors, errors
+        exported = bs.export_dead_letters(make_client(server.endpoint, "test-id", "test-secret"), PROJECT, LETTERS,
+                                          str(tmp_path / "letters.jsonl"))
         done = check_all(server, "dts", stream, "evolve", "two tasks at once")
         assert sum(r["skipped"] for r in reports.values()) == 0
-        assert all(r["dead_letters"] and r["evolved"] for r in reports.values()), reports
-        print(f"\n[two tasks at once: {done}]")
+        assert exported == sum(r["dead_letters"] for r in reports.values()) > 0, (exported, reports)
+        assert all(r["evolved"] for r in reports.values()), reports
+        proc = _run(_cli("replay", "--from-dlq", str(tmp_path / "letters.jsonl"), "--to", "tuple", "--datahub-endpoint",
+                         server.endpoint, "--project", PROJECT, "--datahub-topic", "{db}_{table}", "--schema-change",
+                         "lenient", "--on-error", "skip", "--json"))
+        replay = json.loads(proc.stdout)
+        facts = stream[1]
+        assert replay["rejected"] == len(PARTITIONS) * (len(facts["poison_bad"]) + len(facts["big"])), proc.stderr
+        letters = [json.loads(line) for line in (tmp_path / "letters.jsonl").read_text().splitlines()]
+        modified = {(x["partition"], x["offset"], x["entry"]) for x in letters if x["table"] == "shop.orders"}
+        replayed = [r["attributes"]["dts.pos"] for r in server.records(PROJECT, "shop_orders")
+                    if r["attributes"]["dts.topic"] == "dts#dead-letters"]
+        assert len(replayed) == len(set(replayed)) == replay["written"] > 0, replay
+        assert {tuple(int(p) for p in pos.split(":")[:3]) for pos in replayed} == modified
+        print(f"\n[two tasks at once: {done}; {exported} letters exported, replay wrote {replay['written']}]")
 
 
 def test_halt_table_across_micro_batches_and_a_replay(stream):
