@@ -18,6 +18,7 @@ one DataHubWriter, one sink and gate, one dead-letter writer. pyspark is never i
 from __future__ import annotations
 
 import itertools
+import threading
 from operator import itemgetter
 from typing import Any, Callable
 
@@ -72,6 +73,7 @@ class TopicDeadLetters:
         self.writer, self.topic = writer, topic
         self.halted = dict(halted)
         self.written = 0
+        self._lock = threading.Lock()
 
     def write(self, *, entry_bytes: bytes, source: str, partition: int, offset: int, entry: int,
               row: int | None, table: str, error: str, datahub_topic: str | None) -> None:
@@ -79,8 +81,9 @@ class TopicDeadLetters:
         line = letter_line(entry_bytes=entry_bytes, source=source, partition=partition, offset=offset, entry=entry,
                            row=row, table=table, error=error, datahub_topic=datahub_topic)
         position = Position(source, partition, offset, entry, WHOLE_ENTRY_ROW if row is None else row)
-        if self.writer.put(self.topic, table or "", line, position):  # a table's letters in one shard, in order
-            self.written += 1
+        with self._lock:  # one put at a time: the data writer's threads hand refused records over
+            if self.writer.put(self.topic, table or "", line, position):  # a table's letters in one shard, in order
+                self.written += 1
 
     def sync(self) -> None:
         self.writer.flush()

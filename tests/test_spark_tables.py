@@ -216,6 +216,26 @@ def test_halt_table_across_micro_batches_and_a_replay(stream):
         print(f"\n[halt-table over two micro-batches and a replay: {done}]")
 
 
+def test_records_datahub_refuses_are_dead_letters(stream):
+    """DataHub refuses the first requests to a shard as malformed: the records go again one per
+    request, each record refused alone is a dead letter of its own (its row) in the topic, handed
+    over by the writer's threads; every other record lands once."""
+    envelopes = stream[0]
+    with StandInDataHub() as server:
+        server.faults.fail_next("PutRecordsByShard", status=400, code="MalformedRecord", message="bad record",
+                                times=3, shard="0")
+        config = configure(sink_options(server, include="shop.orders,shop.customers"), ENTRY_COLUMNS, streaming=True)
+        report = write_batches(config, iter(entry_batches(envelopes, "dts", 0)), epoch=0)
+        letters = [json.loads(r["data"]) for r in server.records(PROJECT, LETTERS)]
+        refused = {f"{x['partition']}:{x['offset']}:{x['entry']}:{x['row']}" for x in letters if x["row"] is not None}
+        assert refused and all("MalformedRecord" in x["error"] for x in letters if x["row"] is not None), letters
+        landed = collections.Counter(r["attributes"]["dts.pos"] for name in ("shop_orders", "shop_customers")
+                                     for r in server.records(PROJECT, name))
+        assert not refused & set(landed) and set(landed.values()) == {1}, refused & set(landed)
+        # "written" counts the records put, the refused ones too (as sync counts them)
+        assert report["dead_letters"] == len(letters) and report["written"] == len(landed) + len(refused), report
+
+
 # ---- Spark: a stream stopped mid-run and restarted; a batch read ----------------------------------
 
 MAX_OFFSETS = 150  # per micro-batch, over both partitions: 504 offsets in 4 micro-batches
