@@ -21,12 +21,14 @@ from google.protobuf import json_format
 from ._wire import entry_to_json_line, pack_entries, write_pb
 from .blob_encode import BlobEncoder, shard_key
 from . import observe
-from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink, resolve_format
+from .cli import (LEDGER_HELP, _describe, _epilog, _Formatter, add_option_flags, ledger_sink, options_from,
+                  rejects_sink, resolve_format)
 from .cli_base import PROG, UsageError, _one_line
 from .cli_tuple import SCHEMA_SUFFIX, _tuple_module, _versioned, schema_path, tuple_converter
 from .errors import BridgeError, DecodeError
 from .options import Options
 from .stream import ErrorPolicy, Tally
+from .values import SUBSTITUTIONS
 
 __all__ = ["register", "cmd_consume", "cmd_produce", "cmd_deliver"]
 
@@ -483,8 +485,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
                            describe=lambda: f"{tally.outputs:,} out, {tally.rejected:,} rejected")
     try:
         rejects = files.get(args.rejects) if args.rejects else None
+        # the ledger, like the rejects, is one of the run's files: cut back with them on a restart
         policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally,
-                             sink=rejects_sink(rejects, tally), keep_records=False)
+                             sink=rejects_sink(rejects, tally), keep_records=False,
+                             ledger=ledger_sink(files.get(args.ledger) if args.ledger else None), name_entry=True)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
         with _graceful_stop() as stop, _watching(args, label, observe.Metrics(), render, refresh):
@@ -507,7 +511,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     committed = ", ".join(f"{p}:{o}" for p, o in sorted(report.committed.items())) or "nothing new"
     if args.json:
         doc = {"topic": args.topic, "input": tally.input, "converted": tally.converted, "rejected": tally.rejected,
-               "not_emitted": tally.not_emitted, "outputs": tally.outputs, **report.as_dict()}
+               "not_emitted": tally.not_emitted, "outputs": tally.outputs,
+               **{kind: getattr(tally, kind) for kind in SUBSTITUTIONS}, **report.as_dict()}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         sys.stdout.flush()
     print(f"{label}: {tally.summary()}; read {report.envelopes} Envelopes ({reread} read again after the last "
@@ -775,6 +780,8 @@ def register(commands) -> None:
                          help=f"the outputs' committed lengths (default: next to -o, named after it, ending "
                               f"{STATE_SUFFIX})")
     consume.add_argument("--table", metavar="DB.TABLE", help="Tuple output: only this table")
+    consume.add_argument("--ledger", metavar="PATH", help=LEDGER_HELP + "; appended to, cut back on a restart "
+                         "as the outputs are")
     consume.add_argument("--json", action="store_true", help="print the run's counts as one JSON document")
     _add_watch_flags(consume, kafka=True)
     add_option_flags(consume)

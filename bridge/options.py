@@ -44,8 +44,9 @@ class Options:
     tuple_binary: str = _opt("base64", "how binary values are written into Tuple STRING fields", ("base64", "hex"))
     source_table: bool = _opt(False, "add the _source_table_ meta column to Tuple rows (topics that take several tables)")
     zero_dates: str = _opt(
-        "null", "zero and invalid dates (0000-00-00, 2021-02-30) in Tuple rows and strict Blob: null (counted), "
-                "error, or string (date, datetime and timestamp columns become STRING fields of the text as sent)",
+        "null", "zero and invalid dates (0000-00-00, 2021-02-30) in Tuple rows and strict Blob, and dates beyond "
+                "DataHub's TIMESTAMP range in Tuple rows: null (counted), error, or string (date, datetime and "
+                "timestamp columns become STRING fields of the text as sent)",
         ("null", "error", "string"))
     temporal_precision: str = _opt(
         "truncate", "fractional seconds a strict Blob DATE (milliseconds) cannot hold: truncate or round "

@@ -43,9 +43,11 @@ class Tally:
     redelivered: int = 0  # TDSQL records Kafka delivered again (ps not above the last): dropped
     resumed_tails: int = 0  # TDSQL segments of Entries handed out before the commit a run resumed at
     # values a temporal policy substituted in converted records (values.SUBSTITUTIONS; the loss ledger
-    # holds each one): zero or invalid dates written as null, fractional seconds cut to milliseconds
+    # holds each one): zero or invalid dates written as null, fractional seconds cut to milliseconds,
+    # dates beyond DataHub's TIMESTAMP range written as null (Tuple)
     zero_dates: int = 0
     fractions: int = 0
+    out_of_range: int = 0
 
     def balanced(self) -> bool:
         return self.input == self.converted + self.rejected + self.not_emitted
@@ -96,6 +98,10 @@ class ErrorPolicy:
     sink: Callable[[dict], None] | None = None
     rejects: list = field(default_factory=list)
     keep_records: bool = True
+    # An Entry's error also names its index in its Entries message (`entry`, after seqId, which a
+    # producer may repeat). Off by default: Spark puts `entry` in a column of its own and its error
+    # texts stay as they were; the CLI's convert and consume turn it on.
+    name_entry: bool = False
     ledger: Callable[[dict], None] | None = None
 
     def substituted(self, notes: list, where: dict) -> None:
@@ -219,6 +225,7 @@ def entries_to_outputs(entries: Iterable[tuple], convert: Callable[..., Any], po
     tally = policy.tally
     # `counted`, unrolled for a loop that runs once per Entry: one thread-local store per Entry
     slot, notes = SUBSTITUTION_NOTES, []
+    named = ("partition", "offset", "line", "entry") if policy.name_entry else ("partition", "offset", "line")
     try:
         for item in entries:
             where, entry = item[0], item[1]
@@ -228,7 +235,7 @@ def entries_to_outputs(entries: Iterable[tuple], convert: Callable[..., Any], po
             try:
                 outputs = convert(entry) if len(item) < 3 or item[2] is None else convert(entry, item[2])
             except BridgeError as err:
-                err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line")})
+                err.located(**{k: v for k, v in where.items() if k in named})
                 policy.reject(err, entry.SerializeToString())
                 if policy.on_error == "keep":
                     yield {**where, "error": str(err)}, None

@@ -225,7 +225,8 @@ _UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?: [0-9]{2}:[0-9]{2}:[0-9]{2
 
 def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
     """TIMESTAMP (epoch microseconds: every fractional digit MySQL has fits, so
-    Options.temporal_precision never acts here); a zero or invalid date follows Options.zero_dates
+    Options.temporal_precision never acts here); a zero or invalid date, and a date MySQL takes
+    beyond DataHub's TIMESTAMP range (`9999-12-31 23:59:59` read in UTC), follow Options.zero_dates
     ("string" reads the column as text instead: `temporal_as_text`)."""
     zone, kind = options.zone, ct.kind
     lo, hi = TIMESTAMP_RANGE
@@ -251,7 +252,10 @@ def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
             raise ConversionError(f"{kind} value has no epoch time ({exc})", value=text) from None
         us = ms * 1000 + micros
         if not lo <= us <= hi:
-            raise ConversionError(f"{kind} value outside the TIMESTAMP range", value=text)
+            reason = f"{kind} value outside the TIMESTAMP range (option zero_dates={options.zero_dates})"
+            if null_zero_dates:
+                raise Substituted(None, reason, "out_of_range", text)
+            raise ConversionError(reason, value=text)
         if check_wall and format_temporal(ms, kind, 0, zone)[:wall] != text[:wall]:
             raise ConversionError(f"{kind} value does not exist in {options.timezone}", value=text)
         return us

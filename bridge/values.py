@@ -345,6 +345,7 @@ class Substituted(Inexact):
 SUBSTITUTIONS: dict[str, str] = {
     "zero_dates": "zero or invalid dates written as null",
     "fractions": "sub-millisecond fractions truncated or rounded",
+    "out_of_range": "dates beyond DataHub's TIMESTAMP range written as null",
 }
 
 class _Notes(threading.local):
@@ -654,14 +655,14 @@ def format_temporal(ms: int, kind: str, fsp: int, zone, extra_micros: int = 0) -
     seconds, millis = divmod(ms, 1000)
     if _is_utc(zone):
         local = _dt.datetime(1970, 1, 1) + _dt.timedelta(seconds=seconds)
-        offset = 0
+        offset, year = 0, local.year
     else:
-        aware = _dt.datetime.fromtimestamp(seconds, zone)
-        offset = int(aware.utcoffset().total_seconds())
-        local = aware.replace(tzinfo=None)
+        local, offset, year = _local_time(seconds, zone)
+    if not 1 <= year <= 9999:
+        raise ValueError(f"year {year} is out of range")
     if kind == "date":
-        return f"{local.year:04d}-{local.month:02d}-{local.day:02d}"
-    text = f"{local.year:04d}-{local.month:02d}-{local.day:02d} {local.hour:02d}:{local.minute:02d}:{local.second:02d}"
+        return f"{year:04d}-{local.month:02d}-{local.day:02d}"
+    text = f"{year:04d}-{local.month:02d}-{local.day:02d} {local.hour:02d}:{local.minute:02d}:{local.second:02d}"
     if fsp:
         text += "." + f"{millis * 1000 + extra_micros:06d}"[:fsp]
     if kind == "timestamp":
@@ -669,6 +670,25 @@ def format_temporal(ms: int, kind: str, fsp: int, zone, extra_micros: int = 0) -
         offset = abs(offset)
         text += f" {sign}{offset // 3600:02d}:{offset // 60 % 60:02d}"
     return text
+
+
+# 400 Gregorian years: the calendar, weekdays included, repeats after them (a zone's yearly rule too)
+_CYCLE_SECONDS = 146097 * 86400
+
+
+def _local_time(seconds: int, zone) -> tuple[_dt.datetime, int, int]:
+    """(wall clock, UTC offset in seconds, its year) of an instant in `zone`. An instant whose UTC
+    date lies outside Python's years 1..9999 while its wall clock is inside (0001-01-01 00:00 in a
+    zone east of UTC, 9999-12-31 23:59 west of it: dates MySQL takes) is read 400 years nearer, where
+    the zone keeps the same rule (its oldest offset far back, its yearly rule far ahead), and
+    `year` puts the 400 years back."""
+    try:
+        aware = _dt.datetime.fromtimestamp(seconds, zone)
+        shift = 0
+    except (OverflowError, ValueError, OSError):
+        shift = 400 if seconds < 0 else -400
+        aware = _dt.datetime.fromtimestamp(seconds + shift // 400 * _CYCLE_SECONDS, zone)
+    return aware.replace(tzinfo=None), int(aware.utcoffset().total_seconds()), aware.year - shift
 
 
 _EPOCH = _dt.datetime(1970, 1, 1)

@@ -942,6 +942,23 @@ def test_tuple_of_zero_dates_exits_0_and_reports_them(run, tmp_path):
     assert any(r["shipped_on"] is None for r in rows) and any(isinstance(r["shipped_on"], int) for r in rows)
 
 
+def test_tuple_of_dates_beyond_datahubs_range_exits_0_and_reports_them(run, tmp_path):
+    """samples/types holds MySQL's largest DATETIME, past DataHub's TIMESTAMP range: NULL under the
+    default policy, counted apart from the zero dates and named in the ledger; an error under error."""
+    result = run("convert", SAMPLES / "types.pb", "-o", tmp_path / "t" / "{table}.jsonl", "--to", "tuple",
+                 "--ledger", tmp_path / "ledger.jsonl")
+    assert result.code == 0 and result.counts()["rejected"] == 0, result.err
+    ledger = [orjson.loads(line) for line in (tmp_path / "ledger.jsonl").read_bytes().splitlines()]
+    beyond = [r for r in ledger if r["kind"] == "out_of_range"]
+    assert beyond and all(r["value"].startswith("9999-12-31 23:59:59") and r["written"] is None for r in beyond)
+    assert f"; {len(beyond)} dates beyond DataHub's TIMESTAMP range written as null" in result.err
+    failed = run("convert", SAMPLES / "types.pb", "-o", tmp_path / "u" / "{table}.jsonl", "--to", "tuple",
+                 "--zero-dates", "error")
+    assert failed.code == 1 and re.search(r"(zero or invalid date|TIMESTAMP range).*\(partition 0, offset \d+, "
+                                          r"seqId \d+, table typedb\.all_types, column \w+, source \S+, entry \d+\)",
+                                          failed.error_line())
+
+
 def test_zero_dates_error_fails_naming_the_position(run, tmp_path):
     result = run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "t" / "{table}.jsonl", "--to", "tuple",
                  "--zero-dates", "error")
@@ -950,6 +967,11 @@ def test_zero_dates_error_fails_naming_the_position(run, tmp_path):
     assert "zero or invalid date" in line and "0000-00-00" in line
     assert re.search(r"\(partition 0, offset \d+, seqId \d+, table mall\.\w+, column (joined_on|shipped_on|"
                      r"closed_at)", line), line
+    # the Entry is named by its index in its Entries message too: the first the ledger names
+    run("convert", SAMPLES / "realistic.pb", "-o", tmp_path / "n" / "{table}.jsonl", "--to", "tuple",
+        "--ledger", tmp_path / "ledger.jsonl")
+    first = orjson.loads((tmp_path / "ledger.jsonl").read_bytes().splitlines()[0])
+    assert f"offset {first['offset']}, " in line and line.endswith(f", entry {first['entry']})"), (first, line)
     skipped = run("convert", SAMPLES / "realistic.dts.jsonl", "-o", tmp_path / "u" / "{table}.jsonl", "--to", "tuple",
                   "--zero-dates", "error", "--on-error", "skip", "--rejects", tmp_path / "rejects.jsonl")
     assert skipped.code == 1 and skipped.counts()["rejected"] > 0

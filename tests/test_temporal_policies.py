@@ -305,3 +305,60 @@ def test_an_entry_streamed_in_pieces_counts_each_substitution_once():
     assert len(lines) == 122 and all(b'"c":1621236' in line for line in lines)
     assert policy.tally.fractions == len(ledger) == 122
     assert [r["line"] for r in ledger] == [1] * 119 + [2] * 3
+
+
+# ---- dates MySQL takes beyond what the target holds ------------------------------------------------
+
+@pytest.mark.parametrize("type_text, text", [("datetime", "9999-12-31 23:59:59"),
+                                             ("datetime(6)", "9999-12-31 23:59:59.999999"),
+                                             ("timestamp", "9999-12-31 23:59:59 +00:00"),
+                                             ("date", "9999-12-31")])
+def test_tuple_dates_beyond_the_timestamp_range_follow_zero_dates(type_text, text):
+    """MySQL's `9999-12-31 23:59:59` ("valid until") lies past DataHub's TIMESTAMP range (it ends at
+    9999-12-31 15:59:59 UTC): null writes NULL, counted as out_of_range and in the ledger; error
+    names the position; string writes the text. `9999-12-31` (a DATE) fits: left alone."""
+    entry = temporal_entry(type_text, [text])
+    fits = type_text == "date"
+    [row], policy, ledger = run_entries([entry], TupleEncoder().convert)
+    if fits:
+        assert isinstance(row["c"], int) and not ledger and policy.tally.out_of_range == 0
+        return
+    assert row["c"] is None and (policy.tally.out_of_range, policy.tally.zero_dates) == (1, 0)
+    assert ledger == [{"line": 1, "column": "c", "kind": "out_of_range", "value": text, "written": None}]
+    assert "1 dates beyond DataHub's TIMESTAMP range written as null" in policy.tally.summary()
+    columns = list(entry.event.dmlEvent.columns)
+    [back] = tuples_to_entries([row], record_schema(columns), table="shop.t", columns=columns)
+    assert back.event.dmlEvent.rows[0].newColumns[1] == pb.Data(dataType=pb.NIL)
+    with pytest.raises(ConversionError, match="TIMESTAMP range") as info:
+        bridge.entry_to_tuples(entry, Options(zero_dates="error"))
+    assert info.value.where == {"seq_id": 41, "table": "shop.t", "column": "c"} and info.value.value == text
+    [as_text] = bridge.entry_to_tuples(entry, Options(zero_dates="string"))
+    assert as_text["c"] == text
+
+
+@pytest.mark.parametrize("timezone, type_text, text", [
+    ("Asia/Shanghai", "datetime", "0001-01-01 00:00:00"),  # the instant is in year 0 UTC
+    ("Asia/Shanghai", "date", "0001-01-01"),
+    ("Asia/Shanghai", "datetime(6)", "0001-01-01 00:00:00.000001"),
+    ("America/New_York", "datetime", "9999-12-31 23:59:59"),  # the instant is in year 10000 UTC
+    ("America/New_York", "date", "9999-12-31"),
+])
+def test_first_and_last_days_convert_in_any_time_zone(timezone, type_text, text):
+    """A wall-clock time MySQL takes whose instant falls outside years 1..9999 UTC converts and
+    comes back as sent (strict Blob named it a DST gap, Tuple failed without naming a column)."""
+    entry = temporal_entry(type_text, [text])
+    for precision in ("exact",) if "." not in text else ("truncate",):
+        strict = Options(strict=True, timezone=timezone, zero_dates="error", temporal_precision=precision)
+        messages = bridge.entry_to_blob(entry, strict)
+        [back] = bridge.blob_to_entries(through_json(messages), strict)
+        # strict Blob -> DTS writes the foreign type of DATE (datetime(3)): the wall clock, to the second
+        assert back.event.dmlEvent.rows[0].newColumns[1].bv.decode().startswith(text[:19])
+    options = Options(timezone=timezone)
+    [row], policy, ledger = run_entries([entry], TupleEncoder(options).convert)
+    if text.startswith("9999-12-31 23"):  # past DataHub's TIMESTAMP range in any zone west of UTC+8
+        assert row["c"] is None and policy.tally.out_of_range == 1
+        return
+    assert isinstance(row["c"], int) and not ledger
+    columns = list(entry.event.dmlEvent.columns)
+    [back] = tuples_to_entries([row], record_schema(columns, options), options, table="shop.t", columns=columns)
+    assert back.event.dmlEvent.rows[0].newColumns[1].bv == text.encode()
