@@ -213,8 +213,8 @@ def test_split_entries_reassemble_across_arrow_batches(spark, conf):
 
 @pytest.mark.spark
 def test_streams_of_several_topics_and_partitions(spark):
-    """Four streams as (topic, partition) pairs, some sharing a Spark partition: each reassembles on
-    its own, and dts -> blob -> dts gives back every stream's Entries."""
+    """One stream per sample as (topic, partition) pairs over two topics, some sharing a Spark
+    partition: each reassembles on its own, and dts -> blob -> dts gives back every stream's Entries."""
     frames = [kafka_df(spark, envelopes(path), topic=f"t{i % 2}", partition=i // 2)
               for i, path in enumerate(SAMPLES)]
     df = frames[0]
@@ -223,7 +223,8 @@ def test_streams_of_several_topics_and_partitions(spark):
     from pyspark.sql import functions as F
     blob = bs.dts_to_blob(df).withColumn("stream", F.concat_ws("/", "topic", "partition"))
     back = bs.blob_to_dts(blob, key="stream").collect()
-    assert sorted(bytes(r.key) for r in back) == [b"t0/0", b"t0/1", b"t1/0", b"t1/1"]
+    assert len(SAMPLES) >= 4
+    assert sorted(bytes(r.key) for r in back) == sorted(f"t{i % 2}/{i // 2}".encode() for i in range(len(SAMPLES)))
     got = sorted(bytes(r.value) for r in back)
     want = sorted(env.SerializeToString() for path in SAMPLES
                   for env in bridge.pack_entries(e for _, e in pure_entries(path)[0]))
