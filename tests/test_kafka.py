@@ -123,16 +123,27 @@ def test_consume_equals_convert_per_partition(broker, samples_topic, tmp_path, t
     assert report["envelopes"] == sum(len(list(kafka.read_pb(p))) for p in SAMPLES)
 
 
-def test_consume_tuple_equals_convert(broker, samples_topic, tmp_path):
+def test_consume_tuple_equals_convert(broker, samples_topic, tmp_path, capsys):
+    """Rows and loss ledger alike: the zero dates of realistic and types, and types' 9999-12-31
+    23:59:59 (beyond DataHub's TIMESTAMP range), written as NULL and listed where convert lists them."""
     out = tmp_path / "out" / "{partition}" / "{table}.jsonl"
-    assert consume(broker, samples_topic, out, "--group", "g-tuple", "--to", "tuple", "--on-error", "skip") in (0, 1)
+    ledger = tmp_path / "ledger.jsonl"
+    assert consume(broker, samples_topic, out, "--group", "g-tuple", "--to", "tuple", "--ledger", str(ledger),
+                   "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    got_ledger = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert report["zero_dates"] > 0 and report["out_of_range"] > 0 and report["rejected"] == 0
+    assert len(got_ledger) == report["zero_dates"] + report["out_of_range"] + report["fractions"]
     for partition, path in enumerate(SAMPLES):
         ref_dir = tmp_path / "ref" / path.stem
         assert main(["convert", str(path), "-o", str(ref_dir / "{table}.jsonl"), "--to", "tuple",
-                     "--on-error", "skip"]) in (0, 1)
+                     "--ledger", str(ref_dir / "ledger.txt"), "--mkdir"]) == 0
         ref = {p.name: p.read_bytes() for p in ref_dir.glob("*.jsonl")}
         got = {p.name: p.read_bytes() for p in (tmp_path / "out" / str(partition)).glob("*.jsonl")}
         assert got == ref, path.name
+        ref_ledger = [{**json.loads(line), "partition": partition}
+                      for line in (ref_dir / "ledger.txt").read_text().splitlines()]
+        assert [r for r in got_ledger if r["partition"] == partition] == ref_ledger, path.name
 
 
 # ---- stop, restart, crash ---------------------------------------------------------------------
@@ -159,6 +170,28 @@ def test_stop_and_restart_loses_nothing_and_counts_rereads(broker, tmp_path, sto
         assert reread[0] == 0 and all(r in (None, h) for r, h in zip(reread[1:], held))
     assert sum(r["envelopes"] for r in reports) == 21 + sum(held)
     assert reports[-1]["committed"] == {"0": 21} and reports[-1]["held_segments"] == 0
+
+
+def test_stop_and_restart_writes_each_ledger_line_once(broker, tmp_path):
+    """The ledger is one of the run's files: a run stopped by --max-messages, ledger lines written
+    past its last commit (as by a run killed before its next commit), then a run to the end leave
+    the ledger convert writes: the restart cuts the ledger back to the commit, as it does -o."""
+    topic = create_topic(broker, 1)
+    sample = ROOT / "samples" / "realistic.pb"  # 2 Envelopes, zero dates in both
+    produce(broker, topic, [sample])
+    out, ledger = tmp_path / "out" / "{table}.jsonl", tmp_path / "ledger.jsonl"
+    for limit in ("1", None):
+        extra = ["--max-messages", limit] if limit else []
+        assert consume(broker, topic, out, "--offsets-file", str(tmp_path / "offsets.json"), "--to", "tuple",
+                       "--ledger", str(ledger), *extra) == 0
+        if limit:
+            assert ledger.read_bytes()
+            with ledger.open("ab") as fh:
+                fh.write(b'{"partition":0,"offset":1,"entry":0,"column":"uncommitted"}\n')
+    ref = tmp_path / "ref"
+    assert main(["convert", str(sample), "-o", str(ref / "{table}.jsonl"), "--to", "tuple", "--mkdir",
+                 "--ledger", str(ref / "ledger.txt")]) == 0
+    assert ledger.read_bytes() == (ref / "ledger.txt").read_bytes() != b""
 
 
 def test_crash_rewrites_only_after_the_last_commit(broker, tmp_path):
