@@ -299,8 +299,19 @@ class TupleDecoder:
             for name, ftype in self._fields:
                 if expected[name] != ftype:
                     raise TupleFormatError(f"field type {ftype} does not match the DTS column type "
-                                           f"({expected[name]})", column=name)
+                                           f"({expected[name]}){self._string_dates_hint(out, name, ftype)}",
+                                           column=name)
         return out, [dts_converter(c, self.options) for c in out]
+
+    def _string_dates_hint(self, columns, name: str, ftype: str) -> str:
+        """A temporal column read as a STRING field: rows written under zero_dates="string" (the
+        option decides the field type, so the reader must say it too)."""
+        if ftype != "STRING" or self.options.zero_dates == "string":
+            return ""
+        as_text = record_schema(columns, self.options.replace(zero_dates="string"))["fields"]
+        if any(f["name"] == name and f["type"] == "STRING" for f in as_text):
+            return "; rows written under zero_dates=\"string\" (--zero-dates string) are read with it too"
+        return ""
 
     # -- public ------------------------------------------------------------------------------
     def feed(self, row: dict, *, number: int | None = None) -> list[pb.Entry]:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import bridge
 from bridge import pb
 from bridge._wire import read_pb
-from bridge.errors import ConversionError
+from bridge.errors import ConversionError, TupleFormatError
 from bridge.options import Options
 from bridge.stream import ErrorPolicy, counted, dts_records_to_entries, entries_to_messages
 from bridge.tuple import TupleEncoder, record_schema, tuples_to_entries
@@ -267,6 +267,10 @@ def test_tuple_string_mode_gives_the_text_back():
     back = list(tuples_to_entries(rows, schema, options, table="shop.t", columns=columns))
     assert [e.event.dmlEvent.rows[0].newColumns[1] for e in back] == \
         [pb.Data(dataType=pb.STRING, bv=text.encode()) for text in (r["c"] for r in rows)]
+    # read back without the option, the STRING field does not fit the datetime column: the error says why
+    with pytest.raises(TupleFormatError, match='zero_dates="string"') as info:
+        list(tuples_to_entries(rows, schema, table="shop.t", columns=columns))
+    assert info.value.where["column"] == "c"
 
 
 def test_tuple_null_from_a_zero_date_comes_back_as_nil():
