@@ -23,6 +23,7 @@ from .blob_encode import BlobEncoder
 from .datahub_sink import DataHubWriter, OversizedRecord, Position, tuple_shard_key
 from .errors import BridgeError, ConversionError
 from .options import Options
+from .values import discard_substitutions
 
 __all__ = ["BlobSink", "TupleSink", "Routing", "TableErrors", "EntryGate", "topic_name", "blob_converter", "run",
            "replay", "make_sink", "deliver", "TopicNameCollision", "SchemaChangeError", "SCHEMA_CHANGE_POLICIES", "TABLE_ERROR_POLICIES",
@@ -122,6 +123,7 @@ class EntryGate:
         except BridgeError as err:
             if self.tables is None:
                 raise
+            discard_substitutions()  # a dead letter: its zero dates etc. count nowhere
             return _Failed(err)
 
 

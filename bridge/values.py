@@ -359,6 +359,14 @@ class _Notes(threading.local):
 SUBSTITUTION_NOTES = _Notes()
 
 
+def discard_substitutions() -> None:
+    """Forget what the record being converted substituted: its conversion failed, and a caller
+    turns the failure into an output of its own (sync's dead letter), so it is not converted."""
+    notes = SUBSTITUTION_NOTES.notes
+    if notes:
+        notes.clear()
+
+
 def note_substitution(found: Substituted, column: str) -> None:
     """Record one substitution where the converter used it (a value converted twice, first by a
     fast path that gave way, is noted once: only its user notes it)."""

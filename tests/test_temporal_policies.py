@@ -297,6 +297,28 @@ def test_counted_keeps_notes_only_of_a_record_that_converted():
     assert policy.tally.zero_dates == 1 and SUBSTITUTION_NOTES.notes is None
 
 
+def test_an_entry_sync_dead_letters_counts_no_substitution():
+    """sync's gate (--on-table-error dlq) turns a failed conversion into a dead letter, an output of
+    its own: the zero date the conversion wrote as NULL before it failed counts nowhere."""
+    from bridge.stream import Tally, entries_to_outputs
+    from bridge.sync import EntryGate, TableErrors
+
+    def failing(entry):
+        TupleEncoder().convert(entry)
+        raise ConversionError("later defect")
+
+    entry = temporal_entry("date", ["0000-00-00"])
+    gate = EntryGate(failing, list, None, TableErrors("dlq", None, "test", Tally()))
+    ledger: list = []
+    policy = ErrorPolicy("skip", ledger=ledger.append)
+    [(_, failed)] = entries_to_outputs([({"partition": 0, "offset": 0, "entry": 0}, entry)], gate, policy,
+                                       size=lambda out: 1)
+    assert type(failed).__name__ == "_Failed" and (policy.tally.zero_dates, ledger) == (0, [])
+    gate.convert = TupleEncoder().convert  # the same Entry converted: counted
+    list(entries_to_outputs([({"partition": 0, "offset": 0, "entry": 0}, entry)], gate, policy, size=len))
+    assert policy.tally.zero_dates == len(ledger) == 1
+
+
 def test_an_entry_streamed_in_pieces_counts_each_substitution_once():
     """stream_lines converts a large Entry twice (a first pass for errors, then piece by piece as the
     writer takes the lines): its substitutions are counted once, those of the second pass dropped."""
