@@ -111,6 +111,28 @@ def test_c_and_python_paths_agree_on_zero_dates_and_fractions(options):
             assert all(r == first for r in results.values()), (type_text, charset, one)
 
 
+# the calendar's ends, a DST gap (America/New_York) and a zero date, per type
+EDGES = {"date": ["0001-01-01", "9999-12-31", "0000-00-00"],
+         "datetime": ["0001-01-01 00:00:00", "9999-12-31 23:59:59", "2021-03-14 02:30:00", "2021-02-30 10:00:00"],
+         "datetime(6)": ["9999-12-31 23:59:59.999999", "0001-01-01 00:00:00.000001"],
+         "timestamp": ["9999-12-31 23:59:59 +00:00", "0000-00-00 00:00:00 +00:00"]}
+
+
+@pytest.mark.parametrize("timezone", ["Asia/Shanghai", "America/New_York"])
+def test_c_and_python_paths_agree_in_other_time_zones_and_at_the_calendar_ends(timezone):
+    for options in (Options(strict=True, timezone=timezone), Options(strict=True, timezone=timezone,
+                                                                      zero_dates="error", temporal_precision="exact"),
+                    Options(timezone=timezone)):
+        for type_text, text in ((t, v) for t, texts in EDGES.items() for v in texts):
+            raw = temporal_entry(type_text, [text], "utf8mb4" if type_text == "date" else "").SerializeToString()
+            results = []
+            for make, wire in FACES.values():
+                item = (pb.Entry.FromString(raw), raw) if wire else pb.Entry.FromString(raw)
+                got, policy, ledger = run_entries([item], make(bridge.BlobEncoder(options)))
+                results.append((got, policy.tally, ledger, [r["reason"] for r in policy.rejects]))
+            assert all(r == results[0] for r in results), (timezone, options, type_text, text)
+
+
 # ---- strict Blob -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("type_text, text", [(t, v) for t in TYPES for v in VALUES[t] if v.startswith("0000")]
