@@ -89,11 +89,11 @@ def pure_columns(path, table) -> list:
     return list(merged.values())
 
 
-def pure_tuple_rows(path, table):
+def pure_tuple_rows(path, table, options=None):
     """(rows as dicts with positions, policy) under skip: the Tuple side rejects some values."""
     entries, policy = pure_entries(path)
     policy = ErrorPolicy("skip", tally=policy.tally)
-    encoder = TupleEncoder()
+    encoder = TupleEncoder(options or bridge.Options())
 
     def convert(entry):
         h = entry.header
@@ -455,18 +455,20 @@ def test_tuple_to_dts_schema_from_spark_types(spark):
 @pytest.mark.spark
 def test_tuple_batches_through_map_in_pandas(spark, conf):
     """The pandas path: nullable integers arrive as floats, timestamps as naive datetimes (UTC
-    session time zone), decimals as Decimal."""
+    session time zone), decimals as Decimal. pandas holds no timestamp before 1677: the Entry with
+    types' extremes (1000-01-01 beside 9999-12-31 23:59:59) is dropped under zero_dates=error."""
     conf("spark.sql.session.timeZone", "UTC")
     path, table = SAMPLES_DIR / "types.pb", "typedb.all_types"
     columns = pure_columns(path, table)
     schema = record_schema(columns)
+    options = bridge.Options(zero_dates="error")
     df = bs.kafka_order(kafka_df(spark, envelopes(path)))
-    fn = bs.dts_to_tuple_batches(table, schema, mode="DROPMALFORMED", columns=columns)
+    fn = bs.dts_to_tuple_batches(table, schema, options, mode="DROPMALFORMED", columns=columns)
     typed = df.mapInPandas(fn, bs.tuple_schema(schema, columns, "DROPMALFORMED"))
-    via_arrow = bs.dts_to_tuple(kafka_df(spark, envelopes(path)), table, schema, mode="DROPMALFORMED",
+    via_arrow = bs.dts_to_tuple(kafka_df(spark, envelopes(path)), table, schema, options, mode="DROPMALFORMED",
                                 columns=columns)
     assert typed.collect() == via_arrow.collect()
-    rows = [row for _, row in pure_tuple_rows(path, table)[0]]
+    rows = [row for _, row in pure_tuple_rows(path, table, options)[0]]
     want = [e.SerializeToString() for e in bridge.pack_entries(
         bridge.tuple.tuples_to_entries(rows, schema, table=table, columns=columns))]
     fn = bs.tuple_to_dts_batches(table, schema, columns=columns, key="single")
