@@ -98,9 +98,9 @@ class ErrorPolicy:
     sink: Callable[[dict], None] | None = None
     rejects: list = field(default_factory=list)
     keep_records: bool = True
-    # An Entry's error also names its index in its Entries message (`entry`, after seqId, which a
-    # producer may repeat). Off by default: Spark puts `entry` in a column of its own and its error
-    # texts stay as they were; the CLI's convert and consume turn it on.
+    # An Entry's error also names its index in its Entries message (`entry N`, last; a producer may
+    # repeat a seqId). Off by default: Spark puts `entry` in a column of its own and its error texts
+    # stay as they were; the CLI's convert and consume turn it on.
     name_entry: bool = False
     ledger: Callable[[dict], None] | None = None
 
