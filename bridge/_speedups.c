@@ -950,13 +950,14 @@ static const char *const NAME_TEXT[N_NAMES] = {"schema", "payload", "version", "
 static PyObject *NAMES[N_NAMES]; /* interned once: the keys of every message dict */
 
 /* data_to_raw(d) of values.py: the exact fields of a Data, bv as base64; NULL on error. */
-static PyObject *raw_dict(const DataView *d) {
+static PyObject *charset_text(Col *c, Span cs);
+
+static PyObject *raw_dict(Col *c, const DataView *d) {
     PyObject *out = PyDict_New(), *item = NULL;
     if (out == NULL) return NULL;
     if ((item = PyLong_FromLong(d->dt)) == NULL || PyDict_SetItem(out, NAMES[N_DATATYPE], item) < 0) goto error;
     Py_CLEAR(item);
-    if (d->cs.n && ((item = PyUnicode_DecodeUTF8((const char *)d->cs.p, d->cs.n, NULL)) == NULL
-                    || PyDict_SetItem(out, NAMES[N_CHARSET], item) < 0))
+    if (d->cs.n && ((item = charset_text(c, d->cs)) == NULL || PyDict_SetItem(out, NAMES[N_CHARSET], item) < 0))
         goto error;
     Py_CLEAR(item);
     if (d->sv.n && ((item = PyUnicode_DecodeUTF8((const char *)d->sv.p, d->sv.n, NULL)) == NULL
@@ -977,8 +978,13 @@ error:
 
 /* The str of a text value's charset (new reference): the column's last, kept. */
 static PyObject *charset_text(Col *c, Span cs) {
-    if (cs.n != c->cs_text_len || memcmp(cs.p, c->cs_text, (size_t)cs.n))
-        return PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL);
+    if (cs.n != c->cs_text_len || memcmp(cs.p, c->cs_text, (size_t)cs.n)) {
+        if (c->kind == K_TEXT || cs.n >= (Py_ssize_t)sizeof(c->cs_text)) /* K_TEXT's is charset_of's */
+            return PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL);
+        memcpy(c->cs_text, cs.p, (size_t)cs.n); /* a temporal's charset: kept for the next value */
+        c->cs_text_len = cs.n;
+        Py_CLEAR(c->cs_obj);
+    }
     if (c->cs_obj == NULL && (c->cs_obj = PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL)) == NULL) return NULL;
     Py_INCREF(c->cs_obj);
     return c->cs_obj;
@@ -1002,7 +1008,7 @@ static int index_item(PyObject **dict, Col *c, Py_ssize_t index, PyObject *value
  * parts `_image` of blob_encode.py gives. */
 static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
     if (count != plan->ncols) Py_RETURN_NONE;
-    PyObject *out = PyDict_New(), *raws = NULL, *charsets = NULL;
+    PyObject *out = _PyDict_NewPresized(count), *raws = NULL, *charsets = NULL; /* no resize while filled */
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
         Col *c = &plan->cols[i];
@@ -1031,7 +1037,7 @@ static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
                 Py_DECREF(obj);
                 goto error;
             }
-            if (plan->lossless && v.extra >= X_RAW && !index_item(&raws, c, i, raw_dict(&d))) {
+            if (plan->lossless && v.extra >= X_RAW && !index_item(&raws, c, i, raw_dict(c, &d))) {
                 Py_DECREF(obj);
                 goto error;
             }
