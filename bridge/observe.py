@@ -229,6 +229,9 @@ def rate_text(value: float) -> str:
 
 # DataHub request latencies: a PutRecords of 500 records takes tens of milliseconds, a throttled
 # or retried one seconds.
+# The Tally's counts of values a temporal policy substituted, one label each.
+SUBSTITUTIONS = ("zero_dates", "out_of_range", "fractions")
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -248,6 +251,8 @@ class Metrics:
         self.records_in = self.counter("records_in", "input records (Entries, Blob lines, Tuple rows)")
         self.records_out = self.counter("records_out", "records written (lines, rows, DataHub records)")
         self.rejected = self.counter("rejected", "input records rejected by the error policy")
+        self.substituted = self.counter("values_substituted", "values a temporal policy changed (Options.zero_dates, "
+                                        "temporal_precision): zero_dates, out_of_range, fractions", ["kind"])
         self.datahub_requests = self.counter("datahub_requests", "DataHub requests sent", ["request"])
         self.datahub_retries = self.counter("datahub_retries", "DataHub requests or records retried")
         self.datahub_throttles = self.counter("datahub_throttles", "DataHub throttling answers (LimitExceeded)",
@@ -291,6 +296,8 @@ class Metrics:
         self.count_to(self.records_in, tally.input)
         self.count_to(self.records_out, tally.outputs)
         self.count_to(self.rejected, tally.rejected)
+        for kind in SUBSTITUTIONS:
+            self.count_to(self.substituted, getattr(tally, kind, 0), kind=kind)
 
     def on_collect(self, hook: Callable[[], None]) -> None:
         self._hooks.append(hook)

@@ -93,7 +93,7 @@ def test_status_line_survives_a_failing_render():
 
 def test_metrics_mirror_totals_and_serve_prometheus_text():
     metrics = observe.Metrics()
-    tally = Tally(input=10, converted=8, rejected=2, outputs=12, envelopes=3)
+    tally = Tally(input=10, converted=8, rejected=2, outputs=12, envelopes=3, zero_dates=4, out_of_range=1)
     metrics.on_collect(lambda: metrics.count_tally(tally))
     metrics.lag.labels(topic="t", partition="0").set(7)
     with metrics.time_request("PutRecordsByShard"):
@@ -102,6 +102,8 @@ def test_metrics_mirror_totals_and_serve_prometheus_text():
     try:
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert "dts_bridge_records_in_total 10.0" in body and "dts_bridge_rejected_total 2.0" in body
+        assert 'dts_bridge_values_substituted_total{kind="zero_dates"} 4.0' in body
+        assert 'dts_bridge_values_substituted_total{kind="out_of_range"} 1.0' in body
         tally.input = 15  # a scrape sees the running total of the moment
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
