@@ -1,13 +1,17 @@
-"""A Spark streaming driver for tests/test_spark_pipeline.py, run as a real subprocess (and killed
-with SIGKILL by the test): Kafka (Spark's own `kafka` source or `dts-kafka`) -> `dts_to_blob` or
-`dts_to_tuple` -> `writeStream.format("datahub")`, with a checkpoint.
+"""A Spark streaming driver for tests/test_spark_pipeline.py and tests/test_spark_tables_kill.py, run
+as a real subprocess (and killed with SIGKILL by the test): Kafka (Spark's own `kafka` source or
+`dts-kafka`) -> `dts_to_blob`, `dts_to_tuple` or `dts_entries` -> `writeStream.format("datahub")`,
+with a checkpoint.
 
     python tests/pipeline_jobs/driver.py CONFIG.json
 
 CONFIG keys: source ("kafka" | "dts-kafka"), bootstrap, topic, maxOffsetsPerTrigger, endpoint,
 project, datahub_topic, checkpoint, commitLog, trigger ("availableNow" | a processingTime such as
-"1 second"), batchSize, maxRetries, jars (for the `kafka` source), kind ("blob" | "tuple"), and for
-Tuple: table, shards. Prints "started" once the query runs and "finished" when an availableNow
+"1 second"), batchSize, maxRetries, jars (for the `kafka` source), kind ("blob" | "tuple" |
+"database"), for Tuple: table, shards; for a whole database (`dts_entries` rows, the sink's
+whole-database mode): options, the sink's options besides endpoint, project, topic, batchSize,
+maxRetries and commitLog (e.g. to, createTopics, shards, schemaChange, onTableError, oversized,
+deadLetters). Prints "started" once the query runs and "finished" when an availableNow
 query ended. Credentials come from DATAHUB_ACCESS_ID / DATAHUB_ACCESS_KEY.
 """
 import json
@@ -39,8 +43,12 @@ def main() -> None:
     writer_options = dict(endpoint=cfg["endpoint"], project=cfg["project"], topic=cfg["datahub_topic"],
                           batchSize=cfg.get("batchSize", 5), maxRetries=cfg.get("maxRetries", 30),
                           commitLog=cfg["commitLog"])
-    if cfg.get("kind", "blob") == "blob":
+    kind = cfg.get("kind", "blob")
+    if kind == "blob":
         out = bs.dts_to_blob(stream)
+    elif kind == "database":
+        out = bs.dts_entries(stream)
+        writer_options.update(cfg["options"])
     else:
         # the table's DTS columns from a batch read of the same topic, as docs/spark.md shows
         columns = bs.table_columns(kafka_reader(spark, cfg, streaming=False), cfg["table"])
