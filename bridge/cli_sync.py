@@ -11,7 +11,7 @@ import sys
 
 import orjson
 
-from .cli import _describe, _epilog, _Formatter, add_option_flags, options_from, rejects_sink
+from .cli import LEDGER_HELP, _describe, _epilog, _Formatter, add_option_flags, ledger_sink, options_from, rejects_sink
 from .cli_base import PROG, UsageError
 from .cli_kafka import (_add_kafka_flags, _add_reading_flags, _add_watch_flags, _check_reading_args,
                         _consumer_config, _graceful_stop, _mirror_reading, _watching)
@@ -69,6 +69,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     except ck.KafkaException as exc:
         raise UsageError(f"invalid Kafka settings: {exc.args[0]}") from None
     rejects = open(args.rejects, "ab") if args.rejects else None
+    ledger = open(args.ledger, "ab") if args.ledger else None
     letters = None
     if args.dead_letters:
         letters = DeadLetters(args.dead_letters, {
@@ -98,7 +99,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     try:
         policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally,
-                             sink=rejects_sink(rejects, tally), keep_records=False)
+                             sink=rejects_sink(rejects, tally), keep_records=False, ledger=ledger_sink(ledger))
         sink, convert = _sinks(args, writer, policy, args.topic, options, letters, tally)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
@@ -119,10 +120,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
             consumer.close()
         if rejects is not None:
             rejects.close()
+        if ledger is not None:
+            ledger.close()
     committed = ", ".join(f"{p}:{o}" for p, o in sorted(report.committed.items())) or "nothing new"
     if args.json:
         doc = {"topic": args.topic, "input": tally.input, "converted": tally.converted, "rejected": tally.rejected,
                "not_emitted": tally.not_emitted, "outputs": tally.outputs, "redelivered": tally.redelivered,
+               "zero_dates": tally.zero_dates, "out_of_range": tally.out_of_range, "fractions": tally.fractions,
                "written": sink.written, "already_landed": writer.skipped, "datahub_requests": writer.requests,
                "datahub_retries": writer.retries, "dead_letters": letters.written if letters else 0,
                "refused_by_datahub": writer.refused, "halted_tables": dict(sink.tables.halted) if sink.tables else {},
@@ -244,6 +248,8 @@ def register(commands) -> None:
                         help="leave out tables whose db.table matches (repeatable; counted as not emitted)")
     _add_delivery_flags(parser)
     _add_watch_flags(parser, kafka=True)
+    parser.add_argument("--ledger", metavar="PATH", help=LEDGER_HELP + "; appended to (a restart after a crash "
+                        "may write again the lines of records it reads again, as --rejects)")
     parser.add_argument("--json", action="store_true", help="print the run's counts as one JSON document")
     add_option_flags(parser)
     parser.set_defaults(run=cmd_sync)

@@ -947,6 +947,35 @@ def test_tuple_restart_after_a_ddl_added_a_column(kafka_broker, tmp_path):
         check_tuple_topics(server, topic, converted, f"{tmp_path}", shards=1)
 
 
+def test_zero_dates_are_counted_and_written_to_the_ledger_as_convert_does(kafka_broker, tmp_path):
+    """samples/realistic carries zero dates: sync --to tuple writes them as NULL (the default
+    --zero-dates null), counts them in --json and writes the same ledger lines, in the same order,
+    as `convert --to tuple --ledger` of the same file."""
+    path = SAMPLES / "realistic.pb"
+    want_ledger = tmp_path / "convert-ledger.jsonl"
+    proc = _run(_cli("convert", str(path), "--to", "tuple", "-o", str(tmp_path / "conv" / "{table}.jsonl"),
+                     "--mkdir", "--ledger", str(want_ledger)))
+    assert proc.returncode == 0, proc.stderr
+    want = [json.loads(line) for line in want_ledger.read_text().splitlines()]
+    assert want and {r["kind"] for r in want} >= {"zero_dates"}
+    topic = kafka_broker.create_topic(_name("sync-ledger"), partitions=1)
+    warm_group_coordinator(kafka_broker, topic)
+    produce(kafka_broker, topic, path, 0)
+    ledger = tmp_path / "sync-ledger.jsonl"
+    with StandInDataHub() as server:
+        sync = Sync(tmp_path, kafka_broker, topic, "g-ledger", server, "--to", "tuple", "--datahub-topic",
+                    "{db}_{table}", "--idle-timeout", "1", "--ledger", str(ledger))
+        code, report, err = sync.run()
+        no_traceback(err, "sync")
+        assert code == 0, err[-2000:]
+    got = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert got == want
+    kinds = collections.Counter(r["kind"] for r in want)
+    assert (report["zero_dates"], report["out_of_range"], report["fractions"]) == \
+        (kinds["zero_dates"], kinds["out_of_range"], kinds["fractions"])
+    assert f"{kinds['zero_dates']} zero or invalid dates" in err
+
+
 def test_tdsql_restart_at_a_held_commit_point(kafka_broker, tmp_path):
     """TDSQL: shard s2's Entries B starts first and completes while s1's Entries A, which started
     after B's first segment, is still open. B is handed out (it started first), A holds the commit
