@@ -247,6 +247,8 @@ def _shape_panel(ax, matrix: dict) -> None:
         ax.bar(xs, values, width, label=MATRIX_CASES[cell][0], color=colours[k % len(colours)])
         for x, v in zip(xs, values):
             ax.text(x, v * 1.03, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+    top = max([TARGET] + [s["ratios"][c] for s in matrix.values() for c in cells])
+    ax.set_ylim(0, top * 1.3)  # room for the legend above the bars
     ax.axhline(TARGET, color="#c0392b", linewidth=1, linestyle="--")
     ax.text(len(names) - 0.5, TARGET * 1.04, f"target for DTS -> Blob: {TARGET}x", color="#c0392b", ha="right",
             fontsize=8)

@@ -43,7 +43,9 @@ METHOD = """
   (default options) and strict. Two more (b) cases for comparison: the dict API
   (`convert(entry, entry_bytes)`, row images read in C, then `encode_blob` of each message) and
   the pure-Python path (`convert(entry)` and `encode_blob`, the reference the C path is tested
-  against).
+  against); and the two faces a library user calls: the pure functions (`entry_to_blob(entry)`,
+  which serialises a DML Entry once for the C path, and `encode_blob`) and the batch form
+  (`entries_to_blob_lines` of the chunk's Entry encodings, one shared encoder).
 - **(c) floors**: `Entry.FromString` alone over the same bytes; `orjson.dumps` of the Blob dicts
   the bridge built beforehand (lossless dicts for the lossless floor, strict dicts for the strict
   one); the combined floor's time is the sum of the two. The Python read floor parses and reads
@@ -79,6 +81,15 @@ METHOD = """
   `benchmarks/work/`, git-ignored); `dts-bridge convert X.pb -o - --to blob` with standard output
   to `/dev/null`, in its own process, peak RSS from `/usr/bin/time -v` (or `getrusage` of a fresh
   wrapper process); rows/s is rows over the wall time, process start-up included.
+- **(h) value shapes** (`benchmarks/shapes.py`, issue 18): one workload per shape of value DTS
+  really sends, `--shape-rows` rows each: the canonical table; its temporals as STRING with a
+  charset (utf8mb4 or binary, per Entry); its datetime as DATETIME(6) with microseconds; its text
+  in gbk; its Entries with header properties; and the realistic mix
+  (`bridge._sample_values.realistic_entries`: REAL_ORDERS in Entries of 1 and 3 rows and the gbk
+  table REAL_SUPPLIERS, 4 : 4 : 1, as DTS writes the bytes, NIL spelt out included). Per shape, in
+  chunks of at most 5,000 rows, interleaved and best of N as above: the naive DTS -> JSON and JSON ->
+  DTS baselines, `entry_to_blob` + `encode_blob`, `entries_to_blob_lines`, `convert_lines`, DTS ->
+  Tuple and Blob -> DTS (lossless lines), each as a ratio to its naive baseline on the same bytes.
 - **Hot spots**: `cProfile` over (b) and (d), lossless, on the first rows of the workload (the C
   extension's functions count as one call each); own time
   (tottime) per function as a share of the profiled total (cProfile's overhead inflates the
