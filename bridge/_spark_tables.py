@@ -26,7 +26,7 @@ import orjson
 
 from . import subscribe_pb2 as pb
 from ._spark_jobs import POSITION_COLUMNS, _ddl, _FromDts, _with_error
-from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubWriter, Position
+from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubError, DataHubWriter, Position
 from .errors import BridgeError, ConversionError
 from .spark_datahub import _SETTLE_SECONDS, _Task
 
@@ -89,16 +89,26 @@ class TopicDeadLetters:
         self.writer.flush()
 
 
+LETTER_WINDOW = 1000  # records of the dead-letter topic read (and held) at a time: GetRecords' most
+
+
 def _letter_records(writer: DataHubWriter, topic: str):
-    """Every record of the dead-letter topic, shard by shard in sequence order."""
+    """Every record of the dead-letter topic, shard by shard in sequence order, a window at a time
+    (the topic grows with every halted table's traffic: never a whole shard in memory)."""
     info = writer.topic(topic)
     shards = writer._call(lambda: writer.client.list_shard(writer.project, topic), "ListShard").shards
     for shard in sorted(shards, key=lambda s: (len(s.shard_id), s.shard_id)):
         latest = writer._sequence(info, shard.shard_id, "LATEST")
         if latest is None:
             continue
-        oldest = writer._sequence(info, shard.shard_id, "OLDEST") or 0
-        yield from writer._read(info, shard.shard_id, oldest, latest - oldest + 1)
+        start = writer._sequence(info, shard.shard_id, "OLDEST") or 0
+        while start <= latest:
+            window = writer._read(info, shard.shard_id, start, min(LETTER_WINDOW, latest - start + 1))
+            if not window:
+                break
+            yield from window
+            last = getattr(window[-1], "sequence", None)
+            start = last + 1 if isinstance(last, int) and last >= start else start + len(window)
 
 
 def earlier_halts(writer: DataHubWriter, topic: str, source: str, epoch: int) -> dict[str, str]:
@@ -133,6 +143,20 @@ def export_dead_letters(client, project: str, topic: str, path: str) -> int:
     return count
 
 
+def _check_letter_topic(writer: DataHubWriter, topic: str) -> None:
+    """An existing dead-letter topic must be a Blob topic: said when the task starts, not at its
+    first dead letter (a missing one is created, with createTopics, when the first letter comes)."""
+    from datahub import exceptions as dx
+    try:
+        info = writer._call(lambda: writer.client.get_topic(writer.project, topic), "GetTopic", raw=True)
+    except dx.ResourceNotFoundException:
+        return
+    kind = str(getattr(info.record_type, "value", info.record_type)).upper()
+    if kind != "BLOB":
+        raise DataHubError(f"option 'deadLetters': topic {writer.project}/{topic} is a {kind} topic; dead letters "
+                           "are records of a Blob topic")
+
+
 # ---- one task's whole-database writing -----------------------------------------------------------
 
 class _Pipeline:
@@ -147,6 +171,7 @@ class _Pipeline:
         self.letters = None
         if opts["deadLetters"]:
             letter_writer = task.new_writer(source)
+            _check_letter_topic(letter_writer, opts["deadLetters"])
             halted = {}
             if opts["onTableError"] == "halt-table" and epoch is not None:
                 halted = earlier_halts(letter_writer, opts["deadLetters"], source, epoch)
@@ -156,6 +181,8 @@ class _Pipeline:
             opts["to"], self.writer, opts["topic"], source, self.policy, DEFAULT_OPTIONS,
             include=opts["include"] or (), exclude=opts["exclude"] or (), on_table_error=opts["onTableError"],
             schema_change=opts["schemaChange"], oversized=opts["oversized"], letters=self.letters)
+        if self.letters is not None:  # no table (or database) may map to the dead letters' topic
+            self.sink.reserve(opts["deadLetters"], "the dead letters (option deadLetters)")
         self.raw = opts["to"] == "blob"  # Blob's C fast path reads the Entry's bytes, as sync gives them
 
     def writers(self) -> list[DataHubWriter]:

@@ -459,7 +459,8 @@ class DataHubWriter:
             return BlobRecord(blob_data=bytes(value)), len(value) * 4 // 3 + 64
         if not isinstance(value, dict):
             raise ConversionError(f"topic {info.name} is a Tuple topic: a record needs a row")
-        names = info.schema.field_list
+        schema = info.schema  # read once: a worker may read it afresh meanwhile (_caught_up)
+        names = schema.field_list
         extra = set(value) - {f.name for f in names}
         if extra:
             raise ConversionError(f"topic {info.name} has no field for {sorted(extra)}: its RecordSchema differs "
@@ -470,7 +471,7 @@ class DataHubWriter:
                 raise OversizedRecord(f"field {field.name} holds {len(v.encode('utf-8'))} bytes, over DataHub's "
                                       f"STRING limit ({MAX_STRING_BYTES} bytes)")
         try:
-            record = TupleRecord(schema=info.schema, values=values)
+            record = TupleRecord(schema=schema, values=values)
         except Exception as exc:  # noqa: BLE001 - pydatahub raises its own types for bad values
             raise ConversionError(f"row does not fit the RecordSchema of {info.name} ({exc})") from None
         return record, 64 + sum(len(str(v)) + 8 for v in values if v is not None)

@@ -297,6 +297,12 @@ def _configure_entries(opts: dict, columns: dict, given) -> SinkConfig:
                            "'deadLetters' (a DataHub Blob topic)")
     if opts["deadLetters"] and "{" in opts["deadLetters"]:
         raise OptionsError("option 'deadLetters' names one DataHub Blob topic", value=opts["deadLetters"])
+    if opts["deadLetters"] and not letters:
+        raise OptionsError("option 'deadLetters' would never be written: onTableError halt-all and oversized fail "
+                           "stop the task instead (set onTableError dlq|halt-table or oversized dlq)")
+    if opts["deadLetters"] and opts["to"] == "blob" and opts["deadLetters"] == template:
+        raise OptionsError("option 'deadLetters' names the topic of the data (option 'topic'): the dead letters "
+                           "need a topic of their own", value=template)
     return SinkConfig(opts, "ENTRIES", epoch=opts["epoch"])
 
 

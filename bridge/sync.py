@@ -205,6 +205,13 @@ class _Sink:
         if tables is not None:
             tables.writer = writer
 
+    def reserve(self, topic: str, owner: str) -> None:
+        """A topic no table (or database) may go to, e.g. the dead letters' own: mapping one there
+        is a TopicNameCollision naming `owner`."""
+        if getattr(self, "topic", None) == topic:  # BlobSink's one topic
+            raise TopicNameCollision(f"{owner} and the data both go to DataHub topic {topic!r}")
+        self._owners[topic] = owner
+
     def _entry_bytes(self) -> bytes:
         entry, raw = self.gate.current if self.gate is not None else (None, None)
         if raw is not None:
@@ -405,6 +412,8 @@ class TupleSink(_Sink):
 
     def _fit(self, topic: str, table: str, schema: dict, row: dict, where: dict) -> dict:
         info = self.writer.topic(topic, schema, check=False)
+        if info.kind != "TUPLE":  # the table's error (its position added), not an AttributeError
+            raise ConversionError(f"table {table}: topic {topic} is a {info.kind} topic, not a Tuple topic")
         have = {f.name: _type_of(f) for f in info.schema.field_list}
         want = {f["name"]: f["type"].upper() for f in schema["fields"]}
         added = [(n, t) for n, t in want.items() if n not in have]
