@@ -197,6 +197,7 @@ class TablesTask(_Task):
     def __init__(self, config, epoch: int | None, client_for: Callable[[], Any] | None = None) -> None:
         super().__init__(config, epoch, client_for)
         self.pipelines: dict[str, _Pipeline] = {}
+        self.where: dict = {}
         self.counts = dict(rows=0, rejected=0)
 
     def pipeline(self, source: str) -> _Pipeline:
@@ -226,10 +227,15 @@ class TablesTask(_Task):
             rows.append((source, where, cols["dts"][i]))
         for source, run in itertools.groupby(rows, key=itemgetter(0)):
             line = self.pipeline(source)
-            deliver(self._entries(source, run, line.raw, line.policy), line.sink, line.gate, line.policy)
+            self.where = {}
+            try:
+                deliver(self._entries(source, run, line.raw, line.policy), line.sink, line.gate, line.policy)
+            except BridgeError as err:  # the writer's errors (a missing topic, a collision) name the Entry too
+                raise err.located(**self.where, topic=source)
 
     def _entries(self, source: str, run, raw: bool, policy):
         for _, where, data in run:
+            self.where = where  # the Entry being converted and written, for errors
             try:
                 entry = pb.Entry.FromString(data)
             except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError

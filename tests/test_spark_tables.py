@@ -609,3 +609,14 @@ def test_an_appendfield_another_writer_just_made_is_taken_as_done():
                 writer.append_fields("t", [("qty", "BIGINT")])  # the other appended qty STRING
         finally:
             writer.stop()
+
+
+def test_an_error_of_the_writer_names_the_entry(small_envelopes):
+    """An error met while an Entry is written (here: its table's topic missing, createTopics off)
+    names the Kafka topic and the Entry's position, as every other error of the task does."""
+    envelopes, _ = small_envelopes
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, LETTERS, 1, "BLOB")
+        config = configure(sink_options(server, createTopics="false"), ENTRY_COLUMNS, streaming=True)
+        with pytest.raises(DataHubError, match=r"shop_orders.*\(partition 0, offset \d+, entry \d+, topic dts\)"):
+            write_batches(config, iter(entry_batches(envelopes, "dts", 0)), epoch=0)
