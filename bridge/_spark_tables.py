@@ -230,8 +230,10 @@ class TablesTask(_Task):
             self.where = {}
             try:
                 deliver(self._entries(source, run, line.raw, line.policy), line.sink, line.gate, line.policy)
-            except BridgeError as err:  # the writer's errors (a missing topic, a collision) name the Entry too
-                raise err.located(**self.where, topic=source)
+            except BridgeError as err:  # a missing topic, a collision: named by the Entry being written
+                if not any(err is w._error for w in line.writers()):  # a writer thread's names its records
+                    err.located(**self.where, topic=source)
+                raise
 
     def _entries(self, source: str, run, raw: bool, policy):
         for _, where, data in run:

@@ -620,3 +620,17 @@ def test_an_error_of_the_writer_names_the_entry(small_envelopes):
         config = configure(sink_options(server, createTopics="false"), ENTRY_COLUMNS, streaming=True)
         with pytest.raises(DataHubError, match=r"shop_orders.*\(partition 0, offset \d+, entry \d+, topic dts\)"):
             write_batches(config, iter(entry_batches(envelopes, "dts", 0)), epoch=0)
+
+
+def test_a_refused_request_names_its_own_record_not_the_entry_being_written(small_envelopes):
+    """halt-all: a request DataHub refuses stops the task naming its first record (dts.pos), and no
+    other Entry's position is pinned on it (the writer thread's error surfaces at a later Entry)."""
+    envelopes, _ = small_envelopes
+    with StandInDataHub() as server:
+        server.faults.fail_next("PutRecordsByShard", status=400, code="MalformedRecord", message="bad", times=1)
+        options = sink_options(server, onTableError="halt-all", oversized="fail", include="shop.orders")
+        del options["deadLetters"]
+        with pytest.raises(DataHubError, match=r"first record at dts 0:\d+:\d+:\d+\)") as caught:
+            write_batches(configure(options, ENTRY_COLUMNS, streaming=True),
+                          iter(entry_batches(envelopes, "dts", 0)), epoch=0)
+        assert "(partition" not in str(caught.value), caught.value
