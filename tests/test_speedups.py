@@ -964,3 +964,26 @@ def test_the_readme_python_example_runs():
                               for m in bridge.BlobEncoder().convert(e)]
     assert scope["same"] == [orjson.dumps(m) for m in scope["messages"]]
     assert scope["entries"] == [scope["entry"]]
+
+
+@needs_native
+@pytest.mark.parametrize("options", OPTIONS[:2], ids=OPTION_IDS[:2])
+def test_an_extension_left_out_comes_back_when_an_image_needs_it(options):
+    """A one-row Entry of DataWorks' default columns and header has no `dts` extension, unless a
+    value needs one (a charset, a temporal with sub-ms digits): then C writes it whole, as Python."""
+    entry = pb.Entry(header=pb.Header(version=1, messageType=pb.DML, timestamp=1_700_000_000, seqId=3,
+                                      schemaName="s", tableName="t"))
+    dml = entry.event.dmlEvent
+    dml.columns.add(name="note", originalType="longtext")
+    dml.columns.add(name="at", originalType="datetime(3)")
+    for note, at in ((_text_data("plain", "utf8mb4"), b"2021-05-17 07:22:42.123"),
+                     (_text_data("中文", "gbk"), b"2021-05-17 07:22:42.123"),
+                     (_text_data("plain", "utf8mb4"), b"0000-00-00 00:00:00.000")):
+        dml.ClearField("rows")
+        dml.rows.add(newColumns=[note, pb.Data(dataType=pb.STRING, bv=at)])
+        raw = entry.SerializeToString()
+        expected = assert_same(raw, options)
+        encoder = bridge.BlobEncoder(options)
+        if options.lossless:
+            assert encoder._dml_lines(entry, entry.header, raw) is not None  # C took it, extension or not
+            assert ("dts" in expected[0]) == (note.charset == "gbk" or at.startswith(b"0000"))
