@@ -26,7 +26,7 @@ import orjson
 
 from . import subscribe_pb2 as pb
 from ._spark_jobs import POSITION_COLUMNS, _ddl, _FromDts, _with_error
-from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubError, DataHubWriter, Position
+from .datahub_sink import ATTR_EPOCH, ATTR_TOPIC, DataHubError, DataHubWriter, OversizedRecord, Position
 from .errors import BridgeError, ConversionError
 from .spark_datahub import _SETTLE_SECONDS, _Task
 
@@ -82,7 +82,17 @@ class TopicDeadLetters:
                            row=row, table=table, error=error, datahub_topic=datahub_topic)
         position = Position(source, partition, offset, entry, WHOLE_ENTRY_ROW if row is None else row)
         with self._lock:  # one put at a time: the data writer's threads hand refused records over
-            if self.writer.put(self.topic, table or "", line, position):  # a table's letters in one shard, in order
+            try:
+                put = self.writer.put(self.topic, table or "", line, position)  # a table's letters in one shard
+            except OversizedRecord:
+                # An Entry too large for a DataHub request once in base64 (a sync file takes it): the letter
+                # goes without its bytes, saying where Kafka holds them; replay --from-dlq rejects it.
+                error = (f"{error} [the Entry's {len(entry_bytes)} bytes are left out of this letter, over "
+                         f"DataHub's request limit: read them from Kafka at partition {partition} offset {offset}]")
+                line = letter_line(entry_bytes=b"", source=source, partition=partition, offset=offset, entry=entry,
+                                   row=row, table=table, error=error, datahub_topic=datahub_topic)
+                put = self.writer.put(self.topic, table or "", line, position)
+            if put:
                 self.written += 1
 
     def sync(self) -> None:

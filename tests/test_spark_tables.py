@@ -634,3 +634,40 @@ def test_a_refused_request_names_its_own_record_not_the_entry_being_written(smal
             write_batches(configure(options, ENTRY_COLUMNS, streaming=True),
                           iter(entry_batches(envelopes, "dts", 0)), epoch=0)
         assert "(partition" not in str(caught.value), caught.value
+
+
+def test_a_dead_letter_too_large_for_datahub_leaves_the_entry_out(tmp_path):
+    """oversized dlq: an Entry of 3 MB (a LONGTEXT value) makes a letter over DataHub's request limit
+    once in base64. The letter goes without the Entry's bytes, its error saying so and where to
+    read them (the task failed, and its replays with it: a stream stuck on one row); replay
+    --from-dlq rejects such a letter naming it instead of converting an empty Entry."""
+    import bridge._spark_tables as st
+    big = pb.Entry()
+    big.header.schemaName, big.header.tableName = "shop", "big"
+    big.header.seqId = 7
+    raw = big.SerializeToString()  # a header only: the 3 MB are padding, the letter's size is what counts
+    with StandInDataHub() as server:
+        client = make_client(server.endpoint, "test-id", "test-secret")
+        writer = DataHubWriter(client, PROJECT, create_topics={"shards": 1})
+        writer.resume("dts", epoch=0)
+        letters = st.TopicDeadLetters(writer, LETTERS, {})
+        letters.write(entry_bytes=raw + b"x" * (3 << 20), source="dts", partition=0, offset=4, entry=0, row=None,
+                      table="shop.big", error="record of 3145800 bytes exceeds DataHub's request limit",
+                      datahub_topic="shop_big")
+        letters.write(entry_bytes=raw, source="dts", partition=0, offset=5, entry=0, row=None, table="shop.big",
+                      error="a small one", datahub_topic="shop_big")
+        letters.sync()
+        writer.stop()
+        assert letters.written == 2
+        got = [json.loads(r["data"]) for r in server.records(PROJECT, LETTERS)]
+        assert [(x["offset"], x["entry_base64"] == "") for x in got] == [(4, True), (5, False)], got
+        assert "left out" in got[0]["error"] and "3145" in got[0]["error"], got[0]
+        path = tmp_path / "letters.jsonl"
+        bs.export_dead_letters(client, PROJECT, LETTERS, str(path))
+        proc = _run(_cli("replay", "--from-dlq", str(path), "--to", "tuple", "--datahub-endpoint", server.endpoint,
+                         "--project", PROJECT, "--datahub-topic", "{db}_{table}", "--on-error", "skip", "--rejects",
+                         str(tmp_path / "rejects.jsonl"), "--json"))
+        replay = json.loads(proc.stdout)  # the header-only Entry converts to nothing: not emitted
+        assert (replay["rejected"], replay["not_emitted"]) == (1, 1), (proc.stdout, proc.stderr)
+        rejects = (tmp_path / "rejects.jsonl").read_text()
+        assert "holds no Entry" in rejects and "left out" in rejects, rejects
