@@ -194,13 +194,19 @@ def python_build_floor(chunk: Chunk) -> int:
 
 # ---- (e) DTS -> Tuple -------------------------------------------------------------------------
 
-def bridge_dts_to_tuple(chunk: Chunk) -> int:
-    """Per Entry: parse and TupleEncoder.convert (rows as dicts of typed values)."""
-    encoder = bridge.TupleEncoder()
-    n = 0
-    for raw in chunk.entry_bytes:
-        n += len(encoder.convert(_from_string(raw)))
-    return n
+def _bridge_dts_to_tuple(native: bool) -> Callable[[Chunk], int]:
+    """Per Entry: parse and TupleEncoder.convert with the Entry's bytes (rows as dicts of typed
+    values; with `native`, the values C takes are read off the bytes, the rest in Python)."""
+    def run(chunk: Chunk) -> int:
+        convert = bridge.TupleEncoder(native=native).convert
+        n = 0
+        for raw in chunk.entry_bytes:
+            n += len(convert(_from_string(raw), raw))
+        return n
+    return run
+
+
+bridge_dts_to_tuple = _bridge_dts_to_tuple(True)
 
 
 # name -> (what it measures, function); the order is the table's.
@@ -224,5 +230,7 @@ CASES: dict[str, tuple[str, Callable[[Chunk], int]]] = {
     "blob_to_dts_floor": ("(d) floor: orjson.loads + Entry.SerializeToString", blob_to_dts_floor),
     "python_build_floor": ("(d) Python floor: orjson.loads + one Data per value via add() + serialise",
                            python_build_floor),
-    "dts_to_tuple": ("(e) bridge DTS -> Tuple: parse + TupleEncoder.convert", bridge_dts_to_tuple),
+    "dts_to_tuple": ("(e) bridge DTS -> Tuple: parse + TupleEncoder.convert(entry, raw)", bridge_dts_to_tuple),
+    "dts_to_tuple_python": ("(e) pure Python: parse + TupleEncoder(native=False).convert (the reference path)",
+                            _bridge_dts_to_tuple(False)),
 }

@@ -50,7 +50,14 @@ typedef struct {
     Py_ssize_t cs_text_len;
     PyObject *index_text; /* str(column index): its key in dts.values and dts.charsets, made once */
     PyObject *cs_obj;     /* the str of cs_text, made when a value's charset must travel */
+    int out;              /* a Tuple plan's value of the column (O_*) */
 } Col;
+
+/* What a Tuple plan makes of a column's value besides the Blob value (tuple_encode.TO_TUPLE):
+ * O_SAME the same object, O_DECIMAL a Decimal of the text, O_FLOAT32 the float32 a FLOAT field
+ * stores, O_MICROS a temporal's epoch microseconds within DataHub's TIMESTAMP range. */
+enum { O_SAME, O_DECIMAL, O_FLOAT32, O_MICROS };
+#define TUPLE_TS_HI 253402271999000000LL /* tuple_encode.TIMESTAMP_RANGE's end */
 
 typedef struct {
     PyObject_HEAD
@@ -58,6 +65,7 @@ typedef struct {
     Col *cols;
     int lossless; /* what a value the Blob value cannot give back exactly costs: extension entries
                      (lossless) or, when it would change, a miss (strict: the codec reports it) */
+    PyObject *decimal; /* a Tuple plan's Decimal type; NULL for a Blob plan */
 } PlanObject;
 
 typedef struct {
@@ -216,6 +224,7 @@ typedef struct {
     int tag;
     int extra;      /* X_* */
     long long i;    /* C_INT, C_BOOL */
+    long long us;   /* C_INT of a temporal: epoch microseconds (a Tuple TIMESTAMP) */
     double d;       /* C_FLOAT */
     Span s;         /* C_ASCII: the text itself; C_FLOAT: its text; C_UTF8 / C_B64: the bytes */
     PyObject *str;  /* C_STR: the decoded text (owned; canon_release drops it) */
@@ -651,8 +660,9 @@ static int check_temporal(const Col *c, const DataView *d, Canon *v) {
     if (frac % 1000) v->extra = X_CHANGED; /* sub-millisecond digits: epoch ms cannot hold them */
     else if (d->cs.n) v->extra = X_RAW;
     v->tag = C_INT;
-    v->i = (days_from_civil(y, (unsigned)mo, (unsigned)da) * 86400LL + hh * 3600LL + mi * 60LL + ss) * 1000LL
-           + frac / 1000;
+    v->us = (days_from_civil(y, (unsigned)mo, (unsigned)da) * 86400LL + hh * 3600LL + mi * 60LL + ss) * 1000000LL
+            + frac;
+    v->i = (v->us - frac) / 1000LL + frac / 1000;
     v->s.n = 0; /* no text: written from i */
     return 1;
 }
@@ -1430,6 +1440,176 @@ finish:
         Py_INCREF(result);
     }
 done:
+    PyMem_Free(w.datas);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---- Tuple rows (tuple_encode.TupleEncoder): the same walk, Tuple values, the meta columns ---- */
+
+/* The Tuple value of one checked value (new reference); NULL with no Python error set for a miss:
+ * a zero or invalid date and a date beyond TIMESTAMP's range (the temporal policies count them in
+ * Python), a FLOAT that float32 cannot hold, bytes that do not decode. */
+static PyObject *tuple_object(PlanObject *plan, const Col *c, const Canon *v) {
+    switch (c->out) {
+    case O_DECIMAL: {
+        PyObject *text = ascii_str(v->s.p, v->s.n);
+        if (text == NULL) return NULL;
+        PyObject *dec = PyObject_CallOneArg(plan->decimal, text);
+        Py_DECREF(text);
+        return dec;
+    }
+    case O_FLOAT32: {
+        PyObject *f = canon_object(v);
+        if (f == NULL) return NULL;
+        float single = (float)PyFloat_AS_DOUBLE(f); /* struct.pack("<f") rounds the same way */
+        Py_DECREF(f);
+        if (isinf(single)) return NULL; /* float32's OverflowError: Python names it */
+        return PyFloat_FromDouble((double)single);
+    }
+    case O_MICROS:
+        if (v->tag != C_INT || v->us > TUPLE_TS_HI) return NULL;
+        return PyLong_FromLongLong(v->us);
+    default:
+        if (v->tag == C_NULL) return NULL; /* a zero date under a text kind cannot happen; be sure */
+        return canon_object(v);
+    }
+}
+
+/* The Tuple row of one image: its columns' values, then seq_key: seq, then `meta`'s items; with
+ * values C is not sure of, (row with None in their place, [their column indexes]) for Python to
+ * fill (a value a temporal policy substitutes is one: Python counts it); Py_None (new reference)
+ * for an image of another number of values; NULL on a Python error. */
+static PyObject *tuple_image(PlanObject *plan, const Span *datas, Py_ssize_t count, PyObject *seq_key,
+                             PyObject *seq, PyObject *meta) {
+    if (count != plan->ncols) Py_RETURN_NONE;
+    PyObject *out = _PyDict_NewPresized(count + PyDict_GET_SIZE(meta) + 1), *holes = NULL;
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Col *c = &plan->cols[i];
+        Canon v;
+        DataView d;
+        PyObject *obj;
+        int rc = classify(c, datas[i], &v, &d);
+        obj = NULL;
+        if (rc == V_VALUE) {
+            obj = tuple_object(plan, c, &v);
+            canon_release(&v);
+            if (obj == NULL && PyErr_Occurred()) goto error;
+        } else if (rc != V_MISS) { /* NIL and a bare NA: a Tuple row has every field */
+            obj = Py_None;
+            Py_INCREF(obj);
+        }
+        if (obj == NULL) { /* a hole: None in its place, its index for Python */
+            PyObject *index = PyLong_FromSsize_t(i);
+            if (index == NULL || (holes == NULL && (holes = PyList_New(0)) == NULL)) {
+                Py_XDECREF(index);
+                goto error;
+            }
+            rc = PyList_Append(holes, index);
+            Py_DECREF(index);
+            if (rc < 0) goto error;
+            obj = Py_None;
+            Py_INCREF(obj);
+        }
+        rc = PyDict_SetItem(out, c->name, obj);
+        Py_DECREF(obj);
+        if (rc < 0) goto error;
+    }
+    if (PyDict_SetItem(out, seq_key, seq) < 0 || PyDict_Merge(out, meta, 1) < 0) goto error;
+    if (holes == NULL) return out;
+    return Py_BuildValue("(NN)", out, holes);
+error:
+    Py_DECREF(out);
+    Py_XDECREF(holes);
+    return NULL;
+}
+
+/* Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas): the Tuple rows of a DML
+ * Entry, image by image in the order `images` of the DML type gives them (tuple_encode.ROW_IMAGES),
+ * each a dict, (dict, [indexes of the values Python fills]) or Py_None for an image Python must
+ * convert; None for the whole Entry. The sequence id is seq_fixed
+ * (a str) or str(seq_base + row index); metas: a tuple of dicts, the other meta columns of each image
+ * of a row. */
+static PyObject *Plan_tuples(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyTuple_Check(args[5]) || (args[4] != Py_None && !PyUnicode_Check(args[4]))) {
+        PyErr_SetString(PyExc_TypeError, "tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas)");
+        return NULL;
+    }
+    if (self->decimal == NULL) {
+        PyErr_SetString(PyExc_TypeError, "tuples() needs a Tuple plan");
+        return NULL;
+    }
+    int dml_type = PyLong_AsLong(args[1]);
+    if (dml_type == -1 && PyErr_Occurred()) return NULL;
+    PyObject *seq_key = args[2], *fixed = args[4], *metas = args[5];
+    Py_ssize_t nmeta = PyTuple_GET_SIZE(metas);
+    if (nmeta != (dml_type == 1 ? 2 : 1)) {
+        PyErr_SetString(PyExc_ValueError, "tuples(): one meta dict per image of the DML type");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < nmeta; k++)
+        if (!PyDict_Check(PyTuple_GET_ITEM(metas, k))) {
+            PyErr_SetString(PyExc_TypeError, "tuples(): metas are dicts");
+            return NULL;
+        }
+    int overflow;
+    long long base = PyLong_AsLongLongAndOverflow(args[3], &overflow);
+    if (base == -1 && PyErr_Occurred()) return NULL;
+    if (fixed == Py_None && (overflow || base < 0)) Py_RETURN_NONE; /* a seqId beyond 63 bits: Python */
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL, *seq = NULL;
+    Walk w;
+    int rc = walk_start(&w, buf.buf, (const uint8_t *)buf.buf + buf.len, dml_type, self->ncols);
+    if (rc <= 0) goto finish;
+    if ((result = PyList_New(0)) == NULL) goto done;
+    Py_ssize_t count, k = 0;
+    long long seq_row = -1;
+    while ((rc = walk_next(&w, &count)) == 1) {
+        if (w.index != seq_row) {
+            seq_row = w.index;
+            Py_CLEAR(seq);
+            if (fixed != Py_None) {
+                seq = fixed;
+                Py_INCREF(seq);
+            } else {
+                char digits[24];
+                if (base > LLONG_MAX - seq_row) {
+                    rc = -1; /* Python writes the big number */
+                    break;
+                }
+                seq = ascii_str((const uint8_t *)digits, int_text(base + seq_row, digits));
+                if (seq == NULL) {
+                    Py_CLEAR(result);
+                    goto done;
+                }
+            }
+        }
+        PyObject *meta = PyTuple_GET_ITEM(metas, k % nmeta);
+        k++;
+        PyObject *row = count ? tuple_image(self, w.datas, count, seq_key, seq, meta) : (Py_INCREF(Py_None), Py_None);
+        if (row == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        int failed = PyList_Append(result, row) < 0;
+        Py_DECREF(row);
+        if (failed) {
+            Py_CLEAR(result);
+            goto done;
+        }
+    }
+finish:
+    if (rc < 0 && PyErr_Occurred()) {
+        Py_CLEAR(result);
+    } else if (rc < 0 || (rc == 0 && result == NULL)) {
+        Py_XDECREF(result);
+        result = Py_None; /* an Entry for the Python path */
+        Py_INCREF(result);
+    }
+done:
+    Py_XDECREF(seq);
     PyMem_Free(w.datas);
     PyBuffer_Release(&buf);
     return result;
@@ -2773,17 +2953,28 @@ static void free_cols(Col *cols, Py_ssize_t n) {
 
 static void Plan_dealloc(PlanObject *self) {
     free_cols(self->cols, self->ncols);
+    Py_XDECREF(self->decimal);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Plan(columns, lossless=True): columns is a sequence of (name, kind, dataType, lo, hi, charset,
- * fsp, need_bv); `lossless`: the options' mode (what values the Blob value cannot hold cost). */
+/* Plan(columns, lossless=True, decimal=None): columns is a sequence of (name, kind, dataType, lo, hi,
+ * charset, fsp, need_bv[, out]); `lossless`: the options' mode (what values the Blob value cannot
+ * hold cost); `decimal` (the Decimal type) makes a Tuple plan, whose columns say their O_* `out`. */
 static int Plan_init(PlanObject *self, PyObject *args, PyObject *kwds) {
-    PyObject *columns;
+    PyObject *columns, *decimal = Py_None;
     int lossless = 1;
-    static char *kwlist[] = {"columns", "lossless", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:Plan", kwlist, &columns, &lossless)) return -1;
+    static char *kwlist[] = {"columns", "lossless", "decimal", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pO:Plan", kwlist, &columns, &lossless, &decimal)) return -1;
     self->lossless = lossless;
+    Py_CLEAR(self->decimal);
+    if (decimal != Py_None) {
+        if (!PyCallable_Check(decimal)) {
+            PyErr_SetString(PyExc_TypeError, "Plan(): decimal is the Decimal type");
+            return -1;
+        }
+        Py_INCREF(decimal);
+        self->decimal = decimal;
+    }
     PyObject *seq = PySequence_Fast(columns, "Plan() needs a sequence of column tuples");
     if (seq == NULL) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -2799,11 +2990,16 @@ static int Plan_init(PlanObject *self, PyObject *args, PyObject *kwds) {
         const char *charset;
         Py_ssize_t charset_len;
         Col *c = &cols[i];
-        if (!PyArg_ParseTuple(item, "UiiOOs#ip:Plan column", &name, &c->kind, &c->dt, &lo, &hi, &charset,
-                              &charset_len, &c->fsp, &c->need_bv))
+        if (!PyArg_ParseTuple(item, "UiiOOs#ip|i:Plan column", &name, &c->kind, &c->dt, &lo, &hi, &charset,
+                              &charset_len, &c->fsp, &c->need_bv, &c->out))
             goto fail;
+        int temporal = c->kind >= K_DATE;
         if (c->kind < K_LONG || c->kind > K_TIMESTAMP || c->dt <= DT_NIL || c->dt >= DT_NA
-            || charset_len >= (Py_ssize_t)sizeof(c->charset) || c->fsp < 0 || c->fsp > 6) {
+            || charset_len >= (Py_ssize_t)sizeof(c->charset) || c->fsp < 0 || c->fsp > 6
+            || (self->decimal == NULL ? c->out != O_SAME
+                                      : (temporal != (c->out == O_MICROS)
+                                         || (c->out == O_DECIMAL && c->kind != K_DIGITS && c->kind != K_DECIMAL)
+                                         || (c->out == O_FLOAT32 && c->kind != K_DOUBLE)))) {
             PyErr_Format(PyExc_ValueError, "bad Plan column %zd", i);
             goto fail;
         }
@@ -2876,6 +3072,9 @@ static PyMethodDef Plan_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))Plan_encode, METH_FASTCALL,
      "encode(values, field) -> the Data of one image as RowChange field 1 or 2 on the wire, or None "
      "for values the Python codecs must judge"},
+    {"tuples", (PyCFunction)(void (*)(void))Plan_tuples, METH_FASTCALL,
+     "tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas) -> a Tuple plan's rows of a DML Entry "
+     "image by image (None: Python converts that image), or None for an Entry to convert in Python"},
     {"columns", (PyCFunction)Plan_len, METH_NOARGS, "number of columns"},
     {NULL, NULL, 0, NULL},
 };

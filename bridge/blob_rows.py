@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import math
+from decimal import Decimal
 
 from .errors import ConversionError
 from .values import (_DEC_RE, BYTES, CHARSETS, DECIMAL_DT, DEFAULT_CHARSET, DT, MYSQL_LATIN1, STRING, Codec, Inexact,
@@ -27,7 +28,7 @@ DT_INT8 = DT.INT8
 
 from ._native import NATIVE, header_properties, speedups, split_items, wire_scan
 
-__all__ = ["compile_image", "native_plan", "split_items", "wire_scan", "header_properties", "known_fields", "Miss",
+__all__ = ["compile_image", "native_plan", "native_tuple_plan", "split_items", "wire_scan", "header_properties", "known_fields", "Miss",
            "MISSES", "NATIVE"]
 
 
@@ -162,6 +163,65 @@ def native_plan(names: list, codecs: list[Codec], utc: bool, lossless: bool = Tr
     if not columns or None in columns:
         return None
     return speedups.Plan(columns, lossless)
+
+
+# what a Tuple plan makes of a column's value (bridge/_speedups.c's O_*): the Blob value, a Decimal of
+# its text, the float32 of a FLOAT field, a temporal's epoch microseconds
+_O_SAME, _O_DECIMAL, _O_FLOAT32, _O_MICROS = 0, 1, 2, 3
+
+
+def _tuple_column(name: str, ct, field_type: str, utc: bool, base64_binary: bool):
+    """The Tuple plan column of one column (ct as tuple_encode.column_type reads it, field_type its
+    DataHub type), or None when C does not cover it. The C checks are the Blob plan's, which accept
+    a subset of what TO_TUPLE's converters accept; the value is then made as the converter makes it."""
+    kind = ct.kind
+    lo = hi = 0
+    fsp, need_bv, out, charset = 0, False, _O_SAME, ""
+    if kind in ("integer", "year", "bit"):
+        lo, hi = ct.int_range
+        dt = DT.INT64 if kind == "bit" else ct.canonical_datatype()
+        if field_type == "DECIMAL":  # bigint unsigned: a Decimal (bit(64) is left to Python)
+            if kind == "bit" or lo != 0:
+                return None
+            code, out = _K_BODIES["digits"], _O_DECIMAL
+        else:
+            code = _K_BODIES["long"]
+    elif kind == "boolean":
+        code, dt = _K_BOOL, DT_INT8
+    elif kind == "float":
+        code, dt = _K_BODIES["double"], ct.canonical_datatype()
+        out = _O_FLOAT32 if field_type == "FLOAT" else _O_SAME
+    elif kind == "decimal":
+        code, dt, out = _K_BODIES["decimal"], DECIMAL_DT, _O_DECIMAL
+    elif kind == "text":
+        code, dt, charset = _K_BODIES["text"], STRING, DEFAULT_CHARSET
+    elif kind in ("binary", "bytes") and base64_binary:
+        code = _K_BODIES["base64"]
+        dt, charset = (STRING, "binary") if kind == "binary" else (BYTES, "")
+    elif kind == "json":
+        code, dt = _K_UTF8, BYTES
+    elif kind == "time":
+        code, dt, need_bv = _K_UTF8, STRING, True
+    elif kind in _K_TEMPORAL and utc and 0 <= ct.fsp <= 6:
+        code, dt, fsp, out = _K_TEMPORAL[kind], STRING, ct.fsp, _O_MICROS
+    else:
+        return None  # hex binary, temporals outside UTC: TO_TUPLE's converters only
+    return (name, code, dt, lo, hi, charset, fsp, need_bv, out)
+
+
+def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, base64_binary: bool):
+    """A Tuple `_speedups.Plan` for the column set (tuple_encode's column types and field types), or
+    None (no C extension, or a column it does not cover: the whole table is Python's).
+
+    `Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas)` gives the Tuple rows
+    of a DML Entry image by image (None for an image TupleEncoder converts in Python), or None for
+    the whole Entry."""
+    if not NATIVE:
+        return None
+    columns = [_tuple_column(n, ct, f, utc, base64_binary) for n, ct, f in zip(names, cts, field_types)]
+    if not columns or None in columns:
+        return None
+    return speedups.Plan(columns, False, Decimal)
 
 
 # charset table modes of bridge/_speedups.c

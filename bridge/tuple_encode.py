@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import orjson
 
 from . import subscribe_pb2 as pb
-from .blob_encode import check_dml_event, check_row_images, sequence_id
+from .blob_encode import ROW_DIGITS, check_dml_event, check_row_images, sequence_id
+from .blob_rows import native_tuple_plan
 from .errors import BridgeError, ConversionError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options, per_options
 from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, InvalidDate, Substituted,
@@ -293,10 +294,12 @@ def _meta_fields(options: Options) -> list[str]:
 
 @dataclass
 class _TupleTable:
-    """Per column set: names, converters and the RecordSchema, built once."""
+    """Per column set: names, converters and the RecordSchema, built once; `native` the C plan of
+    the column set (blob_rows.native_tuple_plan) or None."""
     names: list
     converters: list
     schema: dict
+    native: Any = None
 
     def image(self, datas) -> dict:
         n = len(self.names)
@@ -305,7 +308,14 @@ class _TupleTable:
                 return dict.fromkeys(self.names)
             raise ConversionError(f"row image has {len(datas)} values for {n} columns")
         out = {}
-        for name, convert, d in zip(self.names, self.converters, datas):
+        self.fill(out, datas, range(n))
+        return out
+
+    def fill(self, out: dict, datas, columns) -> None:
+        """out[name] of each column index in `columns` (in order) from its Data in `datas`."""
+        names, converters = self.names, self.converters
+        for i in columns:
+            name, d = names[i], datas[i]
             dt = d.dataType
             if dt == _NIL or dt == _NA:
                 out[name] = None
@@ -313,17 +323,16 @@ class _TupleTable:
                 raise ConversionError(f"unknown DataType {dt}", column=name)
             else:
                 try:
-                    out[name] = convert(d)
+                    out[name] = converters[i](d)
                 except BridgeError as exc:
                     raise exc.located(column=name)
                 except Substituted as found:
                     out[name] = found.best
                     note_substitution(found, name)
-        return out
 
 
-def _build_table(columns, options: Options) -> _TupleTable:
-    names, converters, fields = [], [], []
+def _build_table(columns, options: Options, native: bool = False) -> _TupleTable:
+    names, converters, fields, cts = [], [], [], []
     seen = set()
     for c in columns:
         if c.name.lower() in seen:
@@ -336,10 +345,13 @@ def _build_table(columns, options: Options) -> _TupleTable:
         except BridgeError as exc:
             raise exc.located(column=c.name)
         names.append(c.name)
+        cts.append(ct)
         converters.append(TO_TUPLE[ct.kind](ct, options))
         fields.append({"name": c.name, "type": tuple_type(ct)})
+    plan = native and native_tuple_plan(names, cts, [f["type"] for f in fields], options.timezone == "UTC",
+                                         options.tuple_binary == "base64")
     fields += [{"name": name, "type": META_COLUMNS[name][0]} for name in _meta_fields(options)]
-    return _TupleTable(names, converters, {"fields": fields})
+    return _TupleTable(names, converters, {"fields": fields}, plan or None)
 
 
 def record_schema(columns, options: Options = DEFAULT_OPTIONS) -> dict:
@@ -400,28 +412,38 @@ def _table_name(header: pb.Header) -> str | None:
     return None
 
 
+_SEQ_KEY = "_sequence_id_"
+_ROW_SCALE = 10 ** ROW_DIGITS
+
+
 class TupleEncoder:
     """Stream-level DTS -> Tuple converter: caches row builders per column set and counts output.
 
     `emitted` counts rows, `entries` the entries that gave rows, `not_emitted` the rest by reason.
+    `convert(entry, raw)`: with the C extension, a DML Entry's images are read off its wire bytes
+    (`raw`, else the Entry serialised once) by the column set's C plan; an image C is not sure of
+    (and every value a temporal policy substitutes) is converted here, so the rows are the same.
+    `native=False` keeps every value in Python: the reference the tests and benchmarks compare with.
     """
 
-    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
+    def __init__(self, options: Options = DEFAULT_OPTIONS, native: bool = True) -> None:
         self.options = options
         self.entries = 0
         self.emitted = 0
         self.not_emitted: Counter = Counter()
-        self._tables = ColumnSetCache(lambda columns: _build_table(columns, self.options))
+        self._tables = ColumnSetCache(lambda columns: _build_table(columns, self.options, native))
         self._meta = [(name, META_COLUMNS[name][1]) for name in _meta_fields(options)]
+        assert self._meta[0][0] == _SEQ_KEY  # the C rows put it first, then the others
+        self._metas: tuple = (None, ())  # (DML type, timestamp, schema, table), the meta dicts of its images
 
     def schema(self, columns) -> dict:
         """The RecordSchema of a column set (cached with its row builder)."""
         return self._tables.get(columns).schema
 
-    def convert(self, entry: pb.Entry) -> list[dict]:
+    def convert(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict]:
         header = entry.header
         try:
-            out = self._convert(entry, header)
+            out = self._convert(entry, header, raw)
         except BridgeError as exc:
             raise exc.located(seq_id=header.seqId, table=_table_name(header))
         except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
@@ -432,7 +454,7 @@ class TupleEncoder:
             self.emitted += len(out)
         return out
 
-    def _convert(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
+    def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> list[dict]:
         mtype = header.messageType
         if mtype != pb.DML:
             if mtype not in pb.MessageType.values():
@@ -445,8 +467,12 @@ class TupleEncoder:
             return []
         images = ROW_IMAGES[dml.dmlEventType]
         table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
-        check_row_images(dml)  # after the columns, as every converter orders its checks
         facts = _facts(header.properties)
+        if table.native is not None and not facts:  # DataHub facts (rare) are Python's
+            out = self._native_rows(entry, header, dml, images, table, raw)
+            if out is not None:  # C's walk checked the images as check_row_images does
+                return out
+        check_row_images(dml)  # after the columns, as every converter orders its checks
         out = []
         for index, row in enumerate(dml.rows):
             row_facts = {**facts, **_facts(row.properties)} if row.properties else facts
@@ -460,6 +486,39 @@ class TupleEncoder:
                 for name, extract in self._meta:
                     values[name] = extract(meta)
                 out.append(values)
+        return out
+
+
+    def _native_rows(self, entry, header, dml, images, table, raw) -> list[dict] | None:
+        """The rows of a DML Entry without DataHub facts from the C plan, its gaps filled as
+        `_convert` fills them; None when C leaves the whole Entry to Python (row properties, an
+        image the op must not carry, a seqId beyond 63 bits, malformed bytes)."""
+        key = (dml.dmlEventType, header.timestamp, header.schemaName, header.tableName)
+        if self._metas[0] != key:  # the other meta columns of each image, shared by the Entries of a second
+            time, source = header.timestamp * 1000, f"{header.schemaName}.{header.tableName}"
+            self._metas = key, tuple(
+                {name: extract(RowMeta("", op, time, before, after, source)) for name, extract in self._meta[1:]}
+                for op, before, after, _ in images)
+        metas = self._metas[1]
+        if raw is None:
+            raw = entry.SerializeToString()
+        out = table.native.tuples(raw, dml.dmlEventType, _SEQ_KEY, header.seqId * _ROW_SCALE, None, metas)
+        n = len(images)
+        if out is None or len(out) != len(dml.rows) * n:
+            return None
+        for k, values in enumerate(out):
+            if type(values) is dict:
+                continue
+            row, image = dml.rows[k // n], images[k % n][3]
+            datas = row.oldColumns if image == "old" else row.newColumns
+            if values is None:  # an image C did not read
+                values = table.image(datas)
+                values[_SEQ_KEY] = sequence_id(header.seqId, k // n)
+                values.update(metas[k % n])
+            else:  # the values C is not sure of, in column order
+                values, holes = values
+                table.fill(values, datas, holes)
+            out[k] = values
         return out
 
 

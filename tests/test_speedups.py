@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 import bridge
 from bridge import blob_rows, pb
 from bridge import values as values_table
+from bridge._sample_values import REAL_ORDERS, REAL_SUPPLIERS, realistic_entries
 from bridge._wire import encode_varint
 from bridge.errors import BridgeError
+from bridge.values import SUBSTITUTION_NOTES
 
 from strategies import dml_entries, mysql_columns, with_unknown_fields
 
@@ -167,6 +169,8 @@ def test_one_value_of_every_kind(data, type_text, dml_type, boolean):
         image.append(data)
     for options in OPTIONS[:3]:
         assert_same(entry.SerializeToString(), options)
+    for options in TUPLE_OPTIONS:
+        assert_same_tuples(entry.SerializeToString(), options)
 
 
 @needs_native
@@ -987,3 +991,164 @@ def test_an_extension_left_out_comes_back_when_an_image_needs_it(options):
         if options.lossless:
             assert encoder._dml_lines(entry, entry.header, raw) is not None  # C took it, extension or not
             assert ("dts" in expected[0]) == (note.charset == "gbk" or at.startswith(b"0000"))
+
+
+# ---- DTS -> Tuple: the C plan (Plan.tuples) against the Python converters (TO_TUPLE) ----------------
+
+TUPLE_OPTIONS = [bridge.DEFAULT_OPTIONS, bridge.Options(zero_dates="error"), bridge.Options(zero_dates="string"),
+                 bridge.Options(tuple_binary="hex", source_table=True), bridge.Options(timezone="Asia/Shanghai")]
+TUPLE_OPTION_IDS = ["default", "zero-dates-error", "zero-dates-string", "hex-source-table", "shanghai"]
+
+
+def _typed(rows: list[dict]) -> list:
+    """Each row's fields in order with each value's type and repr (1 and 1.0, 0.0 and -0.0, Decimal
+    1.0 and 1.00 differ)."""
+    return [[(k, type(v).__name__, repr(v)) for k, v in row.items()] for row in rows]
+
+
+def _tuple_run(encoder, entry: pb.Entry, raw: bytes | None) -> tuple:
+    """(typed rows or the error, the substitutions noted, the encoder's counts) of one convert."""
+    outer, notes = SUBSTITUTION_NOTES.notes, []
+    SUBSTITUTION_NOTES.notes = notes
+    try:
+        got = _outcome(lambda: _typed(encoder.convert(entry) if raw is None else encoder.convert(entry, raw)))
+    finally:
+        SUBSTITUTION_NOTES.notes = outer
+    return got, notes, (encoder.entries, encoder.emitted, dict(encoder.not_emitted))
+
+
+def assert_same_tuples(raw: bytes, options=bridge.DEFAULT_OPTIONS) -> tuple:
+    """The C path (with the Entry's bytes, and serialising the Entry itself) gives the Python path's
+    rows (values and types), error, substitutions and counts; returns the Python path's run."""
+    expected = _tuple_run(bridge.TupleEncoder(options, native=False), pb.Entry.FromString(raw), None)
+    for face, given_raw in (("convert(entry, raw)", raw), ("convert(entry)", None)):
+        got = _tuple_run(bridge.TupleEncoder(options), pb.Entry.FromString(raw), given_raw)
+        assert_outcomes(got[0], expected[0], f"Tuple {face}")
+        assert got[1:] == expected[1:], f"Tuple {face}: substitutions or counts"
+    if not _is_error(expected[0]):
+        assert _typed(bridge.entry_to_tuples(pb.Entry.FromString(raw), options)) == expected[0]
+    return expected
+
+
+def _tuple_holes(raw: bytes, options=bridge.DEFAULT_OPTIONS) -> int | None:
+    """How many values C left to Python in a plain DML Entry (None: an image or the whole Entry)."""
+    entry = pb.Entry.FromString(raw)
+    dml = entry.event.dmlEvent
+    encoder = bridge.TupleEncoder(options)
+    plan = encoder._tables.get(dml.columns).native
+    assert plan is not None, "no C plan for the column set"
+    images = tuple({} for _ in range(2 if dml.dmlEventType == pb.UPDATE else 1))
+    rows = plan.tuples(raw, dml.dmlEventType, "_sequence_id_", entry.header.seqId * 10 ** 6, None, images)
+    if rows is None or None in rows:
+        return None
+    return sum(len(row[1]) for row in rows if isinstance(row, tuple))
+
+
+@needs_native
+@pytest.mark.parametrize("options", TUPLE_OPTIONS, ids=TUPLE_OPTION_IDS)
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(entry=plain_entries())
+def test_tuple_c_path_matches_python(entry, options):
+    """Generated Entries of every column type, some values adversarial (non-canonical, wrong type,
+    bad UTF-8, unknown DataType), headers and rows with and without properties."""
+    assert_same_tuples(entry.SerializeToString(), options)
+
+
+@needs_native
+@pytest.mark.parametrize("options", TUPLE_OPTIONS[:3], ids=TUPLE_OPTION_IDS[:3])
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(entry=shaped_entries())
+def test_tuple_shapes_dts_sends_match_python(entry, options):
+    """The issue's shapes (charsets on text and temporals, fractional seconds, zero and invalid
+    dates, doubles spelt '1', BIT, YEAR, NIL, header properties); under the default options a
+    well-formed value leaves C only when a temporal policy substitutes it (so Python counts it)."""
+    raw = entry.SerializeToString()
+    rows, notes, _ = assert_same_tuples(raw, options)
+    if options is bridge.DEFAULT_OPTIONS and not _is_error(rows) and _clean(entry):
+        assert _tuple_holes(raw) == len(notes), "C gave way on a value no policy substitutes"
+
+
+@needs_native
+@pytest.mark.parametrize("table", [REAL_ORDERS, REAL_SUPPLIERS], ids=["orders", "suppliers"])
+@pytest.mark.parametrize("options", TUPLE_OPTIONS, ids=TUPLE_OPTION_IDS)
+def test_tuple_realistic_entries_match_python(table, options):
+    """The benchmarks' realistic mix (samples/realistic.pb's shapes), 1 and 3 rows an Entry; every
+    value C leaves to Python under the default options is a substituted zero date."""
+    raws = realistic_entries(30, seed=7, table=table) + realistic_entries(10, seed=8, rows_per_entry=3, table=table)
+    substituted = holes = 0
+    for raw in raws:
+        rows, notes, _ = assert_same_tuples(raw, options)
+        assert not _is_error(rows) or options.zero_dates == "error"
+        if options is bridge.DEFAULT_OPTIONS:
+            holes += _tuple_holes(raw)
+            substituted += len(notes)
+    assert holes == substituted
+
+
+@needs_native
+@pytest.mark.parametrize("path", sorted(glob.glob("samples/*.pb")))
+def test_tuple_samples(path):
+    for _, _, value in bridge.read_pb(path):
+        env = pb.Envelope.FromString(value)
+        if env.total == 1:
+            for raw in blob_rows.split_items(env.data):
+                for options in TUPLE_OPTIONS[:2]:
+                    assert_same_tuples(raw, options)
+
+
+@needs_native
+def test_tuple_c_path_is_taken():
+    """The plain Entry's rows come from C, meta columns and all; row properties and DataHub facts
+    leave the Entry to Python."""
+    raw = WIRE["plain"]
+    entry = pb.Entry.FromString(raw)
+    encoder = bridge.TupleEncoder()
+    plan = encoder._tables.get(entry.event.dmlEvent.columns).native
+    meta = {"_operation_type_": "I"}
+    assert plan.tuples(raw, pb.INSERT, "_sequence_id_", 42 * 10 ** 6, None, (meta,)) == [
+        {"id": 0, "name": 'n0\n"', "_sequence_id_": "42000000", "_operation_type_": "I"},
+        {"id": 1, "name": 'n1\n"', "_sequence_id_": "42000001", "_operation_type_": "I"}]
+    assert plan.tuples(WIRE["row properties"], pb.INSERT, "_sequence_id_", 0, None, (meta,)) is None
+    assert plan.tuples(raw, pb.INSERT, "_sequence_id_", 1 << 63, None, (meta,)) is None  # Python's big number
+    assert plan.tuples(WIRE["NIL"], pb.INSERT, "s", 0, None, ({},)) == [{"id": 0, "name": None, "s": "0"}]
+    assert plan.tuples(WIRE["bare NA"], pb.INSERT, "s", 0, None, ({},)) == [{"id": 0, "name": None, "s": "0"}]
+    assert plan.tuples(WIRE["Data with dataType 0"], pb.INSERT, "s", 0, None, ({},)) == [
+        ({"id": None, "name": 'n0\n"', "s": "0"}, [0])]  # dataType twice: Python decides that value
+    assert encoder._native_rows(entry, entry.header, entry.event.dmlEvent, ((("I", "N", "Y", "new"),)),
+                                encoder._tables.get(entry.event.dmlEvent.columns), raw) == encoder.convert(entry, raw)
+    with pytest.raises(TypeError):
+        bridge.BlobEncoder()._tables.get(entry.event.dmlEvent.columns).native.tuples(
+            raw, pb.INSERT, "s", 0, None, ({},))
+
+
+# column type -> values at the edges of what C takes (DataHub's TIMESTAMP range ends at 9999-12-31
+# 15:59:59 UTC; FLOAT rounds to float32; unsigned BIGINT is a Decimal; spellings C leaves to Python)
+_TUPLE_EDGES = {
+    "datetime": ["9999-12-31 15:59:59", "9999-12-31 16:00:00", "9999-12-31 23:59:59", "0001-01-01 00:00:00",
+                 "1970-01-01 00:00:00", "1969-12-31 23:59:59", "0000-00-00 00:00:00", "2021-02-29 00:00:00"],
+    "datetime(6)": ["9999-12-31 15:59:59.999999", "9999-12-31 16:00:00.000000", "2021-01-01 00:00:00.000001"],
+    "timestamp": ["9999-12-31 15:59:59 +00:00", "9999-12-31 16:00:00 +00:00", "2021-01-01 00:00:00 +08:00"],
+    "date": ["9999-12-31", "0001-01-01", "0000-00-00", "2021-00-17"],
+    "float": ["0.1", "1.1", "16777217.0", "3.4028234e+38", "1", "-0.0", "123456789012345.0"],
+    "double": ["0.1", "1", "-0.0", "1e3", "123456789012345.6"],
+    "bigint(20) unsigned": ["0", "18446744073709551615", "18446744073709551616", "-1", "007"],
+    "decimal(30,9)": ["0.000000001", "-0", "1.10", "1e3", "12345678901234567890.123456789"],
+    "tinyint(1)": ["0", "1", "2", "-1"],
+}
+
+
+@needs_native
+@pytest.mark.parametrize("type_text", sorted(_TUPLE_EDGES))
+def test_tuple_edges(type_text):
+    column = pb.Column(name="c", originalType=type_text)
+    if type_text == "tinyint(1)":
+        column.properties.add(key="datahub:type", value="BOOLEAN")
+    dt = values_table.parse_column_type(type_text).canonical_datatype()
+    for text in _TUPLE_EDGES[type_text]:
+        data = pb.Data(dataType=pb.STRING, bv=text.encode()) if dt == pb.STRING else pb.Data(dataType=dt, sv=text)
+        entry = pb.Entry(header=pb.Header(messageType=pb.DML, timestamp=1_700_000_000, schemaName="s",
+                                          tableName="t", seqId=5))
+        entry.event.dmlEvent.columns.append(column)
+        entry.event.dmlEvent.rows.add(newColumns=[data])
+        for options in TUPLE_OPTIONS[:3]:
+            assert_same_tuples(entry.SerializeToString(), options)
