@@ -571,11 +571,17 @@ class _DtsToTuple(_FromDts):
                 check = (lambda c, p, s: lambda v: _fit_decimal(c(v), p, s))(check, p, s)
             self.fields.append((name, check))
 
-    def convert(self, entry):
+    raw = True  # the Entry's bytes for TupleEncoder's C path
+
+    def convert(self, entry, raw=None):
         h = entry.header
         if h.messageType == pb.DML and f"{h.schemaName}.{h.tableName}" != self.table:
             return []
-        return [self._values(row) for row in self.encoder.convert(entry)]
+        return [self._values(row) for row in self.encoder.convert(entry, raw)]
+
+    def convert_columns(self, entry, raw=None):
+        rows = self.convert(entry, raw)
+        return len(rows), (list(zip(*rows)) if rows else [()] * self.nvalues)
 
     def _values(self, row: dict) -> tuple:
         unknown = set(row) - self.known
