@@ -33,7 +33,7 @@ import orjson
 
 from . import subscribe_pb2 as pb
 from .blob_encode import ROW_DIGITS, check_dml_event, check_row_images, sequence_id
-from .blob_rows import native_tuple_plan
+from .blob_rows import native_tuple_plan, wire_scan
 from .errors import BridgeError, ConversionError, TupleFormatError
 from .options import DEFAULT_OPTIONS, Options, per_options
 from .values import (INT_WIDTHS, RESERVED_PREFIX, ColumnSetCache, ColumnType, InvalidDate, Substituted,
@@ -235,9 +235,14 @@ def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
     utc = options.timezone == "UTC"
     check_wall = kind != "timestamp" and not utc
     null_zero_dates = options.zero_dates == "null"
+    zero_reasons: dict = {}  # text -> reason of a zero or invalid date seen before (a few spellings recur)
 
     def to_tuple(d: pb.Data):
         text = _ascii_text(d, kind)
+        if text in zero_reasons:
+            if null_zero_dates:
+                raise Substituted(None, zero_reasons[text], "zero_dates", text)
+            raise ConversionError(zero_reasons[text], value=text)
         if utc and _UTC_TEXT.match(text):
             us = utc_micros(text[:-7] if text.endswith(" +00:00") else text)
             if us is not None and lo <= us <= hi:  # else parse_temporal names the error
@@ -246,6 +251,8 @@ def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
             ms, micros = parse_temporal(text, zone)
         except InvalidDate as exc:
             reason = f"{kind} value is a zero or invalid date ({exc}; option zero_dates={options.zero_dates})"
+            if len(zero_reasons) < 64:
+                zero_reasons[text] = reason
             if null_zero_dates:
                 raise Substituted(None, reason, "zero_dates", text) from None
             raise ConversionError(reason, value=text) from None
@@ -412,7 +419,7 @@ def _table_name(header: pb.Header) -> str | None:
     return None
 
 
-_SEQ_KEY = "_sequence_id_"
+_SEQ_KEY, _TIME_KEY = "_sequence_id_", "_execute_time_"
 _ROW_SCALE = 10 ** ROW_DIGITS
 
 
@@ -433,8 +440,10 @@ class TupleEncoder:
         self.not_emitted: Counter = Counter()
         self._tables = ColumnSetCache(lambda columns: _build_table(columns, self.options, native))
         self._meta = [(name, META_COLUMNS[name][1]) for name in _meta_fields(options)]
-        assert self._meta[0][0] == _SEQ_KEY  # the C rows put it first, then the others
-        self._metas: tuple = (None, ())  # (DML type, timestamp, schema, table), the meta dicts of its images
+        assert self._meta[0][0] == _SEQ_KEY and _TIME_KEY in META_COLUMNS  # the C rows put seq first
+        self._wire_tables: dict = {}  # the columns' bytes on the wire -> their table
+        # (DML type, schema, table), the meta dicts of its images, (time, the same with that time)
+        self._metas: tuple = (None, (), (None, ()))
 
     def schema(self, columns) -> dict:
         """The RecordSchema of a column set (cached with its row builder)."""
@@ -466,8 +475,8 @@ class TupleEncoder:
             self.not_emitted["DML without rows"] += 1
             return []
         images = ROW_IMAGES[dml.dmlEventType]
-        table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
-        facts = _facts(header.properties)
+        table = self._wire_table(dml, header, raw)
+        facts = _facts(header.properties) if header.properties else {}
         if table.native is not None and not facts:  # DataHub facts (rare) are Python's
             out = self._native_rows(entry, header, dml, images, table, raw)
             if out is not None:  # C's walk checked the images as check_row_images does
@@ -489,17 +498,33 @@ class TupleEncoder:
         return out
 
 
+    def _wire_table(self, dml: pb.DMLEvent, header: pb.Header, raw: bytes | None) -> _TupleTable:
+        """The column set's table; with the Entry's bytes, found by the columns' bytes (C's scan),
+        cheaper than comparing the parsed columns (ColumnSetCache) when tables interleave."""
+        scanned = wire_scan(raw) if raw is not None else None
+        if scanned is None:
+            return self._tables.get(dml.columns, (header.schemaName, header.tableName))
+        table = self._wire_tables.get(scanned[0])
+        if table is None:
+            if len(self._wire_tables) >= 1024:
+                self._wire_tables.clear()
+            table = self._wire_tables[scanned[0]] = self._tables.get(dml.columns)
+        return table
+
     def _native_rows(self, entry, header, dml, images, table, raw) -> list[dict] | None:
         """The rows of a DML Entry without DataHub facts from the C plan, its gaps filled as
         `_convert` fills them; None when C leaves the whole Entry to Python (row properties, an
         image the op must not carry, a seqId beyond 63 bits, malformed bytes)."""
-        key = (dml.dmlEventType, header.timestamp, header.schemaName, header.tableName)
-        if self._metas[0] != key:  # the other meta columns of each image, shared by the Entries of a second
-            time, source = header.timestamp * 1000, f"{header.schemaName}.{header.tableName}"
+        key = (dml.dmlEventType, header.schemaName, header.tableName)
+        if self._metas[0] != key:  # the other meta columns of each image, made from the table once
+            source = f"{header.schemaName}.{header.tableName}"
             self._metas = key, tuple(
-                {name: extract(RowMeta("", op, time, before, after, source)) for name, extract in self._meta[1:]}
-                for op, before, after, _ in images)
-        metas = self._metas[1]
+                {name: extract(RowMeta("", op, 0, before, after, source)) for name, extract in self._meta[1:]}
+                for op, before, after, _ in images), (None, ())
+        time = header.timestamp * 1000
+        if self._metas[2][0] != time:  # ... and with each Entry's time (shared by the Entries of a second)
+            self._metas = *self._metas[:2], (time, tuple({**meta, _TIME_KEY: time} for meta in self._metas[1]))
+        metas = self._metas[2][1]
         if raw is None:
             raw = entry.SerializeToString()
         out = table.native.tuples(raw, dml.dmlEventType, _SEQ_KEY, header.seqId * _ROW_SCALE, None, metas)
