@@ -1,4 +1,4 @@
-/* bridge._speedups: the DTS -> Blob value loop over an Entry's wire bytes, in C.
+/* bridge._speedups: the DTS -> Blob (and DTS -> Tuple) value loop over an Entry's wire bytes, in C.
  *
  * A `Plan` is built once per column set (bridge/blob_rows.py: `native_plan`) from the same column
  * kinds the Python compiled image uses. `Plan.rows(entry_bytes)` walks Entry -> Event -> DMLEvent
@@ -7,7 +7,9 @@
  * cannot make exactly as the Python codecs do (a non-canonical spelling, a charset other than the
  * column's, a value the codec would call inexact, an encoding protobuf would merge) gives None for
  * that image, or for the whole Entry, and the caller converts it with the Python path, which
- * stays the reference (tests/test_speedups.py compares the two).
+ * stays the reference (tests/test_speedups.py compares the two). A Tuple plan (`Plan(columns,
+ * lossless, Decimal)`, blob_rows.native_tuple_plan) takes the same checks to Tuple values:
+ * `Plan.tuples` leaves a value it is not sure of as a hole TupleEncoder fills in Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -55,8 +57,9 @@ typedef struct {
 
 /* What a Tuple plan makes of a column's value besides the Blob value (tuple_encode.TO_TUPLE):
  * O_SAME the same object, O_DECIMAL a Decimal of the text, O_FLOAT32 the float32 a FLOAT field
- * stores, O_MICROS a temporal's epoch microseconds within DataHub's TIMESTAMP range. */
-enum { O_SAME, O_DECIMAL, O_FLOAT32, O_MICROS };
+ * stores, O_MICROS a temporal's epoch microseconds within DataHub's TIMESTAMP range, O_HEX the bytes
+ * of a base64 column in lower-case hex (Options.tuple_binary). */
+enum { O_SAME, O_DECIMAL, O_FLOAT32, O_MICROS, O_HEX };
 #define TUPLE_TS_HI 253402271999000000LL /* tuple_encode.TIMESTAMP_RANGE's end */
 
 typedef struct {
@@ -1470,6 +1473,17 @@ static PyObject *tuple_object(PlanObject *plan, const Col *c, const Canon *v) {
     case O_MICROS:
         if (v->tag != C_INT || v->us > TUPLE_TS_HI) return NULL;
         return PyLong_FromLongLong(v->us);
+    case O_HEX: {
+        static const char HEX[] = "0123456789abcdef";
+        PyObject *s = PyUnicode_New(v->s.n * 2, 127);
+        if (s == NULL) return NULL;
+        Py_UCS1 *o = PyUnicode_1BYTE_DATA(s);
+        for (Py_ssize_t i = 0; i < v->s.n; i++) {
+            *o++ = (Py_UCS1)HEX[v->s.p[i] >> 4];
+            *o++ = (Py_UCS1)HEX[v->s.p[i] & 15];
+        }
+        return s;
+    }
     default:
         if (v->tag == C_NULL) return NULL; /* a zero date under a text kind cannot happen; be sure */
         return canon_object(v);
@@ -1525,15 +1539,14 @@ error:
     return NULL;
 }
 
-/* Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas): the Tuple rows of a DML
+/* Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, metas): the Tuple rows of a DML
  * Entry, image by image in the order `images` of the DML type gives them (tuple_encode.ROW_IMAGES),
  * each a dict, (dict, [indexes of the values Python fills]) or Py_None for an image Python must
- * convert; None for the whole Entry. The sequence id is seq_fixed
- * (a str) or str(seq_base + row index); metas: a tuple of dicts, the other meta columns of each image
- * of a row. */
+ * convert; None for the whole Entry. The sequence id is str(seq_base + row index); metas: a tuple of
+ * dicts, the other meta columns of each image of a row. */
 static PyObject *Plan_tuples(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyTuple_Check(args[5]) || (args[4] != Py_None && !PyUnicode_Check(args[4]))) {
-        PyErr_SetString(PyExc_TypeError, "tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas)");
+    if (nargs != 5 || !PyTuple_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "tuples(entry_bytes, dml_type, seq_key, seq_base, metas)");
         return NULL;
     }
     if (self->decimal == NULL) {
@@ -1542,7 +1555,7 @@ static PyObject *Plan_tuples(PlanObject *self, PyObject *const *args, Py_ssize_t
     }
     int dml_type = PyLong_AsLong(args[1]);
     if (dml_type == -1 && PyErr_Occurred()) return NULL;
-    PyObject *seq_key = args[2], *fixed = args[4], *metas = args[5];
+    PyObject *seq_key = args[2], *metas = args[4];
     Py_ssize_t nmeta = PyTuple_GET_SIZE(metas);
     if (nmeta != (dml_type == 1 ? 2 : 1)) {
         PyErr_SetString(PyExc_ValueError, "tuples(): one meta dict per image of the DML type");
@@ -1556,7 +1569,7 @@ static PyObject *Plan_tuples(PlanObject *self, PyObject *const *args, Py_ssize_t
     int overflow;
     long long base = PyLong_AsLongLongAndOverflow(args[3], &overflow);
     if (base == -1 && PyErr_Occurred()) return NULL;
-    if (fixed == Py_None && (overflow || base < 0)) Py_RETURN_NONE; /* a seqId beyond 63 bits: Python */
+    if (overflow || base < 0) Py_RETURN_NONE; /* a seqId beyond 63 bits: Python */
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL, *seq = NULL;
@@ -1570,20 +1583,15 @@ static PyObject *Plan_tuples(PlanObject *self, PyObject *const *args, Py_ssize_t
         if (w.index != seq_row) {
             seq_row = w.index;
             Py_CLEAR(seq);
-            if (fixed != Py_None) {
-                seq = fixed;
-                Py_INCREF(seq);
-            } else {
-                char digits[24];
-                if (base > LLONG_MAX - seq_row) {
-                    rc = -1; /* Python writes the big number */
-                    break;
-                }
-                seq = ascii_str((const uint8_t *)digits, int_text(base + seq_row, digits));
-                if (seq == NULL) {
-                    Py_CLEAR(result);
-                    goto done;
-                }
+            char digits[24];
+            if (base > LLONG_MAX - seq_row) {
+                rc = -1; /* Python writes the big number */
+                break;
+            }
+            seq = ascii_str((const uint8_t *)digits, int_text(base + seq_row, digits));
+            if (seq == NULL) {
+                Py_CLEAR(result);
+                goto done;
             }
         }
         PyObject *meta = PyTuple_GET_ITEM(metas, k % nmeta);
@@ -2999,7 +3007,8 @@ static int Plan_init(PlanObject *self, PyObject *args, PyObject *kwds) {
             || (self->decimal == NULL ? c->out != O_SAME
                                       : (temporal != (c->out == O_MICROS)
                                          || (c->out == O_DECIMAL && c->kind != K_DIGITS && c->kind != K_DECIMAL)
-                                         || (c->out == O_FLOAT32 && c->kind != K_DOUBLE)))) {
+                                         || (c->out == O_FLOAT32 && c->kind != K_DOUBLE)
+                                         || (c->out == O_HEX && c->kind != K_BASE64) || c->out > O_HEX))) {
             PyErr_Format(PyExc_ValueError, "bad Plan column %zd", i);
             goto fail;
         }
@@ -3073,7 +3082,7 @@ static PyMethodDef Plan_methods[] = {
      "encode(values, field) -> the Data of one image as RowChange field 1 or 2 on the wire, or None "
      "for values the Python codecs must judge"},
     {"tuples", (PyCFunction)(void (*)(void))Plan_tuples, METH_FASTCALL,
-     "tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas) -> a Tuple plan's rows of a DML Entry "
+     "tuples(entry_bytes, dml_type, seq_key, seq_base, metas) -> a Tuple plan's rows of a DML Entry "
      "image by image (None: Python converts that image), or None for an Entry to convert in Python"},
     {"columns", (PyCFunction)Plan_len, METH_NOARGS, "number of columns"},
     {NULL, NULL, 0, NULL},

@@ -166,11 +166,11 @@ def native_plan(names: list, codecs: list[Codec], utc: bool, lossless: bool = Tr
 
 
 # what a Tuple plan makes of a column's value (bridge/_speedups.c's O_*): the Blob value, a Decimal of
-# its text, the float32 of a FLOAT field, a temporal's epoch microseconds
-_O_SAME, _O_DECIMAL, _O_FLOAT32, _O_MICROS = 0, 1, 2, 3
+# its text, the float32 of a FLOAT field, a temporal's epoch microseconds, bytes as hex
+_O_SAME, _O_DECIMAL, _O_FLOAT32, _O_MICROS, _O_HEX = 0, 1, 2, 3, 4
 
 
-def _tuple_column(name: str, ct, field_type: str, utc: bool, base64_binary: bool):
+def _tuple_column(name: str, ct, field_type: str, utc: bool, hex_binary: bool):
     """The Tuple plan column of one column (ct as tuple_encode.column_type reads it, field_type its
     DataHub type), or None when C does not cover it. The C checks are the Blob plan's, which accept
     a subset of what TO_TUPLE's converters accept; the value is then made as the converter makes it."""
@@ -195,8 +195,8 @@ def _tuple_column(name: str, ct, field_type: str, utc: bool, base64_binary: bool
         code, dt, out = _K_BODIES["decimal"], DECIMAL_DT, _O_DECIMAL
     elif kind == "text":
         code, dt, charset = _K_BODIES["text"], STRING, DEFAULT_CHARSET
-    elif kind in ("binary", "bytes") and base64_binary:
-        code = _K_BODIES["base64"]
+    elif kind in ("binary", "bytes"):
+        code, out = _K_BODIES["base64"], (_O_HEX if hex_binary else _O_SAME)
         dt, charset = (STRING, "binary") if kind == "binary" else (BYTES, "")
     elif kind == "json":
         code, dt = _K_UTF8, BYTES
@@ -205,20 +205,20 @@ def _tuple_column(name: str, ct, field_type: str, utc: bool, base64_binary: bool
     elif kind in _K_TEMPORAL and utc and 0 <= ct.fsp <= 6:
         code, dt, fsp, out = _K_TEMPORAL[kind], STRING, ct.fsp, _O_MICROS
     else:
-        return None  # hex binary, temporals outside UTC: TO_TUPLE's converters only
+        return None  # bit(64), temporals outside UTC: TO_TUPLE's converters only
     return (name, code, dt, lo, hi, charset, fsp, need_bv, out)
 
 
-def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, base64_binary: bool):
+def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_binary: bool):
     """A Tuple `_speedups.Plan` for the column set (tuple_encode's column types and field types), or
     None (no C extension, or a column it does not cover: the whole table is Python's).
 
-    `Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, seq_fixed, metas)` gives the Tuple rows
+    `Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, metas)` gives the Tuple rows
     of a DML Entry image by image (None for an image TupleEncoder converts in Python), or None for
     the whole Entry."""
     if not NATIVE:
         return None
-    columns = [_tuple_column(n, ct, f, utc, base64_binary) for n, ct, f in zip(names, cts, field_types)]
+    columns = [_tuple_column(n, ct, f, utc, hex_binary) for n, ct, f in zip(names, cts, field_types)]
     if not columns or None in columns:
         return None
     return speedups.Plan(columns, False, Decimal)

@@ -356,7 +356,7 @@ def _build_table(columns, options: Options, native: bool = False) -> _TupleTable
         converters.append(TO_TUPLE[ct.kind](ct, options))
         fields.append({"name": c.name, "type": tuple_type(ct)})
     plan = native and native_tuple_plan(names, cts, [f["type"] for f in fields], options.timezone == "UTC",
-                                         options.tuple_binary == "base64")
+                                         options.tuple_binary == "hex")
     fields += [{"name": name, "type": META_COLUMNS[name][0]} for name in _meta_fields(options)]
     return _TupleTable(names, converters, {"fields": fields}, plan or None)
 
@@ -527,7 +527,7 @@ class TupleEncoder:
         metas = self._metas[2][1]
         if raw is None:
             raw = entry.SerializeToString()
-        out = table.native.tuples(raw, dml.dmlEventType, _SEQ_KEY, header.seqId * _ROW_SCALE, None, metas)
+        out = table.native.tuples(raw, dml.dmlEventType, _SEQ_KEY, header.seqId * _ROW_SCALE, metas)
         n = len(images)
         if out is None or len(out) != len(dml.rows) * n:
             return None
