@@ -174,7 +174,7 @@ class _Pipeline:
 
     def __init__(self, task: "TablesTask", source: str) -> None:
         from . import sync
-        from .options import DEFAULT_OPTIONS
+        from .spark_datahub import conversion_options
         from .stream import ErrorPolicy
         opts, epoch = task.config.options, task.epoch
         self.writer = task.new_writer(source)
@@ -188,7 +188,7 @@ class _Pipeline:
             self.letters = TopicDeadLetters(letter_writer, opts["deadLetters"], halted)
         self.policy = ErrorPolicy("fail", keep_records=False)
         self.sink, self.gate = sync.make_sink(
-            opts["to"], self.writer, opts["topic"], source, self.policy, DEFAULT_OPTIONS,
+            opts["to"], self.writer, opts["topic"], source, self.policy, conversion_options(opts),
             include=opts["include"] or (), exclude=opts["exclude"] or (), on_table_error=opts["onTableError"],
             schema_change=opts["schemaChange"], oversized=opts["oversized"], letters=self.letters)
         if self.letters is not None:  # no table (or database) may map to the dead letters' topic

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .datahub_sink import DataHubError, DataHubWriter, Position, make_client, tuple_shard_key
 from .errors import BridgeError, ConversionError, OptionsError
+from .options import Options, option_specs
 from .sync import SCHEMA_CHANGE_POLICIES, TABLE_ERROR_POLICIES, topic_name
 
 __all__ = ["register", "NAME", "OPTIONS", "SinkConfig", "parse_options", "configure", "write_batches",
@@ -160,8 +161,41 @@ OPTIONS = (
     Option("deadLetters", _text, None, "dts_entries rows: the DataHub Blob topic of dead letters (needed by "
                                        "onTableError dlq|halt-table and oversized dlq)"),
 )
-_ENTRY_OPTIONS = ("to", "include", "exclude", "schemaChange", "onTableError", "oversized", "deadLetters")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _conversion_option(name: str, kind: str, default, choices, description: str) -> Option:
+    """One `bridge.Options` field as a sink option (camelCase: zero_dates -> zeroDates), checked by
+    Options itself when the sink is configured."""
+    if kind == "bool":
+        parse = _bool
+    elif kind == "int":
+        parse = _int_at_least(0)
+    elif choices:
+        parse = _one_of(*choices)
+    else:
+        parse = _text
+    return Option(_camel(name), parse, None, f"dts_entries rows: the conversion's {name} option ({description})")
+
+
+# a whole database's conversion options: those of bridge.Options (as dts-bridge sync's flags), but
+# the error policy (onTableError decides) and the line limit (no lines are read)
+_CONVERSION = tuple(_conversion_option(*spec) for spec in option_specs()
+                    if spec[0] not in ("on_error", "max_line_bytes"))
+OPTIONS += _CONVERSION
+_ENTRY_OPTIONS = ("to", "include", "exclude", "schemaChange", "onTableError", "oversized", "deadLetters",
+                  *(o.key for o in _CONVERSION))
 _BY_KEY = {o.key.lower(): o for o in OPTIONS}
+
+
+def conversion_options(opts: dict) -> Options:
+    """The `bridge.Options` of a whole-database sink from its parsed options."""
+    given = {spec[0]: opts[_camel(spec[0])] for spec in option_specs() if opts.get(_camel(spec[0])) is not None}
+    return Options(**given)
 
 
 def parse_options(options) -> dict:
@@ -280,6 +314,7 @@ def _configure_entries(opts: dict, columns: dict, given) -> SinkConfig:
         if opts[key] is not None:
             raise OptionsError(f"option {key!r} is for dts_to_tuple rows; dts_entries rows are keyed and named as "
                                "dts-bridge sync keys and names them")
+    conversion_options(opts)  # checked here, on the driver: a bad combination fails before any task
     template = opts["topic"]
     if opts["to"] == "tuple" and "{table}" not in template:
         raise OptionsError("option 'to' tuple writes one topic per table: option 'topic' needs {table} "

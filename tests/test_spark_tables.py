@@ -44,7 +44,7 @@ from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
 from test_spark_pipeline import _split_ranges, _two_task_name, checkpoint_cuts, straddling_cuts  # noqa: E402
 from test_spark_datahub import spark  # noqa: E402,F401  (its session fixture)
-from test_sync import PROJECT, _cli, _run, convert_tuple  # noqa: E402
+from test_sync import PROJECT, ROOT, _cli, _run, convert_tuple  # noqa: E402
 from test_sync_tables import build_stream, check_topics, expected_dead  # noqa: E402
 
 import bridge.spark as bs  # noqa: E402
@@ -352,6 +352,9 @@ BLOB_ROWS = [("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("
     ({"shemaChange": "evolve"}, ENTRY_COLUMNS, "did you mean 'schemaChange'"),
     ({}, ENTRY_COLUMNS[:4] + (("dts", "string"),), "dts binary"),
     ({"topic": "t", "include": "shop.*"}, BLOB_ROWS, "option '(to|include)' is for rows of dts_entries"),
+    ({"zeroDates": "zero"}, ENTRY_COLUMNS, "option 'zeroDates'"),
+    ({"strict": "true", "controlEvents": "emit"}, ENTRY_COLUMNS, "control_events"),
+    ({"topic": "t", "zeroDates": "null"}, BLOB_ROWS, "option '(to|zeroDates)' is for rows of dts_entries"),
 ])
 def test_options_are_checked_up_front(options, columns, message):
     with pytest.raises(OptionsError, match=message):
@@ -671,3 +674,25 @@ def test_a_dead_letter_too_large_for_datahub_leaves_the_entry_out(tmp_path):
         assert (replay["rejected"], replay["not_emitted"]) == (1, 1), (proc.stdout, proc.stderr)
         rejects = (tmp_path / "rejects.jsonl").read_text()
         assert "holds no Entry" in rejects and "left out" in rejects, rejects
+
+
+@pytest.mark.parametrize("zero_dates", [None, "string"])
+def test_conversion_options_reach_the_tasks(zero_dates):
+    """A whole database takes the conversion options of bridge.Options by their camelCase names
+    (zeroDates as dts-bridge sync --zero-dates): samples/realistic's zero dates land as NULL in a
+    TIMESTAMP field by default, and as the text sent in a STRING field under zeroDates=string."""
+    from bridge._wire import read_pb
+    envelopes = [raw for _, _, raw in read_pb(str(ROOT / "samples" / "realistic.pb"))]
+    more = {"zeroDates": zero_dates} if zero_dates else {}
+    with StandInDataHub() as server:
+        config = configure(sink_options(server, include="mall.suppliers", **more), ENTRY_COLUMNS, streaming=False)
+        write_batches(config, iter(entry_batches(envelopes, "dts", 0)))
+        topic = next(t for p in server.dump_state()["projects"] for t in p["topics"] if t["name"] == "mall_suppliers")
+        field = [f["name"] for f in topic["fields"]].index("joined_on")
+        kind = topic["fields"][field]["type"].upper()
+        values = [r["values"][field] for r in server.records(PROJECT, "mall_suppliers")]
+    assert values
+    if zero_dates == "string":
+        assert kind == "STRING" and "0000-00-00" in values
+    else:
+        assert kind == "TIMESTAMP" and None in values and all(v is None or isinstance(v, int) for v in values)
