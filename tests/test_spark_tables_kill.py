@@ -16,14 +16,14 @@ kill, no fault, into a stand-in of its own. Partition 1 holds the same records a
 so each Spark partition must hold exactly what sync landed, position for position:
 - every table's topic: the records of each (DataHub shard, Kafka partition), in the order the shard
   holds them (never sorted), equal to sync's (values and `dts.pos`), nothing twice;
-- every table's RecordSchema equal to sync's, and its data fields those the policy appends (checked
-  by name here too, from the DDL of the stream);
+- every table's RecordSchema equal to sync's, and shop.orders' data fields those the policy appends
+  (DATA_FIELDS, written down here from the stream's DDL);
 - the dead-letter topic: per (table, Kafka partition), in the shard's order, the letters of sync's
-  file (offset, entry, row, table, topic, error, bytes), each once, `dts.pos` = the letter's
-  position; and, computed here from the Entries alone, exactly the Entries the policy leaves out,
-  their bytes the Entry's own.
+  file (offset, entry, row, table, topic, error without the partition numbers it names, bytes),
+  each once, `dts.pos` = the letter's position; and, computed here from the Entries alone, exactly
+  the Entries the policy leaves out, their bytes the Entry's own.
 
-- test_evolve_dlq_killed_and_restarted: evolve + dlq, 1 SIGKILL (make test).
+- test_evolve_dlq_killed_and_restarted: evolve + dlq, 1 SIGKILL, lighter chaos (make test).
 - test_policies_killed_and_restarted_deep: lenient + dlq, ignore + halt-table, evolve + halt-table,
   3 SIGKILLs each (make test-deep).
 
