@@ -22,7 +22,11 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
     "combined_python_floor_vs_naive": ("(Python read floor + orjson.dumps) / (a) naive", None, None, "info"),
     "python_build_floor_vs_naive": ("Python build floor / (d) naive: the most any pure-Python (d) could reach",
                                     None, None, "info"),
-    "dts_to_tuple_vs_dts_to_blob": ("(e) DTS -> Tuple / (b) lossless", None, None, "info"),
+    "dts_to_tuple_vs_dts_to_blob": ("(e) DTS -> Tuple / (b) lossless", ">=", 0.6, "target"),
+    "shapes_dts_to_tuple_min_vs_convert_lines": ("(h) the lowest DTS -> Tuple cell of the value-shape matrix / the "
+                                                 "same shape's BlobEncoder.convert_lines", ">=", 0.6, "target"),
+    "shapes_dts_to_tuple_min_vs_naive": ("(h) the lowest DTS -> Tuple cell of the value-shape matrix / its naive "
+                                         "baseline", None, None, "info"),
     "spark_vs_single_process": ("(f) Spark local[2] dts_to_blob on Kafka-ordered input (ordered=True) / "
                                 "single-process (b)", ">=", 0.9, "target"),
     "spark_vs_identity": ("(f) Spark dts_to_blob / mapInArrow identity pass", None, None, "info"),
@@ -82,6 +86,9 @@ def compute_ratios(results: dict) -> dict:
     if matrix:
         from .shapes import BLOB_CELLS
         values["shapes_dts_to_blob_min_vs_naive"] = [min(s["ratios"][c] for s in matrix.values() for c in BLOB_CELLS)]
+        values["shapes_dts_to_tuple_min_vs_convert_lines"] = [
+            min(s["ratios"]["dts_to_tuple"] / s["ratios"]["convert_lines"] for s in matrix.values())]
+        values["shapes_dts_to_tuple_min_vs_naive"] = [min(s["ratios"]["dts_to_tuple"] for s in matrix.values())]
     spark = results.get("spark") or {}
     if "rows_per_s" in spark:
         r = spark["rows_per_s"]

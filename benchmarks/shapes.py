@@ -115,7 +115,7 @@ MATRIX_CASES: dict[str, tuple[str, Callable, str]] = {
     "entries_to_blob_lines": ("DTS -> Blob: entries_to_blob_lines (batch)", cases.bridge_entries_to_blob_lines,
                               "naive_dts_to_blob"),
     "convert_lines": ("DTS -> Blob: BlobEncoder.convert_lines", cases.CASES["dts_to_blob"][1], "naive_dts_to_blob"),
-    "dts_to_tuple": ("DTS -> Tuple: TupleEncoder.convert", cases.bridge_dts_to_tuple, "naive_dts_to_blob"),
+    "dts_to_tuple": ("DTS -> Tuple: TupleEncoder.convert(entry, raw)", cases.bridge_dts_to_tuple, "naive_dts_to_blob"),
     "blob_to_dts": ("Blob -> DTS: BlobDecoder.feed_line + serialise", cases.CASES["blob_to_dts"][1],
                     "naive_blob_to_dts"),
 }

@@ -1403,6 +1403,28 @@ static int walk_resume(Walk *w, PyObject *resume) {
     return 1;
 }
 
+/* Append a new reference (NULL: a Python error is set) to *list: 1, or 0 with *list cleared. */
+static int append_stolen(PyObject **list, PyObject *item) {
+    int failed = item == NULL || PyList_Append(*list, item) < 0;
+    Py_XDECREF(item);
+    if (failed) Py_CLEAR(*list);
+    return !failed;
+}
+
+/* What a walk that ended with rc (walk_start's or walk_next's) gives: its list; NULL on a Python
+ * error; None, for the Python path, where C gave way (rc < 0) or found no DML event. */
+static PyObject *walk_result(int rc, PyObject *result) {
+    if (rc < 0 && PyErr_Occurred()) {
+        Py_XDECREF(result);
+        return NULL;
+    }
+    if (rc < 0 || (rc == 0 && result == NULL)) {
+        Py_XDECREF(result);
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
 /* Plan.rows(entry_bytes, dml_type): the images the ops of dml_type need, row by row (INSERT: after;
  * UPDATE: before, after; DELETE: before); None for an Entry with row properties, an image the
  * op must not have, or malformed bytes. */
@@ -1421,27 +1443,10 @@ static PyObject *Plan_rows(PlanObject *self, PyObject *const *args, Py_ssize_t n
     if (rc <= 0) goto finish;
     if ((result = PyList_New(0)) == NULL) goto done;
     Py_ssize_t count;
-    while ((rc = walk_next(&w, &count)) == 1) {
-        PyObject *img = count ? image(self, w.datas, count) : (Py_INCREF(Py_None), Py_None);
-        if (img == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        int failed = PyList_Append(result, img) < 0;
-        Py_DECREF(img);
-        if (failed) {
-            Py_CLEAR(result);
-            goto done;
-        }
-    }
+    while ((rc = walk_next(&w, &count)) == 1)
+        if (!append_stolen(&result, count ? image(self, w.datas, count) : (Py_INCREF(Py_None), Py_None))) goto done;
 finish:
-    if (rc < 0 && PyErr_Occurred()) {
-        Py_CLEAR(result);
-    } else if (rc < 0 || (rc == 0 && result == NULL)) {
-        Py_XDECREF(result);
-        result = Py_None; /* an Entry for the Python path */
-        Py_INCREF(result);
-    }
+    result = walk_result(rc, result);
 done:
     PyMem_Free(w.datas);
     PyBuffer_Release(&buf);
@@ -1594,28 +1599,13 @@ static PyObject *Plan_tuples(PlanObject *self, PyObject *const *args, Py_ssize_t
                 goto done;
             }
         }
-        PyObject *meta = PyTuple_GET_ITEM(metas, k % nmeta);
-        k++;
-        PyObject *row = count ? tuple_image(self, w.datas, count, seq_key, seq, meta) : (Py_INCREF(Py_None), Py_None);
-        if (row == NULL) {
-            Py_CLEAR(result);
+        PyObject *meta = PyTuple_GET_ITEM(metas, k++ % nmeta);
+        if (!append_stolen(&result, count ? tuple_image(self, w.datas, count, seq_key, seq, meta)
+                                          : (Py_INCREF(Py_None), Py_None)))
             goto done;
-        }
-        int failed = PyList_Append(result, row) < 0;
-        Py_DECREF(row);
-        if (failed) {
-            Py_CLEAR(result);
-            goto done;
-        }
     }
 finish:
-    if (rc < 0 && PyErr_Occurred()) {
-        Py_CLEAR(result);
-    } else if (rc < 0 || (rc == 0 && result == NULL)) {
-        Py_XDECREF(result);
-        result = Py_None; /* an Entry for the Python path */
-        Py_INCREF(result);
-    }
+    result = walk_result(rc, result);
 done:
     Py_XDECREF(seq);
     PyMem_Free(w.datas);
