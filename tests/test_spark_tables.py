@@ -16,7 +16,8 @@ once per Kafka partition.
   Spark, a few seconds.
 - test_streaming_stopped_mid_run_and_restarted: dts-kafka with maxOffsetsPerTrigger (micro-batch
   ends inside split Entries, checked in the offset log) -> dts_entries -> writeStream datahub,
-  evolve + dlq, stopped mid-run and restarted from its checkpoint.
+  evolve + dlq, stopped mid-run and restarted from its checkpoint (make test-deep: make test has the
+  same pipeline in a driver process killed with SIGKILL and restarted, tests/test_spark_tables_kill.py).
 - test_streaming_lenient_deep: the same under lenient + dlq, in larger micro-batches (make test-deep).
 - test_halt_table_across_micro_batches_and_a_replay: the task function over two epochs, the second
   run twice, halt-table.
@@ -262,6 +263,7 @@ def start_query(spark, broker, topic: str, server, checkpoint, log, trigger: dic
     return writer.option("checkpointLocation", str(checkpoint)).trigger(**trigger).start()
 
 
+@pytest.mark.deep  # make test has the streaming whole database killed and restarted (test_spark_tables_kill.py)
 def test_streaming_stopped_mid_run_and_restarted(spark, kafka_broker, kafka_topic, stream, tmp_path):  # noqa: F811
     """dts-kafka with maxOffsetsPerTrigger -> dts_entries -> writeStream datahub (Tuple, evolve,
     dlq): stopped once records landed, restarted from the checkpoint to the end. Every table's
