@@ -46,6 +46,7 @@ pytestmark = pytest.mark.datahub
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.landing import compare  # noqa: E402,F401  (test_sync_tables imports it from here)
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
 
 from bridge import shard_key  # noqa: E402
@@ -165,51 +166,6 @@ def landed_by_shard_partition(server, topic: str, source: str, value) -> tuple[d
         got[(record["shard"], pos[0])].append(value(record))
         positions[(record["shard"], pos[0])].append(pos)
     return got, positions
-
-
-def compare(topic: str, got: dict, positions: dict, expected: dict, context: str) -> int:
-    """Every (shard, partition) equal, in order; positions strictly increasing per (shard,
-    partition) and unique across the topic. Returns the number of records compared."""
-    problems = []
-    seen: dict = {}
-    for key, pos_list in positions.items():
-        for i, pos in enumerate(pos_list):
-            if pos in seen:
-                problems.append(f"{topic}: position {':'.join(map(str, pos))} landed twice "
-                                f"(shard {seen[pos][0]} #{seen[pos][1]} and shard {key[0]} #{i})")
-            seen[pos] = (key[0], i)
-        for i, (a, b) in enumerate(zip(pos_list, pos_list[1:])):
-            if not a < b:
-                problems.append(f"{topic} shard {key[0]} partition {key[1]}: record #{i + 1} at "
-                                f"{':'.join(map(str, b))} follows {':'.join(map(str, a))} (not increasing: "
-                                f"{'a duplicate' if a == b else 'reordered'})")
-                break
-    for key in sorted(set(got) | set(expected)):
-        have, want = got.get(key, []), expected.get(key, [])
-        if have == want:
-            continue
-        first = next((i for i, (h, w) in enumerate(zip(have, want)) if h != w), min(len(have), len(want)))
-        counts_have, counts_want = collections.Counter(map(repr, have)), collections.Counter(map(repr, want))
-        twice = sum((counts_have - counts_want).values())
-        lost = sum((counts_want - counts_have).values())
-        pos = positions.get(key, [])
-        where = ":".join(map(str, pos[first])) if first < len(pos) else "-"
-        problems.append(
-            f"{topic} shard {key[0]} partition {key[1]}: {len(have)} records landed, {len(want)} expected; "
-            f"first difference at #{first} (landed record's dts.pos {where}); {lost} lost, {twice} extra "
-            f"(duplicated or foreign){'; same records, other order: REORDERED' if not lost and not twice else ''}\n"
-            f"    landed:   {_short(have[first]) if first < len(have) else '(end)'}\n"
-            f"    expected: {_short(want[first]) if first < len(want) else '(end)'}")
-    # the per-(shard, partition) verdicts first, then the positions that repeat or go backwards
-    problems.sort(key=lambda text: "landed twice" in text or "not increasing" in text)
-    assert not problems, f"{context}\n" + "\n".join(problems[:20]) + \
-        (f"\n... and {len(problems) - 20} more" if len(problems) > 20 else "")
-    return sum(len(v) for v in expected.values())
-
-
-def _short(value) -> str:
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
-    return text if len(text) < 300 else text[:300] + "..."
 
 
 def committed_offsets(broker, topic: str, group: str, partitions) -> dict[int, int]:

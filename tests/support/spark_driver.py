@@ -31,6 +31,9 @@ import uuid
 
 import pytest
 
+from support import landing
+from support.landing import short as _short  # noqa: F401  (test_spark_pipeline imports it from here)
+
 from bridge import pb
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -157,51 +160,10 @@ def landed(server, topic: str, source: str, value, keep: pathlib.Path | None = N
     return got, positions
 
 
-def _short(value) -> str:
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
-    return text if len(text) < 300 else text[:300] + "..."
-
-
 def compare(topic: str, got: dict, positions: dict, expected: dict, context: str) -> int:
-    """Every (shard, partition) equal, in order; positions strictly increasing per (shard,
-    partition) and unique in the topic. Returns the number of records compared."""
-    problems = []
-    seen: dict = {}
-    for key, pos_list in positions.items():
-        for i, pos in enumerate(pos_list):
-            if pos in seen:
-                epochs = EPOCHS.get(pos, [])
-                why = (f"; both copies of micro-batch {epochs[0]}: sent twice by one attempt (a retry), "
-                       "not a replay after a restart" if len(epochs) == 2 and epochs[0] == epochs[1] is not None
-                       else f"; micro-batches {epochs}" if any(e is not None for e in epochs) else "")
-                problems.append(f"{topic}: position {':'.join(map(str, pos))} landed twice "
-                                f"(shard {seen[pos][0]} #{seen[pos][1]} and shard {key[0]} #{i}{why})")
-            seen[pos] = (key[0], i)
-        for i, (a, b) in enumerate(zip(pos_list, pos_list[1:])):
-            if not a < b:
-                problems.append(f"{topic} shard {key[0]} partition {key[1]}: record #{i + 1} at "
-                                f"{':'.join(map(str, b))} follows {':'.join(map(str, a))} "
-                                f"({'a duplicate' if a == b else 'reordered'})")
-                break
-    for key in sorted(set(got) | set(expected)):
-        have, want = got.get(key, []), expected.get(key, [])
-        if have == want:
-            continue
-        first = next((i for i, (h, w) in enumerate(zip(have, want)) if h != w), min(len(have), len(want)))
-        c_have, c_want = collections.Counter(map(repr, have)), collections.Counter(map(repr, want))
-        extra, lost = sum((c_have - c_want).values()), sum((c_want - c_have).values())
-        pos = positions.get(key, [])
-        where = ":".join(map(str, pos[first])) if first < len(pos) else "-"
-        problems.append(
-            f"{topic} shard {key[0]} partition {key[1]}: {len(have)} records landed, {len(want)} expected; "
-            f"first difference at #{first} (dts.pos {where}); {lost} lost, {extra} extra"
-            f"{'; same records in another order: REORDERED' if not lost and not extra else ''}\n"
-            f"    landed:   {_short(have[first]) if first < len(have) else '(end)'}\n"
-            f"    expected: {_short(want[first]) if first < len(want) else '(end)'}")
-    problems.sort(key=lambda text: "landed twice" in text or "follows" in text)
-    assert not problems, f"{context}\n" + "\n".join(problems[:20]) + \
-        (f"\n... and {len(problems) - 20} more" if len(problems) > 20 else "")
-    return sum(len(v) for v in expected.values())
+    """support.landing.compare, its messages naming the micro-batches (dts.epoch) of a position
+    that landed twice (from the last `landed`)."""
+    return landing.compare(topic, got, positions, expected, context, epochs=EPOCHS)
 
 
 def checkpoint_cuts(checkpoint: pathlib.Path, topic: str) -> dict[int, list[int]]:
