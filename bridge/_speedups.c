@@ -213,7 +213,7 @@ static int read_data(Span s, DataView *d) {
 
 /* ---- value checks: the canonical value of one Data for its column, or a miss ----------------- */
 
-enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL, C_STR, C_NULL, C_TABLE };
+enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL, C_NULL, C_TABLE };
 
 /* What a value needs besides its Blob value, as the codecs decide it (bridge/values.py):
  * X_CHARSET: text in a charset other than utf8mb4 (lossless: dts.charsets names it);
@@ -230,14 +230,9 @@ typedef struct {
     long long us;   /* C_INT of a temporal: epoch microseconds (a Tuple TIMESTAMP) */
     double d;       /* C_FLOAT */
     Span s;         /* C_ASCII: the text itself; C_FLOAT: its text; C_UTF8 / C_B64: the bytes */
-    PyObject *str;  /* C_STR: the decoded text (owned; canon_release drops it) */
     const struct Decoding *table; /* C_TABLE: the charset's units (s: the bytes) */
     char text[40];  /* C_FLOAT of a non-canonical spelling: repr() of the double (s points here) */
 } Canon;
-
-static void canon_release(Canon *v) {
-    Py_CLEAR(v->str);
-}
 
 static int canonical_int(Span sv, int allow_minus, int *negative) {
     const uint8_t *p = sv.p;
@@ -687,11 +682,9 @@ static int check_value(Col *c, const DataView *d, Canon *v) {
 /* Outcome of one Data: a value, a bare NA (the column is left out), or a miss. */
 enum { V_VALUE, V_NULL, V_SKIP, V_MISS };
 
-/* `*d` gets the Data's fields (an X_RAW / X_CHANGED value's extension entry is written from them);
- * a V_VALUE may hold a reference that canon_release drops. */
+/* `*d` gets the Data's fields (an X_RAW / X_CHANGED value's extension entry is written from them). */
 static int classify(Col *c, Span data, Canon *v, DataView *d) {
     v->extra = X_NONE;
-    v->str = NULL;
     if (!read_data(data, d)) return V_MISS;
     int bare = !d->cs.n && !d->sv.n && !d->bv.n; /* nothing the codec would carry raw */
     if (d->dt == DT_NIL) return bare ? V_NULL : V_MISS;
@@ -760,9 +753,6 @@ static PyObject *canon_object(const Canon *v) {
         if (s != NULL) base64_into(PyUnicode_1BYTE_DATA(s), v->s.p, v->s.n);
         return s;
     }
-    case C_STR:
-        Py_INCREF(v->str);
-        return v->str;
     case C_NULL:
         Py_RETURN_NONE;
     case C_TABLE: { /* two passes over the units: the str's size and widest character, then its text */
@@ -929,15 +919,6 @@ static int canon_json(Buf *b, const Canon *v) {
         PyMem_Free(tmp.p);
         return rc;
     }
-    case C_STR: {
-        Py_ssize_t n;
-        const char *u = PyUnicode_AsUTF8AndSize(v->str, &n);
-        if (u == NULL) {
-            PyErr_Clear(); /* surrogates: no UTF-8, so no JSON orjson would write */
-            return 0;
-        }
-        return json_string(b, (const uint8_t *)u, n);
-    }
     case C_B64: {
         Py_ssize_t len = ((v->s.n + 2) / 3) * 4;
         if (!buf_grow(b, len + 2)) return -1;
@@ -1036,12 +1017,8 @@ static PyObject *image(PlanObject *plan, const Span *datas, Py_ssize_t count) {
             Py_INCREF(obj);
             break;
         default:
-            if (v.extra == X_CHANGED && !plan->lossless) {
-                canon_release(&v);
-                goto miss;
-            }
+            if (v.extra == X_CHANGED && !plan->lossless) goto miss;
             obj = canon_object(&v);
-            canon_release(&v);
             if (obj == NULL) {
                 if (PyErr_Occurred()) goto error;
                 goto miss;
@@ -1147,7 +1124,6 @@ static int image_json(PlanObject *plan, Buf *b, const Span *datas, Py_ssize_t co
             rc = value_extras(plan, &v, &d, i, x);
             if (rc > 0) rc = canon_json(b, &v);
         }
-        canon_release(&v);
         if (rc <= 0) return rc;
         if (spans) spans[2 * i + 1] = b->n;
     }
@@ -1508,12 +1484,10 @@ static PyObject *tuple_image(PlanObject *plan, const Span *datas, Py_ssize_t cou
         Col *c = &plan->cols[i];
         Canon v;
         DataView d;
-        PyObject *obj;
+        PyObject *obj = NULL;
         int rc = classify(c, datas[i], &v, &d);
-        obj = NULL;
         if (rc == V_VALUE) {
             obj = tuple_object(plan, c, &v);
-            canon_release(&v);
             if (obj == NULL && PyErr_Occurred()) goto error;
         } else if (rc != V_MISS) { /* NIL and a bare NA: a Tuple row has every field */
             obj = Py_None;
@@ -3090,8 +3064,6 @@ static PyTypeObject PlanType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* split_items(entries_bytes) -> [bytes of each Entry] in order, or None if the bytes hold anything
- * but well-formed fields (protobuf's own parse then reports the error). */
 /* set_charsets(table): the charsets K_TEXT decodes, as a sequence of (MySQL name in lower case,
  * mode, codec name, mapping or None, check): mode 0 UTF-8 (checked in C), 1 Python's codec of
  * that name, 2 a charmap (`mapping`, 256 characters); check: the bytes must come back when the
@@ -3133,6 +3105,8 @@ static PyObject *set_charsets(PyObject *module, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* split_items(entries_bytes) -> [bytes of each Entry] in order, or None if the bytes hold anything
+ * but well-formed fields (protobuf's own parse then reports the error). */
 static PyObject *split_items(PyObject *module, PyObject *arg) {
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
