@@ -1019,19 +1019,7 @@ def _table_name(header: pb.Header) -> str | None:
 def entry_to_blob(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
     """Blob messages of one Entry (a list: an update gives two, a checkpoint in strict mode none).
     A DML Entry is serialised once so that the C fast path reads its rows off the wire."""
-    return _shared(options).convert(entry, _wire_bytes(entry))
-
-
-_last_shared: tuple = (None, None)  # (options, encoder) of the last call: hashing Options costs per Entry
-
-
-def _shared(options: Options) -> BlobEncoder:
-    """The encoder the pure functions share per Options value."""
-    global _last_shared
-    last = _last_shared  # one tuple, swapped whole: a thread never pairs one call's options with another's encoder
-    if options is not last[0]:
-        last = _last_shared = (options, _encoder(options))
-    return last[1]
+    return _encoder(options).convert(entry, _wire_bytes(entry))
 
 
 def _wire_bytes(entry: pb.Entry) -> bytes | None:
@@ -1060,7 +1048,7 @@ def entries_to_blob_lines(entries: "bytes | Iterable[bytes]", options: Options =
     """
     if isinstance(entries, (bytes, bytearray, memoryview)):
         entries = _entry_encodings(bytes(entries))
-    convert = _shared(options).convert_lines
+    convert = _encoder(options).convert_lines
     parse = pb.Entry.FromString
     out: list = []
     for index, raw in enumerate(entries):

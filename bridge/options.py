@@ -94,15 +94,22 @@ class Options:
 
 
 def per_options(factory):
-    """`get(options)` -> one shared `factory(options)` per Options value (a few are kept)."""
+    """`get(options)` -> one shared `factory(options)` per Options value (a few are kept). The
+    last call's Options object is checked first, by identity: hashing Options costs per Entry."""
     instances: dict = {}
+    last: tuple = (None, None)  # (options, instance), swapped whole: no thread pairs one's options with another's
 
     def get(options: Options):
+        nonlocal last
+        seen = last
+        if options is seen[0]:
+            return seen[1]
         instance = instances.get(options)
         if instance is None:
             if len(instances) >= 32:
                 instances.clear()
             instance = instances[options] = factory(options)
+        last = (options, instance)
         return instance
 
     return get
