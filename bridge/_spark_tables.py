@@ -78,8 +78,9 @@ class TopicDeadLetters:
     def write(self, *, entry_bytes: bytes, source: str, partition: int, offset: int, entry: int,
               row: int | None, table: str, error: str, datahub_topic: str | None) -> None:
         from .deadletters import letter_line
-        line = letter_line(entry_bytes=entry_bytes, source=source, partition=partition, offset=offset, entry=entry,
-                           row=row, table=table, error=error, datahub_topic=datahub_topic)
+        fields = dict(source=source, partition=partition, offset=offset, entry=entry, row=row, table=table,
+                      datahub_topic=datahub_topic)
+        line = letter_line(entry_bytes=entry_bytes, error=error, **fields)
         position = Position(source, partition, offset, entry, WHOLE_ENTRY_ROW if row is None else row)
         with self._lock:  # one put at a time: the data writer's threads hand refused records over
             try:
@@ -89,8 +90,7 @@ class TopicDeadLetters:
                 # goes without its bytes, saying where Kafka holds them; replay --from-dlq rejects it.
                 error = (f"{error} [the Entry's {len(entry_bytes)} bytes are left out of this letter, over "
                          f"DataHub's request limit: read them from Kafka at partition {partition} offset {offset}]")
-                line = letter_line(entry_bytes=b"", source=source, partition=partition, offset=offset, entry=entry,
-                                   row=row, table=table, error=error, datahub_topic=datahub_topic)
+                line = letter_line(entry_bytes=b"", error=error, **fields)
                 put = self.writer.put(self.topic, table or "", line, position)
             if put:
                 self.written += 1
@@ -248,13 +248,12 @@ class TablesTask(_Task):
     def _entries(self, source: str, run, raw: bool, policy):
         for _, where, data in run:
             self.where = where  # the Entry being converted and written, for errors
+            policy.tally.input += 1
             try:
                 entry = pb.Entry.FromString(data)
             except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
-                policy.tally.input += 1
                 policy.reject(ConversionError(f"the dts column holds no Entry ({exc})", topic=source, **where), data)
                 continue
-            policy.tally.input += 1
             self.span(source, where["partition"], where["offset"])
             yield (where, entry, data) if raw else (where, entry)
 

@@ -33,7 +33,7 @@ def _check_routing_flags(args) -> None:
         raise UsageError("--schema-change is for --to tuple (Blob topics carry DDL messages as they come)")
 
 
-def _sinks(args, writer, policy, source: str, options, letters, tally):
+def _sinks(args, writer, policy, source: str, options, letters):
     """(sink, gate) for --to blob|tuple with routing, the table-error policy and dead letters."""
     from . import sync
     return sync.make_sink(args.to, writer, args.datahub_topic, source, policy, options,
@@ -100,7 +100,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     try:
         policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally,
                              sink=rejects_sink(rejects, tally), keep_records=False, ledger=ledger_sink(ledger))
-        sink, convert = _sinks(args, writer, policy, args.topic, options, letters, tally)
+        sink, convert = _sinks(args, writer, policy, args.topic, options, letters)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
         bar = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
@@ -184,7 +184,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                            batch_records=args.batch_size, max_retries=args.max_retries, create_topics=creating)
     source = (letters[0]["source"] if letters else "") + sync.REPLAY_SUFFIX
     try:
-        sink, gate = _sinks(args, writer, policy, source, options, None, tally)
+        sink, gate = _sinks(args, writer, policy, source, options, None)
         done = sync.replay(letters, writer, sink, gate)
     except sync.TopicNameCollision as err:
         raise UsageError(str(err)) from None

@@ -184,18 +184,17 @@ def _conversion_option(name: str, kind: str, default, choices, description: str)
 
 # a whole database's conversion options: those of bridge.Options (as dts-bridge sync's flags), but
 # the error policy (onTableError decides) and the line limit (no lines are read)
-_CONVERSION = tuple(_conversion_option(*spec) for spec in option_specs()
-                    if spec[0] not in ("on_error", "max_line_bytes"))
-OPTIONS += _CONVERSION
+_CONVERSION = tuple((spec[0], _conversion_option(*spec)) for spec in option_specs()
+                    if spec[0] not in ("on_error", "max_line_bytes"))  # (Options field, sink option)
+OPTIONS += tuple(o for _, o in _CONVERSION)
 _ENTRY_OPTIONS = ("to", "include", "exclude", "schemaChange", "onTableError", "oversized", "deadLetters",
-                  *(o.key for o in _CONVERSION))
+                  *(o.key for _, o in _CONVERSION))
 _BY_KEY = {o.key.lower(): o for o in OPTIONS}
 
 
 def conversion_options(opts: dict) -> Options:
     """The `bridge.Options` of a whole-database sink from its parsed options."""
-    given = {spec[0]: opts[_camel(spec[0])] for spec in option_specs() if opts.get(_camel(spec[0])) is not None}
-    return Options(**given)
+    return Options(**{name: opts[o.key] for name, o in _CONVERSION if opts[o.key] is not None})
 
 
 def parse_options(options) -> dict:
