@@ -23,7 +23,7 @@ $(JARS_STAMP): $(STAMP) tools/jars/pom.xml tools/jars/fetch.py
 	$(PY) tools/jars/fetch.py $(JARS)
 	touch $(JARS_STAMP)
 
-$(STAMP): pyproject.toml setup.py bridge/_speedups.c
+$(STAMP): pyproject.toml setup.py bridge/native/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
@@ -58,17 +58,17 @@ sanitize: $(STAMP)
 	mkdir -p $(SANITIZE)
 	gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
 	  -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-	  bridge/_speedups.c -o $(SANITIZE)/_speedups.so
+	  bridge/native/_speedups.c -o $(SANITIZE)/_speedups.so
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 HYPOTHESIS_PROFILE=quick \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	$(PY) -c 'import importlib.util as u, sys; s = u.spec_from_file_location("bridge._speedups", sys.argv[1]); \
+	$(PY) -c 'import importlib.util as u, sys; s = u.spec_from_file_location("bridge.native._speedups", sys.argv[1]); \
 	  m = u.module_from_spec(s); s.loader.exec_module(m); sys.modules[s.name] = m; import bridge, pytest; \
-	  assert bridge._native.speedups is m, "the sanitized build is not the one in use"; \
+	  assert bridge.native.speedups is m, "the sanitized build is not the one in use"; \
 	  sys.exit(pytest.main(sys.argv[2:]))' $(SANITIZE)/_speedups.so -q --capture=sys -p no:cacheprovider $(SANITIZE_TESTS)
 
 # Regenerate the committed protobuf module (tests check it is current).
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=bridge --pyi_out=bridge proto/subscribe.proto
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=bridge/wire --pyi_out=bridge/wire proto/subscribe.proto
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -5,7 +5,7 @@ import cProfile
 import linecache
 import os
 import pstats
-from typing import Callable
+from collections.abc import Callable
 
 import bridge
 

@@ -15,10 +15,10 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import bridge
-from bridge._wire import encode_varint
+from bridge.wire.framing import encode_varint
 
 MIB = 1 << 20
 _WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "

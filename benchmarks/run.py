@@ -10,7 +10,6 @@ import platform
 import sys
 import time
 
-
 from . import cases, profiling, report, rss, shapes, spark_bench, spark_streaming_bench, timing, workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,7 +84,7 @@ METHOD = """
   really sends, `--shape-rows` rows each: the canonical table; its temporals as STRING with a
   charset (utf8mb4 or binary, per Entry); its datetime as DATETIME(6) with microseconds; its text
   in gbk; its Entries with header properties; and the realistic mix
-  (`bridge._sample_values.realistic_entries`: REAL_ORDERS in Entries of 1 and 3 rows and the gbk
+  (`bridge.samples.values.realistic_entries`: REAL_ORDERS in Entries of 1 and 3 rows and the gbk
   table REAL_SUPPLIERS, 4 : 4 : 1, as DTS writes the bytes, NIL spelt out included). Per shape, in
   chunks of at most 5,000 rows, interleaved and best of N as above: the naive DTS -> JSON and JSON ->
   DTS baselines, `entry_to_blob` + `encode_blob`, `entries_to_blob_lines`, `convert_lines`, DTS ->

@@ -2,7 +2,7 @@
 
 Each shape is a list of Entry encodings (the bytes a consumer has after unpacking Entries). The
 first five start from the benchmarks' own table (`workload.py`) and change one thing in it, so a
-ratio that falls names its cause; the realistic mix is `bridge._sample_values.realistic_entries`
+ratio that falls names its cause; the realistic mix is `bridge.samples.values.realistic_entries`
 (REAL_ORDERS: one column per documented shape, as DTS writes them, and the gbk table
 REAL_SUPPLIERS). Every shape runs the same cases, interleaved in one process, each as a ratio to
 its naive baseline on the same bytes.
@@ -10,11 +10,10 @@ its naive baseline on the same bytes.
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
-import bridge
 from bridge import pb
-from bridge._sample_values import REAL_ORDERS, REAL_PROPERTIES, REAL_SUPPLIERS, realistic_entries
+from bridge.samples.values import REAL_ORDERS, REAL_PROPERTIES, REAL_SUPPLIERS, realistic_entries
 
 from . import cases, workload
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import bridge
 
@@ -24,7 +24,7 @@ from . import cases
 
 KAFKA_TOPIC = "dts-bench"
 PARTITIONS = 2
-OUT_ROWS = 4096  # rows per output batch, as bridge._spark_jobs writes them
+OUT_ROWS = 4096  # rows per output batch, as bridge.spark.jobs writes them
 # identity, output floor and dts_to_blob on Kafka-ordered input; dts_to_blob on interleaved input
 # (it shuffles); the single-process case (b) on the same Entries.
 PASSES = ("identity", "output_floor", "dts_to_blob", "dts_to_blob_shuffled", "single_process")
@@ -60,8 +60,9 @@ def _output_floor(ordered, counts: dict, line: bytes):
     messages (`counts`, by partition and offset), each holding a Blob line of the average size, made
     without converting anything (slices of one prebuilt batch): what Spark spends taking the output
     alone, and so the most any converter can reach."""
-    import bridge.spark as bs
     import pyarrow as pa
+
+    import bridge.spark as bs
 
     def fake(batches):
         full = None  # one batch of OUT_ROWS rows, built once per task: the Python side does ~nothing

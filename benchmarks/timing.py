@@ -8,8 +8,8 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""`python -m bridge`: the dts-bridge command line (see bridge/cli.py and docs/cli.md)."""
+"""`python -m bridge`: the dts-bridge command line (see bridge/cli/main.py and docs/cli.md)."""
 import sys
 
-from .cli import main
+from bridge.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

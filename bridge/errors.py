@@ -49,7 +49,7 @@ class BridgeError(Exception):
         self.where = {k: v for k, v in where.items() if v is not None}
         super().__init__(reason)
 
-    def located(self, **where: Any) -> "BridgeError":
+    def located(self, **where: Any) -> BridgeError:
         """Add location facts known only to an outer layer (never overwrite inner ones)."""
         for key, val in where.items():
             if val is not None:

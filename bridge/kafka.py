@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from . import subscribe_pb2 as pb
-from ._wire import Reassembler, read_pb
-from .errors import BridgeError
-from .stream import ErrorPolicy, dts_records_to_entries, entries_to_messages, entries_to_outputs
+from bridge.errors import BridgeError
+from bridge.stream import ErrorPolicy, dts_records_to_entries, entries_to_messages, entries_to_outputs
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import Reassembler, read_pb
 
 __all__ = ["KafkaError", "client_config", "produce_file", "consume", "ConsumeReport", "GroupOffsets",
            "FileOffsets", "partitions_of", "replace_json", "SASL_USERNAME_ENV", "SASL_PASSWORD_ENV"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .errors import OptionsError
+from bridge.errors import OptionsError
 
 __all__ = ["Options", "DEFAULT_OPTIONS", "option_specs", "per_options"]
 
@@ -89,7 +89,7 @@ class Options:
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
-    def replace(self, **changes) -> "Options":
+    def replace(self, **changes) -> Options:
         return dataclasses.replace(self, **changes)
 
 

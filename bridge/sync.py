@@ -17,13 +17,13 @@ import collections
 import fnmatch
 import re
 import threading
-from typing import Callable
+from collections.abc import Callable
 
-from .blob_encode import BlobEncoder
-from .datahub_sink import DataHubWriter, OversizedRecord, Position, tuple_shard_key
-from .errors import BridgeError, ConversionError
-from .options import Options
-from .values import discard_substitutions
+from bridge.blob.encode import BlobEncoder
+from bridge.datahub.sink import DataHubWriter, OversizedRecord, Position, tuple_shard_key
+from bridge.errors import BridgeError, ConversionError
+from bridge.options import Options
+from bridge.values import discard_substitutions
 
 __all__ = ["BlobSink", "TupleSink", "Routing", "TableErrors", "EntryGate", "topic_name", "blob_converter", "run",
            "replay", "make_sink", "deliver", "TopicNameCollision", "SchemaChangeError", "SCHEMA_CHANGE_POLICIES", "TABLE_ERROR_POLICIES",
@@ -104,7 +104,7 @@ class EntryGate:
     a `_Failed` for the sink. Remembers the Entry being converted (`current`) for dead letters."""
 
     def __init__(self, convert: Callable, empty, routing: Routing | None = None,
-                 tables: "TableErrors | None" = None) -> None:
+                 tables: TableErrors | None = None) -> None:
         self.convert, self.empty, self.routing, self.tables = convert, empty, routing, tables
         self.current = (None, None)
 
@@ -477,7 +477,7 @@ def make_sink(to: str, writer: DataHubWriter, template: str, source: str, policy
     if to == "blob":
         gate = EntryGate(blob_converter(options), lambda: tuple([] for _ in range(BLOB_COLUMNS)), routing, tables)
         return BlobSink(writer, template, source, policy, gate=gate, **common), gate
-    from .cli_tuple import tuple_converter
+    from bridge.cli.tuple import tuple_converter
     gate = EntryGate(tuple_converter(options, None), list, routing, tables)
     return TupleSink(writer, template, source, policy, gate=gate, schema_change=schema_change or "evolve",
                      **common), gate
@@ -486,7 +486,7 @@ def make_sink(to: str, writer: DataHubWriter, template: str, source: str, policy
 def deliver(entries, sink: _Sink, gate: EntryGate, policy) -> None:
     """(where, Entry, its bytes or None) in stream order through the gate into the sink, each
     Entry's outputs whole (what `kafka.consume` does with `size`); `sink.sync()` is the caller's."""
-    from .stream import entries_to_outputs
+    from bridge.stream import entries_to_outputs
     for where, outputs in entries_to_outputs(entries, gate, policy, size=sink.size):
         if outputs is not None:
             sink.write(where, outputs)
@@ -524,8 +524,8 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
         idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False, raw: bool = False,
         commit_interval: float | None = 5.0, report=None):
     """Resume the writer at the stored offsets, then `kafka.consume` into `sink`; returns its report."""
-    from . import kafka
-    from .deadletters import DeadLetterOffsets
+    from bridge import kafka
+    from bridge.deadletters import DeadLetterOffsets
     partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)
     if getattr(sink, "letters", None) is not None:  # restored: its committed offsets win where ahead
         store = DeadLetterOffsets(store, sink.letters)
@@ -552,7 +552,7 @@ def replay(letters: list[dict], writer: DataHubWriter, sink: _Sink, convert: Cal
     given options; a letter of one refused record sends that record only. Idempotent: the writer is
     resumed with nothing committed, so every record an earlier replay landed is found in the
     shards' tails and skipped. Returns counts; errors go to the sink's policy."""
-    from . import subscribe_pb2 as pb
+    from bridge.wire import subscribe_pb2 as pb
     sources = {letter["source"] for letter in letters}
     if len(sources) > 1:
         raise BridgeError(f"the dead letters come from several Kafka topics ({', '.join(sorted(sources))}): "

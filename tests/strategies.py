@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
-from bridge import subscribe_pb2 as pb
+from bridge.wire import subscribe_pb2 as pb
 
 __all__ = [
     "RESERVED_PREFIX", "MYSQL_CHARSETS", "MYSQL_TYPE_FAMILIES", "DDL_OPS", "MySQLType",

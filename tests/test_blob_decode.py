@@ -20,15 +20,15 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
+from blob_strategies import foreign_messages
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from hypothesis import given
 from hypothesis import strategies as st
+from test_proto import SPEC_MESSAGES, spec_proto_text
 
 import bridge
 from bridge import BlobFormatError, BridgeError, ConversionError, Options, pb
 from bridge.stream import ErrorPolicy, blob_lines_to_entries, dts_json_lines_to_entries
-from blob_strategies import foreign_messages
-from test_proto import SPEC_MESSAGES, spec_proto_text
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -393,7 +393,7 @@ def _protoc(*args, cwd):
 @pytest.fixture(scope="module")
 def spec_classes(tmp_path_factory) -> SimpleNamespace:
     """Entry and friends compiled from the SPEC's field table (package spec_check), in a pool of
-    their own: nothing shared with bridge.subscribe_pb2."""
+    their own: nothing shared with bridge.wire.subscribe_pb2."""
     tmp = tmp_path_factory.mktemp("blob_spec_check")
     (tmp / "spec_check.proto").write_text(spec_proto_text())
     _protoc(f"-I{tmp}", f"--descriptor_set_out={tmp / 'spec.desc'}", "--include_imports", "spec_check.proto", cwd=tmp)

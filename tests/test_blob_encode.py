@@ -37,16 +37,16 @@ from pathlib import Path
 
 import orjson
 import pytest
+from blob_strategies import blob_dml_entries, blob_entries
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import ddl_statements
 
 import bridge
 from bridge import ConversionError, Options, OptionsError, pb
-from bridge.blob_encode import sequence_id
+from bridge.blob.encode import sequence_id
 from bridge.stream import ErrorPolicy, dts_records_to_entries
 from bridge.values import ddl_op
-from blob_strategies import blob_dml_entries, blob_entries
-from strategies import ddl_statements
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -953,7 +953,7 @@ def test_any_data_is_carried_exactly_or_reported(entry, data):
 def test_mapping_doc_names_every_table_entry():
     """A new op, DDL keyword, type family, charset or option cannot be added without docs."""
     from bridge import values
-    from bridge.blob_decode import ALL_OPS, FOREIGN_COLUMN_TYPES
+    from bridge.blob.decode import ALL_OPS, FOREIGN_COLUMN_TYPES
     from bridge.options import option_specs
     doc = (ROOT / "docs" / "mapping.md").read_text(encoding="utf-8")
     expected = (

@@ -1,7 +1,7 @@
 """The dts-bridge command line (docs/cli.md): formats, directions, the accounting rule on bad input,
 one-line errors with exit codes, help and docs for every command.
 
-Most tests call `bridge.cli.main(argv)` in-process; a few run the installed console script.
+Most tests call `bridge.cli.main.main(argv)` in-process; a few run the installed console script.
 `DTS_BRIDGE_DEBUG` is set for every test so that an unexpected exception inside the CLI surfaces
 as a failing test instead of a tidy one-line message.
 """
@@ -11,10 +11,10 @@ import doctest
 import io
 import json
 import os
-import stat
 import pathlib
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import types
@@ -23,12 +23,18 @@ from typing import NamedTuple
 import orjson
 import pytest
 
-from bridge import cli
-from bridge import subscribe_pb2 as pb
-from bridge._wire import (Assembled, Reassembler, encode_varint, entry_from_json_line, iter_pb_messages,
-                          split_entries)
-from bridge.blob_encode import entry_to_blob
+from bridge.blob.encode import entry_to_blob
+from bridge.cli import main as cli
 from bridge.options import Options, option_specs
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import (
+    Assembled,
+    Reassembler,
+    encode_varint,
+    entry_from_json_line,
+    iter_pb_messages,
+    split_entries,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -72,7 +78,7 @@ def run(capsysbinary, monkeypatch):
     return run
 
 
-# ---- small DTS inputs built with bridge.pb and bridge._wire -------------------------------------
+# ---- small DTS inputs built with bridge.pb and bridge.wire.framing -------------------------------------
 
 def begin(seq: int) -> pb.Entry:
     e = pb.Entry(header=pb.Header(version=1, messageType=pb.BEGIN, timestamp=T0, seqId=seq))
@@ -400,7 +406,7 @@ class _EndlessLine(io.RawIOBase):
 
 def test_a_long_line_is_read_past_in_chunks_never_held_whole():
     """1 GiB of line read with a 1 MiB limit: no read asks for more than the limit and a chunk."""
-    from bridge._wire import read_lines
+    from bridge.wire.framing import read_lines
     stream = _EndlessLine(1 << 30)
     items = list(read_lines(stream, 1 << 20, "s"))
     assert items[0] == (1, b'{"a":1}\n')
@@ -776,12 +782,12 @@ def test_demo_converts_every_sample_and_guards_spark(run, tmp_path, monkeypatch)
     assert len(SUMMARY.findall(result.err)) >= 2
 
     monkeypatch.setattr(cli, "_have", lambda module: True)
-    monkeypatch.setitem(sys.modules, "bridge.demo", None)  # not installed
+    monkeypatch.setitem(sys.modules, "bridge.cli.demo", None)  # not installed
     result = run("demo", samples, "--out", tmp_path / "out")
-    assert result.code == 0 and "bridge.demo is not available" in result.err
+    assert result.code == 0 and "bridge.cli.demo is not available" in result.err
 
     calls = []
-    monkeypatch.setitem(sys.modules, "bridge.demo",
+    monkeypatch.setitem(sys.modules, "bridge.cli.demo",
                         types.SimpleNamespace(spark_summary=lambda d: calls.append(d) or "spark: 2 streams"))
     result = run("demo", samples, "--out", tmp_path / "out")
     assert result.code == 0 and b"spark: 2 streams" in result.out and calls == [str(samples)]

@@ -11,11 +11,10 @@ import pytest
 pytest.importorskip("datahub")
 pytestmark = pytest.mark.datahub
 
-from support.datahub_standin import StandInDataHub  # noqa: E402
-
 from bridge import shard_key  # noqa: E402
-from bridge.cli import main  # noqa: E402
-from bridge.datahub_sink import DataHubSink, DataHubWriter, Position, make_client, shard_for, tuple_shard_key  # noqa: E402
+from bridge.cli.main import main  # noqa: E402
+from bridge.datahub.sink import DataHubSink, DataHubWriter, Position, make_client, shard_for, tuple_shard_key  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARDS = ["0", "1", "2"]
@@ -186,8 +185,8 @@ def test_missing_credentials(monkeypatch, tmp_path, capsys):
 def test_doctests():
     import doctest
 
-    import bridge.datahub_sink
-    assert doctest.testmod(bridge.datahub_sink).failed == 0
+    import bridge.datahub.sink
+    assert doctest.testmod(bridge.datahub.sink).failed == 0
 
 
 def _debug(datahub, lines):  # the per-shard counts, shown when an order check fails

@@ -24,12 +24,20 @@ pytestmark = pytest.mark.datahub
 import requests  # noqa: E402
 from datahub import DataHub  # noqa: E402
 from datahub.core import DatahubProtocolType  # noqa: E402
-from datahub.exceptions import (AuthorizationFailedException, DatahubException,  # noqa: E402
-                                InternalServerException, InvalidCursorException, InvalidOperationException,
-                                InvalidParameterException, LimitExceededException, ResourceExistException,
-                                ResourceNotFoundException, SeekOutOfRangeException, ShardSealedException)
-from datahub.models import (BlobRecord, CompressFormat, CursorType, FieldType, RecordSchema,  # noqa: E402
-                            ShardState, TupleRecord)
+from datahub.exceptions import (  # noqa: E402
+    AuthorizationFailedException,
+    DatahubException,
+    InternalServerException,
+    InvalidCursorException,
+    InvalidOperationException,
+    InvalidParameterException,
+    LimitExceededException,
+    ResourceExistException,
+    ResourceNotFoundException,
+    SeekOutOfRangeException,
+    ShardSealedException,
+)
+from datahub.models import BlobRecord, CompressFormat, CursorType, FieldType, RecordSchema, ShardState, TupleRecord  # noqa: E402
 
 from support.datahub_standin import HASH_SPACE, DataHubError, StandInDataHub  # noqa: E402
 

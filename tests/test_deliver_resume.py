@@ -19,12 +19,11 @@ import pytest
 pytest.importorskip("datahub")
 pytestmark = pytest.mark.datahub
 
-from support.datahub_standin import StandInDataHub  # noqa: E402
-
 from bridge import shard_key  # noqa: E402
-from bridge.cli import main  # noqa: E402
-from bridge.cli_kafka import DELIVER_STATE_SUFFIX  # noqa: E402
-from bridge.datahub_sink import shard_for  # noqa: E402
+from bridge.cli.kafka import DELIVER_STATE_SUFFIX  # noqa: E402
+from bridge.cli.main import main  # noqa: E402
+from bridge.datahub.sink import shard_for  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARDS = ["0", "1", "2"]

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from bridge import kafka  # noqa: E402
-from bridge.cli import main  # noqa: E402
+from bridge.cli.main import main  # noqa: E402
 from bridge.stream import ErrorPolicy  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -201,7 +201,7 @@ def test_crash_rewrites_only_after_the_last_commit(broker, tmp_path):
     topic = create_topic(broker, 1)
     produce(broker, topic, [ROOT / "samples" / "large.pb"])  # 21 Envelopes, checkpoints between them
     reference = converted(tmp_path, ROOT / "samples" / "large.pb", "blob", ".jsonl").read_bytes().splitlines()
-    from bridge.blob_encode import BlobEncoder, encode_blob
+    from bridge.blob.encode import BlobEncoder, encode_blob
 
     class Sink:
         def __init__(self, fail_after=None):
@@ -363,7 +363,7 @@ def test_tuple_restarts_continue_the_version_file_being_written(broker, tmp_path
 def test_state_file_records_lengths_and_a_stale_tail_is_cut(broker, tmp_path, capsys):
     """What a killed run leaves (bytes after the committed length, a file created after the last
     commit) is undone before the next run writes."""
-    from bridge.cli_kafka import STATE_SUFFIX
+    from bridge.cli.kafka import STATE_SUFFIX
     sample = ROOT / "samples" / "large.pb"
     topic = create_topic(broker, 1)
     produce(broker, topic, [sample])
@@ -470,7 +470,7 @@ def test_spark_source_equals_convert(broker, samples_topic, tmp_path):
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java 17")
     import bridge.spark as bs
-    from bridge.spark_source import register
+    from bridge.spark.source import register
     spark = bs.local_session("bridge-tests")
     register(spark)
     df = spark.read.format("dts-kafka").option("brokers", broker).option("topic", samples_topic).load()
@@ -496,8 +496,8 @@ def test_spark_source_equals_convert(broker, samples_topic, tmp_path):
 # ---- no broker needed --------------------------------------------------------------------------
 
 def test_sasl_settings_from_flags_and_environment(monkeypatch):
-    from bridge.cli import build_parser
-    from bridge.cli_kafka import _kafka_config
+    from bridge.cli.kafka import _kafka_config
+    from bridge.cli.main import build_parser
     monkeypatch.setenv(kafka.SASL_USERNAME_ENV, "dts-user")
     monkeypatch.setenv(kafka.SASL_PASSWORD_ENV, "secret")
     args = build_parser().parse_args(["produce", "x.pb", "--brokers", "h:9092", "--topic", "t",
@@ -513,6 +513,6 @@ def test_sasl_settings_from_flags_and_environment(monkeypatch):
 def test_doctests():
     import doctest
 
-    import bridge.spark_source
-    for module in (kafka, bridge.spark_source):
+    import bridge.spark.source
+    for module in (kafka, bridge.spark.source):
         assert doctest.testmod(module).failed == 0

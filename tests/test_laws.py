@@ -21,15 +21,15 @@ import re
 
 import orjson
 import pytest
+from blob_strategies import blob_dml_entries, blob_entries, blob_entry_streams, foreign_streams
 from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import with_unknown_fields
 
 import bridge
 from bridge import ConversionError, Options, pb
 from bridge.values import ddl_op
-from blob_strategies import blob_dml_entries, blob_entries, blob_entry_streams, foreign_streams
-from strategies import with_unknown_fields
 
 RESERVED = "datahub:"
 
@@ -201,7 +201,7 @@ def test_law2_bridge_written_strict_messages_round_trip(stream):
 
 # ---- Law 4: strict mode, up to a normalisation (docs/mapping.md, "Strict mode") --------------
 
-# Blob type of a DTS column (SPEC section 3), restated independently of bridge/values.py.
+# Blob type of a DTS column (SPEC section 3), restated independently of bridge/values/__init__.py.
 _INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 _TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
 _BYTES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry"}

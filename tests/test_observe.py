@@ -1,10 +1,9 @@
-"""Watching a run (bridge/observe.py, docs/kafka.md "Metrics and progress"): the progress display
+"""Watching a run (bridge/cli/observe.py, docs/kafka.md "Metrics and progress"): the progress display
 only on a terminal, the status line, Prometheus metrics, the librdkafka log deduplicated, and the
 small CLI faces (--version, a missing output directory).
 """
 import io
 import logging
-import os
 import pathlib
 import subprocess
 import sys
@@ -13,8 +12,8 @@ import urllib.request
 
 import pytest
 
-from bridge import observe
-from bridge.cli import main
+from bridge.cli import observe
+from bridge.cli.main import main
 from bridge.stream import Tally
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

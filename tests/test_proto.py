@@ -15,11 +15,10 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import MYSQL_CHARSETS, RESERVED_PREFIX, ddl_statements, entries, entry_streams, parse_mysql_type
 
-from bridge import subscribe_pb2 as pb
-from bridge._wire import Assembled, Reassembler, pack_entries, read_pb, write_pb
-from strategies import (MYSQL_CHARSETS, RESERVED_PREFIX, ddl_statements, entries, entry_streams,
-                        parse_mysql_type)
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import Assembled, Reassembler, pack_entries, read_pb, write_pb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,8 +95,8 @@ def spec(tmp_path_factory) -> SimpleNamespace:
 def test_generated_module_matches_the_committed_proto(tmp_path):
     protoc("-Iproto", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}", "proto/subscribe.proto")
     for name in ("subscribe_pb2.py", "subscribe_pb2.pyi"):
-        assert (tmp_path / name).read_bytes() == (ROOT / "bridge" / name).read_bytes(), \
-            f"bridge/{name} is stale: run `make proto`"
+        assert (tmp_path / name).read_bytes() == (ROOT / "bridge" / "wire" / name).read_bytes(), \
+            f"bridge/wire/{name} is stale: run `make proto`"
 
 
 # ---- (c) enums and messages are exactly the SPEC's -----------------------------------------

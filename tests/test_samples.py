@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge import subscribe_pb2 as pb
-from bridge._wire import Assembled, Reassembler, entry_from_json_line, read_dts_json, read_pb
-from bridge._sample_values import REAL_ORDERS, realistic_entries
 from bridge.samples import STREAM_MESSAGE_BYTES, build_sample_entries, build_sample_wire, stream_summary, write_samples
+from bridge.samples.values import REAL_ORDERS, realistic_entries
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import Assembled, Reassembler, entry_from_json_line, read_dts_json, read_pb
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 REGENERATE = "python -c \"from bridge.samples import write_samples; write_samples('samples')\""

@@ -22,7 +22,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 pytest.importorskip("pandas")
 
-import bridge.demo  # noqa: E402
+import bridge.cli.demo  # noqa: E402
 import bridge.spark as bs  # noqa: E402
 from bridge.tuple import TupleDecoder, TupleEncoder, record_schema  # noqa: E402
 
@@ -159,13 +159,13 @@ def split_count(raws) -> int:
 # ---- no Spark needed --------------------------------------------------------------------------
 
 def test_import_does_not_load_pyspark():
-    code = ("import sys, bridge.spark, bridge.demo; "
+    code = ("import sys, bridge.spark, bridge.cli.demo; "
             "print(sorted(m for m in ('pyspark', 'pyarrow', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("module", [bs, bridge.demo])
+@pytest.mark.parametrize("module", [bs, bridge.cli.demo])
 def test_doctests(module):
     assert doctest.testmod(module).failed == 0
 
@@ -616,11 +616,11 @@ def test_a_key_column_of_other_values_is_an_options_error(spark):
 @pytest.mark.spark
 def test_demo_summary_counts(spark):
     from collections import Counter
-    text = bridge.demo.spark_summary(SAMPLES_DIR)
+    text = bridge.cli.demo.spark_summary(SAMPLES_DIR)
     counts, entries, messages = Counter(), 0, 0
     for path in SAMPLES:
         rows, policy = pure_blob_rows(path)
         counts.update((row[7], row[8], row[6]) for row in rows)
         entries, messages = entries + policy.tally.input, messages + policy.tally.outputs
     assert f"-> {entries} Entries -> {messages} Blob messages" in text
-    assert text.endswith(bridge.demo.summary_table([(*key, n) for key, n in counts.items()]))
+    assert text.endswith(bridge.cli.demo.summary_table([(*key, n) for key, n in counts.items()]))

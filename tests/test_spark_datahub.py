@@ -1,4 +1,4 @@
-"""The `datahub` Spark data source (bridge/spark_datahub.py, docs/spark.md "Writing to DataHub"):
+"""The `datahub` Spark data source (bridge/spark/sink.py, docs/spark.md "Writing to DataHub"):
 batch and streaming writes of dts_to_blob / dts_to_tuple rows through the real pydatahub client to
 the loopback stand-in DataHub (tests/support/datahub_standin.py), compared with the file
 conversion of the same input, per shard, in order; faults injected at the HTTP level; a
@@ -21,18 +21,17 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("datahub")
 pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
-from support.datahub_standin import StandInDataHub  # noqa: E402
-
 import bridge  # noqa: E402
 import bridge.spark as bs  # noqa: E402
 from bridge import shard_key  # noqa: E402
-from bridge.cli import main  # noqa: E402
-from bridge._wire import pack_entries  # noqa: E402
-from bridge.datahub_sink import Position, shard_for, tuple_shard_key  # noqa: E402
+from bridge.cli.main import main  # noqa: E402
+from bridge.datahub.sink import Position, shard_for, tuple_shard_key  # noqa: E402
 from bridge.errors import OptionsError  # noqa: E402
-from bridge.spark_datahub import configure  # noqa: E402
+from bridge.spark.sink import configure  # noqa: E402
 from bridge.stream import ErrorPolicy, dts_records_to_entries  # noqa: E402
 from bridge.tuple import coerce_row  # noqa: E402
+from bridge.wire.framing import pack_entries  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIXED = ROOT / "samples" / "mixed.pb"
@@ -165,8 +164,8 @@ def test_a_task_run_again_with_its_epoch_writes_only_the_rest():
     attempt dies while reading its input (as a killed task does), the second writes the rest."""
     import pyarrow as pa
 
-    from bridge._spark_jobs import BLOB_COLUMNS
-    from bridge.spark_datahub import write_batches
+    from bridge.spark.jobs import BLOB_COLUMNS
+    from bridge.spark.sink import write_batches
 
     raws = envelopes()
     kafka = pa.RecordBatch.from_pydict({"topic": [TOPIC] * len(raws), "partition": [0] * len(raws),
@@ -359,14 +358,14 @@ def test_tuple_rows_take_their_fields_from_the_columns():
 def test_doctests():
     import doctest
 
-    import bridge.spark_datahub
-    assert doctest.testmod(bridge.spark_datahub).failed == 0
+    import bridge.spark.sink
+    assert doctest.testmod(bridge.spark.sink).failed == 0
 
 
 def test_import_does_not_load_pyspark():
     import subprocess
     import sys
-    code = "import sys, bridge.spark_datahub; assert 'pyspark' not in sys.modules"
+    code = "import sys, bridge.spark.sink; assert 'pyspark' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 

@@ -51,15 +51,34 @@ pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
+from bridge import shard_key  # noqa: E402
+from bridge.datahub.sink import make_client, shard_for, tuple_shard_key  # noqa: E402
+from bridge.wire.framing import Reassembler, pack_entries, read_pb, write_pb  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
-from support.spark_driver import (ENV, JOBS, PROJECT, ROOT, Driver, _cli, _java, _landed_count,  # noqa: E402
-                                  _run, _short, _split_ranges, _two_task_name, chaos, checkpoint_cuts, commits,
-                                  compare, fault_summary, kill_loop, landed, spark_task_of, straddling_cuts)
-
-from bridge import shard_key  # noqa: E402
-from bridge._wire import Reassembler, pack_entries, read_pb, write_pb  # noqa: E402
-from bridge.datahub_sink import make_client, shard_for, tuple_shard_key  # noqa: E402
+from support.spark_driver import (  # noqa: E402
+    ENV,
+    JOBS,
+    PROJECT,
+    ROOT,
+    Driver,
+    _cli,
+    _java,
+    _landed_count,
+    _run,
+    _short,
+    _split_ranges,
+    _two_task_name,
+    chaos,
+    checkpoint_cuts,
+    commits,
+    compare,
+    fault_summary,
+    kill_loop,
+    landed,
+    spark_task_of,
+    straddling_cuts,
+)
 
 SAMPLES = ROOT / "samples"
 SHARDS = ["0", "1", "2"]
@@ -397,8 +416,8 @@ def test_two_tasks_writing_one_shard_with_lost_answers_land_each_record_once(tmp
     import pyarrow as pa
 
     import bridge.spark as bs
-    from bridge._spark_jobs import BLOB_COLUMNS
-    from bridge.spark_datahub import configure, write_batches
+    from bridge.spark.jobs import BLOB_COLUMNS
+    from bridge.spark.sink import configure, write_batches
 
     raws = [raw for _, _, raw in read_pb(SAMPLES / "large.pb")]
     rows = {}

@@ -15,19 +15,19 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import INT64, UINT32, UINT64, begin_entries, commit_entries, dml_entries, mysql_columns
 
 import bridge
-from bridge import blob_rows, pb
-from bridge._wire import encode_varint
+from bridge import pb
+from bridge.blob import rows as blob_rows
 from bridge.errors import BridgeError
 from bridge.stream import Tally
-
-from strategies import INT64, UINT32, UINT64, begin_entries, commit_entries, dml_entries, mysql_columns
+from bridge.wire.framing import encode_varint
 
 pa = pytest.importorskip("pyarrow")
 
-import bridge._spark_jobs as jobs  # noqa: E402
 import bridge.spark as bs  # noqa: E402
+import bridge.spark.jobs as jobs  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not blob_rows.NATIVE, reason="C extension switched off (BRIDGE_PURE_PYTHON)")
 
@@ -282,7 +282,8 @@ def _parses(data: bytes) -> bool:
 def test_valid_entries_knows_every_sample():
     import glob
     import os
-    from bridge import _speedups
+
+    from bridge.native import _speedups
     seen = 0
     for path in sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "samples", "*.pb"))):
         for _, _, raw in bridge.read_pb(path):
@@ -302,7 +303,7 @@ _CUTS = st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["flip", "drop
 def test_valid_entries_never_says_yes_to_what_protobuf_refuses(entries, cuts):
     """Byte flips, drops, inserts and cuts of an Entries encoding: whatever valid_entries takes,
     protobuf parses; and a lazy Reassembler gives the same Entries as the parse."""
-    from bridge import _speedups
+    from bridge.native import _speedups
     data = bytearray(b"".join(b"\x0a" + encode_varint(len(e.SerializeToString())) + e.SerializeToString()
                               for e in entries))
     for at, how, byte in cuts:
@@ -336,7 +337,7 @@ def _entries_bytes(entry_bytes: bytes) -> bytes:
 @pytest.mark.parametrize("case", ["utf8-column-name", "utf8-charset", "utf8-kv", "varint-65-bits", "field-0",
                                   "group", "short-length"])
 def test_valid_entries_refuses_what_protobuf_refuses(case):
-    from bridge import _speedups
+    from bridge.native import _speedups
     entry = _orders(1)[0]
     if case == "utf8-column-name":
         entry.event.dmlEvent.columns[0].name = "\u00e9"

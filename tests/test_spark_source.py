@@ -1,4 +1,4 @@
-"""The "dts-kafka" Spark source's options (bridge/spark_source.py, docs/kafka.md "dts-kafka options")
+"""The "dts-kafka" Spark source's options (bridge/spark/source.py, docs/kafka.md "dts-kafka options")
 against a real Apache Kafka broker (tests/support/kafka_broker.py): maxOffsetsPerTrigger with
 Trigger.AvailableNow, startingOffsets / endingOffsets, failOnDataLoss both ways, minPartitions,
 includeHeaders, and groupId commits read back with confluent-kafka.
@@ -16,12 +16,13 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
 import bridge  # noqa: E402
 from bridge import pb  # noqa: E402
-from bridge._wire import tdsql_headers  # noqa: E402
 from bridge.errors import OptionsError  # noqa: E402
-from bridge.spark_source import DataLossError, SourceOptions, _admit, _read_range, _split  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from bridge.spark.source import DataLossError, SourceOptions, _admit, _read_range, _split  # noqa: E402
+from bridge.wire.framing import tdsql_headers  # noqa: E402
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
 
 SAMPLES_DIR = pathlib.Path(__file__).resolve().parent.parent / "samples"
@@ -149,7 +150,7 @@ def test_the_reader_reports_or_skips_offsets_deleted_under_it(kafka_broker, capl
         list(_read_range(strict, 0, 2, 10))
     lenient = SourceOptions.parse({"brokers": kafka_broker.bootstrap, "topic": topic, "pollTimeout": "20",
                                    "failOnDataLoss": "false"}, streaming=False)
-    with caplog.at_level(logging.WARNING, logger="bridge.spark_source"):
+    with caplog.at_level(logging.WARNING, logger="bridge.spark.source"):
         rows = list(_read_range(lenient, 0, 2, 10))
     assert [(r[4], r[1]) for r in rows] == [(i, b"v%d" % i) for i in range(5, 10)]
     assert "skipped 3 offsets [2, 5)" in caplog.text

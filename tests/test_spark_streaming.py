@@ -16,14 +16,14 @@ import pytest
 
 import bridge
 from bridge import pb
-from bridge._wire import Assembled, Reassembler
+from bridge.wire.framing import Assembled, Reassembler
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 pytest.importorskip("pandas")
 
 import bridge.spark as bs  # noqa: E402
-from bridge import _spark_streaming as st  # noqa: E402
+from bridge.spark import streaming as st  # noqa: E402
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture; skips without its jars)
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "samples")

@@ -1,5 +1,5 @@
 """A whole database into DataHub from Spark (issue 20, the Spark side): `bridge.spark.dts_entries`
-and the `datahub` sink's whole-database mode (bridge/_spark_tables.py, docs/spark.md "A whole
+and the `datahub` sink's whole-database mode (bridge/spark/tables.py, docs/spark.md "A whole
 database"), on the real Kafka broker (`dts-kafka`) and the stand-in DataHub.
 
 The input is tests/test_sync_tables.py's stream (CREATE, ALTER ADD / DROP / RENAME / MODIFY COLUMN
@@ -41,24 +41,28 @@ pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
-from support.datahub_standin import StandInDataHub  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
-from test_spark_pipeline import _split_ranges, _two_task_name, checkpoint_cuts, straddling_cuts  # noqa: E402
 from test_spark_datahub import spark  # noqa: E402,F401  (its session fixture)
+from test_spark_pipeline import _split_ranges, _two_task_name, checkpoint_cuts, straddling_cuts  # noqa: E402
 from test_sync import PROJECT, ROOT, _cli, _run, convert_tuple  # noqa: E402
 from test_sync_tables import build_stream, check_topics, expected_dead  # noqa: E402
 
 import bridge.spark as bs  # noqa: E402
-from bridge import subscribe_pb2 as pb  # noqa: E402
-from bridge._spark_jobs import _batch_function  # noqa: E402
-from bridge._spark_streaming import PROVIDER_CONF, ROCKSDB  # noqa: E402
-from bridge._spark_tables import ENTRY_COLUMNS, _DtsToEntries  # noqa: E402
-from bridge._wire import pack_entries, write_pb  # noqa: E402
-from bridge.datahub_sink import make_client  # noqa: E402
-from bridge.datahub_sink import DataHubError, DataHubWriter, Position  # noqa: E402
+from bridge.datahub.sink import (  # noqa: E402
+    DataHubError,
+    DataHubWriter,
+    Position,
+    make_client,  # noqa: E402
+)
 from bridge.errors import ConversionError, OptionsError  # noqa: E402
-from bridge.spark_datahub import configure, write_batches  # noqa: E402
+from bridge.spark.jobs import _batch_function  # noqa: E402
+from bridge.spark.sink import configure, write_batches  # noqa: E402
+from bridge.spark.streaming import PROVIDER_CONF, ROCKSDB  # noqa: E402
+from bridge.spark.tables import ENTRY_COLUMNS, _DtsToEntries  # noqa: E402
 from bridge.sync import topic_name  # noqa: E402
+from bridge.wire import subscribe_pb2 as pb  # noqa: E402
+from bridge.wire.framing import pack_entries, write_pb  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
 
 LETTERS = "dead_letters"
 PARTITIONS = (0, 1)
@@ -407,6 +411,7 @@ class TablesDriver:
     def start(self, trigger: str):
         import subprocess
         import sys
+
         from test_spark_pipeline import ENV, ROOT
         self.runs += 1
         config, log = self.tmp_path / f"driver-{self.runs}.json", self.tmp_path / f"driver-{self.runs}.log"
@@ -525,7 +530,7 @@ def test_dead_letters_without_a_policy_writing_them_are_refused():
 def test_the_dead_letter_topic_is_read_in_windows(monkeypatch, tmp_path):
     """earlier_halts and export_dead_letters read the dead-letter topic a window at a time, not a
     whole shard into memory (it grows with every halted table's traffic)."""
-    import bridge._spark_tables as st
+    import bridge.spark.tables as st
     monkeypatch.setattr(st, "LETTER_WINDOW", 7)
     with StandInDataHub() as server:
         client = make_client(server.endpoint, "test-id", "test-secret")
@@ -646,7 +651,7 @@ def test_a_dead_letter_too_large_for_datahub_leaves_the_entry_out(tmp_path):
     once in base64. The letter goes without the Entry's bytes, its error saying so and where to
     read them (the task failed, and its replays with it: a stream stuck on one row); replay
     --from-dlq rejects such a letter naming it instead of converting an empty Entry."""
-    import bridge._spark_tables as st
+    import bridge.spark.tables as st
     big = pb.Entry()
     big.header.schemaName, big.header.tableName = "shop", "big"
     big.header.seqId = 7
@@ -683,7 +688,7 @@ def test_conversion_options_reach_the_tasks(zero_dates):
     """A whole database takes the conversion options of bridge.Options by their camelCase names
     (zeroDates as dts-bridge sync --zero-dates): samples/realistic's zero dates land as NULL in a
     TIMESTAMP field by default, and as the text sent in a STRING field under zeroDates=string."""
-    from bridge._wire import read_pb
+    from bridge.wire.framing import read_pb
     envelopes = [raw for _, _, raw in read_pb(str(ROOT / "samples" / "realistic.pb"))]
     more = {"zeroDates": zero_dates} if zero_dates else {}
     with StandInDataHub() as server:

@@ -46,16 +46,29 @@ pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
-from support.datahub_standin import StandInDataHub  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
-from support.spark_driver import (CHAOS_OPS, PROJECT, Driver, _cli, _java, _run, _split_ranges,  # noqa: E402
-                                  _two_task_name, chaos, checkpoint_cuts, commits, fault_summary, kill_loop,
-                                  straddling_cuts)
 from test_sync_tables import BIG_BYTES, build_stream  # noqa: E402
 
-from bridge import subscribe_pb2 as pb  # noqa: E402
-from bridge._wire import pack_entries  # noqa: E402
-from bridge.datahub_sink import make_client  # noqa: E402
+from bridge.datahub.sink import make_client  # noqa: E402
+from bridge.wire import subscribe_pb2 as pb  # noqa: E402
+from bridge.wire.framing import pack_entries  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
+from support.spark_driver import (  # noqa: E402
+    CHAOS_OPS,
+    PROJECT,
+    Driver,
+    _cli,
+    _java,
+    _run,
+    _split_ranges,
+    _two_task_name,
+    chaos,
+    checkpoint_cuts,
+    commits,
+    fault_summary,
+    kill_loop,
+    straddling_cuts,
+)
 
 SEED = int(os.environ.get("SPARK_TABLES_KILL_SEED", "1729"))
 PARTITIONS = (0, 1)

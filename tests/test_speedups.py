@@ -1,4 +1,4 @@
-"""The C fast path (bridge/_speedups.c) against the Python path, which is the reference.
+"""The C fast path (bridge/native/_speedups.c) against the Python path, which is the reference.
 
 `BlobEncoder.convert(entry)` is the Python path; `convert(entry, raw)` reads plain row images off
 the wire in C (`Plan.rows`), and `convert_lines(entry, raw)` writes whole JSON lines in C
@@ -16,16 +16,16 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import dml_entries, mysql_columns, with_unknown_fields
 
 import bridge
-from bridge import blob_rows, pb
+from bridge import pb
 from bridge import values as values_table
-from bridge._sample_values import REAL_ORDERS, REAL_SUPPLIERS, realistic_entries
-from bridge._wire import encode_varint
+from bridge.blob import rows as blob_rows
 from bridge.errors import BridgeError
+from bridge.samples.values import REAL_ORDERS, REAL_SUPPLIERS, realistic_entries
 from bridge.values import SUBSTITUTION_NOTES
-
-from strategies import dml_entries, mysql_columns, with_unknown_fields
+from bridge.wire.framing import encode_varint
 
 OPTIONS = [bridge.DEFAULT_OPTIONS, bridge.Options(strict=True), bridge.Options(timezone="Asia/Shanghai"),
            bridge.Options(decimal="double"), bridge.Options(db_version="8.0.32", control_events="drop")]
@@ -38,7 +38,7 @@ def test_extension_is_built():
     """`make install` builds the extension; without it every figure in docs/performance.md is wrong."""
     if os.environ.get("BRIDGE_PURE_PYTHON", "") not in ("", "0"):
         pytest.skip("BRIDGE_PURE_PYTHON switches the C path off on purpose")
-    from bridge import _speedups  # noqa: F401  (ImportError fails the test)
+    from bridge.native import _speedups  # noqa: F401  (ImportError fails the test)
     assert blob_rows.NATIVE
 
 
@@ -340,7 +340,7 @@ def test_pure_python_switch(tmp_path):
     import sys
     raw = WIRE["plain"]
     (tmp_path / "e.pb").write_bytes(raw)
-    code = ("import sys, bridge; from bridge import pb, blob_rows; raw = open(sys.argv[1], 'rb').read(); "
+    code = ("import sys, bridge; from bridge import pb; from bridge.blob import rows as blob_rows; raw = open(sys.argv[1], 'rb').read(); "
             "print(blob_rows.NATIVE, bridge.BlobEncoder().convert_lines(pb.Entry.FromString(raw), raw))")
     outs = [subprocess.run([sys.executable, "-c", code, str(tmp_path / "e.pb")], capture_output=True, text=True,
                            env={**os.environ, "BRIDGE_PURE_PYTHON": flag}, check=True).stdout.split(" ", 1)
@@ -481,7 +481,7 @@ def test_tuple_temporal_shortcut(text, type_text):
     general parse gives (the same converter with the shortcut's pattern matching nothing)."""
     import re
 
-    from bridge import tuple_encode
+    from bridge.tuple import encode as tuple_encode
     ct = bridge.values.parse_column_type(type_text)
     data = pb.Data(dataType=pb.STRING, bv=text.encode())
     convert = tuple_encode.TO_TUPLE[ct.kind](ct, bridge.Options(timezone="UTC", zero_dates="error"))  # null: a Substituted
@@ -599,7 +599,7 @@ def test_the_sink_writes_entries_with_seq_id_0():
     test under it). The lines are convert_lines', the sequenceIds the row indexes."""
     from array import array
 
-    from bridge._native import speedups
+    from bridge.native import speedups
     entries = []
     for seq_id, dml_type in ((0, pb.INSERT), (0, pb.UPDATE), (7, pb.DELETE), (0, pb.DELETE)):
         entry = _plain_entry(2, dml_type)
@@ -610,7 +610,7 @@ def test_the_sink_writes_entries_with_seq_id_0():
     for entry, raw in zip(entries, raws):
         tables.setdefault(speedups.table_key(raw), encoder.sink_table(entry, raw))
     sink = speedups.Sink()
-    assert sink.entries(raws, 0, tables, 0, 0, True, bridge.blob_encode.FORMAT_VERSION.encode())[:2] == (4, 4)
+    assert sink.entries(raws, 0, tables, 0, 0, True, bridge.blob.encode.FORMAT_VERSION.encode())[:2] == (4, 4)
     taken = sink.take()
 
     def strings(offsets: bytes, data: bytes) -> list[bytes]:
@@ -632,7 +632,7 @@ def test_unknown_fields_take_the_python_path_and_travel(entry, data):
     raw = entry.SerializeToString()
     assert not blob_rows.known_fields(raw)
     assert blob_rows.wire_scan(raw) is None
-    from bridge._native import speedups
+    from bridge.native import speedups
     assert speedups.table_key(raw) is None
     messages = assert_same(raw)
     if _is_error(messages) or not messages:
@@ -659,7 +659,7 @@ def test_stream_lines_gives_convert_lines_piece_by_piece(entry, options, with_ra
     it takes a piece (from a resume point) and Python from the first piece it does not, checks it
     whole first and keeps the lines only under its budget: the same lines, error and counts as
     `convert_lines`, whatever the piece size and budget."""
-    from bridge import blob_encode
+    from bridge.blob import encode as blob_encode
     raw = entry.SerializeToString() if with_raw else None
     saved = blob_encode._PIECE_BYTES, blob_encode._FIRST_PIECE
     blob_encode._PIECE_BYTES, blob_encode._FIRST_PIECE = piece, 1
@@ -698,7 +698,7 @@ def test_plan_lines_resumes_where_it_stopped():
 
 @needs_native
 def test_a_streamed_entry_goes_from_c_to_python_at_the_first_row_c_is_not_sure_of():
-    from bridge import blob_encode
+    from bridge.blob import encode as blob_encode
     entry = _plain_entry(6)
     entry.event.dmlEvent.rows[3].newColumns[0].sv = "007"  # not canonical: the Python codecs decide
     raw = entry.SerializeToString()
@@ -742,7 +742,7 @@ def _sink_lines(raw: bytes) -> list[bytes] | None:
     """The Blob lines `_speedups.Sink` writes for one Entry, or None when it leaves it to Python."""
     from array import array
 
-    from bridge._native import speedups
+    from bridge.native import speedups
     key = speedups.table_key(raw)
     if key is None:
         return None
@@ -754,7 +754,7 @@ def _sink_lines(raw: bytes) -> list[bytes] | None:
     if record is None:
         return None
     sink = speedups.Sink()
-    if sink.entries([raw], 0, {key: record}, 0, 0, True, bridge.blob_encode.FORMAT_VERSION.encode())[1] != 1:
+    if sink.entries([raw], 0, {key: record}, 0, 0, True, bridge.blob.encode.FORMAT_VERSION.encode())[1] != 1:
         return None
     taken = sink.take()
     ends = array("i", taken[1])
@@ -797,8 +797,8 @@ def test_every_blob_seed_gives_the_same_on_both_paths(name):
 def test_the_long_line_seed_is_one_rejected_record_read_past():
     import gzip
 
-    from bridge._wire import read_lines
     from bridge.stream import ErrorPolicy, Tally, blob_lines_to_entries
+    from bridge.wire.framing import read_lines
     tally = Tally()
     policy = ErrorPolicy("skip", tally=tally)
     with gzip.open(os.path.join(SEEDS, "long-line.blob.jsonl.gz"), "rb") as fh:

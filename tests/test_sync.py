@@ -45,15 +45,15 @@ pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.datahub
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from support.datahub_standin import StandInDataHub  # noqa: E402
-from support.landing import compare  # noqa: E402,F401  (test_sync_tables imports it from here)
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
 
 from bridge import shard_key  # noqa: E402
-from bridge import subscribe_pb2 as pb  # noqa: E402
-from bridge._wire import Assembled, Reassembler, pack_entries, read_pb, split_entries, write_pb  # noqa: E402
-from bridge.datahub_sink import make_client, shard_for, tuple_shard_key  # noqa: E402
+from bridge.datahub.sink import make_client, shard_for, tuple_shard_key  # noqa: E402
 from bridge.sync import topic_name  # noqa: E402
+from bridge.wire import subscribe_pb2 as pb  # noqa: E402
+from bridge.wire.framing import Assembled, Reassembler, pack_entries, read_pb, split_entries, write_pb  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
+from support.landing import compare  # noqa: E402,F401  (test_sync_tables imports it from here)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"

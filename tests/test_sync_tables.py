@@ -29,16 +29,30 @@ pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.datahub
 
+from test_sync import (  # noqa: E402
+    PROJECT,
+    SEED,
+    Sync,
+    _cli,
+    _name,
+    _run,
+    _text,
+    compare,
+    convert_tuple,
+    kill_loop,
+    landed_by_shard_partition,
+    no_traceback,
+    produce,
+    warm_group_coordinator,
+)
+
+from bridge.datahub.sink import make_client, shard_for, tuple_shard_key  # noqa: E402
+from bridge.samples import PRIMARY, WORDS, Binlog, Col, Table, insert, integer, serial, update, words  # noqa: E402
+from bridge.sync import topic_name  # noqa: E402
+from bridge.wire import subscribe_pb2 as pb  # noqa: E402
+from bridge.wire.framing import pack_entries, write_pb  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
-from test_sync import (PROJECT, SEED, Sync, _cli, _name, _run, _text, compare, convert_tuple,  # noqa: E402
-                       kill_loop, landed_by_shard_partition, no_traceback, produce, warm_group_coordinator)
-
-from bridge import subscribe_pb2 as pb  # noqa: E402
-from bridge._wire import pack_entries, write_pb  # noqa: E402
-from bridge.datahub_sink import make_client, shard_for, tuple_shard_key  # noqa: E402
-from bridge.samples import PRIMARY, Binlog, Col, Table, WORDS, insert, integer, serial, update, words  # noqa: E402
-from bridge.sync import topic_name  # noqa: E402
 
 BIG_BYTES = 2 * 1024 * 1024 + 4096  # over DataHub's 2 MB STRING limit
 
@@ -569,7 +583,7 @@ def test_a_refused_record_halts_its_table_under_halt_table(kafka_broker, tmp_pat
 
 
 def _throttled_answers(server, *, aimd: bool, n: int = 40) -> tuple[int, float]:
-    from bridge.datahub_sink import DataHubWriter
+    from bridge.datahub.sink import DataHubWriter
     client = make_client(server.endpoint, "test-id", "test-secret")
     topic = f"aimd_{int(aimd)}"
     server.create_topic(PROJECT, topic, shard_count=1)

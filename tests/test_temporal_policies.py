@@ -14,20 +14,19 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import data_for
+from test_laws import strict_normal_form, through_json
+from test_speedups import assert_same
+from test_tuple import holdable, rewritten, tuple_normal_form
 
 import bridge
 from bridge import pb
-from bridge._wire import read_pb
 from bridge.errors import ConversionError, TupleFormatError
 from bridge.options import Options
 from bridge.stream import ErrorPolicy, counted, dts_records_to_entries, entries_to_messages
 from bridge.tuple import TupleEncoder, record_schema, tuples_to_entries
 from bridge.values import SUBSTITUTION_NOTES
-
-from strategies import data_for, parse_mysql_type
-from test_laws import strict_normal_form, through_json
-from test_speedups import assert_same
-from test_tuple import holdable, rewritten, tuple_normal_form
+from bridge.wire.framing import read_pb
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 ZERO_DATES = ("null", "error", "string")

@@ -10,21 +10,43 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
-from strategies import (MYSQL_CHARSETS, column_names, data_for, dml_entries, entries, mysql_columns,
-                        parse_mysql_type)
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import MYSQL_CHARSETS, column_names, data_for, dml_entries, entries, mysql_columns, parse_mysql_type
 
 from bridge import pb
-from bridge._wire import read_pb
 from bridge.errors import BridgeError, ConversionError, TupleFormatError
 from bridge.options import Options
 from bridge.stream import ErrorPolicy, dts_records_to_entries
-from bridge.tuple import (ARROW_TYPES, CSV_READERS, CSV_WRITERS, FIELD_CHECKS, FIELD_COLUMNS, FIELD_TYPES,
-                          OP_IMAGES, ROW_IMAGES, TIMESTAMP_RANGE, TO_TUPLE, FROM_TUPLE, TUPLE_TYPES, TupleDecoder,
-                          TupleEncoder, entry_to_tuples, load_record_schema, read_tuple_csv, read_tuple_jsonl,
-                          read_tuple_parquet, record_schema, tuple_type, tuples_to_entries, write_tuple_csv,
-                          write_tuple_jsonl, write_tuple_parquet)
+from bridge.tuple import (
+    ARROW_TYPES,
+    CSV_READERS,
+    CSV_WRITERS,
+    FIELD_CHECKS,
+    FIELD_COLUMNS,
+    FIELD_TYPES,
+    FROM_TUPLE,
+    OP_IMAGES,
+    ROW_IMAGES,
+    TIMESTAMP_RANGE,
+    TO_TUPLE,
+    TUPLE_TYPES,
+    TupleDecoder,
+    TupleEncoder,
+    entry_to_tuples,
+    load_record_schema,
+    read_tuple_csv,
+    read_tuple_jsonl,
+    read_tuple_parquet,
+    record_schema,
+    tuple_type,
+    tuples_to_entries,
+    write_tuple_csv,
+    write_tuple_jsonl,
+    write_tuple_parquet,
+)
 from bridge.values import BOOLEAN_PROPERTY, FAMILIES, parse_column_type
+from bridge.wire.framing import read_pb
 
 SAMPLES = sorted(glob.glob(str(Path(__file__).resolve().parent.parent / "samples" / "*.pb")))
 META = ["_sequence_id_", "_operation_type_", "_execute_time_", "_before_image_", "_after_image_"]

@@ -6,13 +6,24 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from bridge import subscribe_pb2 as pb
-from bridge._wire import (Assembled, Reassembler, encode_varint, entry_from_json_line, entry_to_json_line,
-                          iter_pb_messages, pack_entries, read_dts_json, read_pb, split_entries,
-                          write_dts_json, write_pb)
-from bridge.errors import DecodeError, FramingError
 from strategies import dml_entries, entries, entry_streams, envelope_streams
+
+from bridge.errors import DecodeError, FramingError
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import (
+    Assembled,
+    Reassembler,
+    encode_varint,
+    entry_from_json_line,
+    entry_to_json_line,
+    iter_pb_messages,
+    pack_entries,
+    read_dts_json,
+    read_pb,
+    split_entries,
+    write_dts_json,
+    write_pb,
+)
 
 DEFAULT_MAX = 1 << 20
 max_sizes = st.one_of(st.none(), st.integers(64, 4096))

@@ -33,10 +33,11 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 # ---------------------------------------------------------------------------------------------
@@ -547,7 +548,7 @@ class StandInDataHub:
         self._conns_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> "StandInDataHub":
+    def start(self) -> StandInDataHub:
         """Bind (port 0: any free port) and serve in a daemon thread."""
         if self._httpd is not None:
             return self
@@ -576,7 +577,7 @@ class StandInDataHub:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> "StandInDataHub":
+    def __enter__(self) -> StandInDataHub:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -179,7 +179,7 @@ class KafkaBroker:
         (self.workdir / "log4j2.properties").write_text(LOG4J2)
         return path
 
-    def start(self) -> "KafkaBroker":
+    def start(self) -> KafkaBroker:
         """Format a fresh data folder and start the broker on new free ports; a port taken between
         picking and binding (`Address already in use`) is retried with other ports, twice."""
         reason = missing()
@@ -194,7 +194,7 @@ class KafkaBroker:
                 if attempt == 2 or "Address already in use" not in str(err):
                     raise
 
-    def _start_once(self) -> "KafkaBroker":
+    def _start_once(self) -> KafkaBroker:
         began = time.monotonic()
         config = self._write_config()
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
@@ -310,7 +310,7 @@ class KafkaBroker:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def __enter__(self) -> "KafkaBroker":
+    def __enter__(self) -> KafkaBroker:
         return self if self.running else self.start()
 
     def __exit__(self, *exc) -> None:

@@ -31,10 +31,9 @@ import uuid
 
 import pytest
 
+from bridge import pb
 from support import landing
 from support.landing import short as _short  # noqa: F401  (test_spark_pipeline imports it from here)
-
-from bridge import pb
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 JOBS = ROOT / "tests" / "pipeline_jobs"

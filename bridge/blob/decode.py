@@ -1,0 +1,869 @@
+"""DataHub Blob messages -> DTS Entries (SPEC sections 2 and 4).
+
+Messages written by the bridge carry the `"dts"` extension and rebuild their Entries exactly:
+the rows of one DML event are regrouped, BEGIN/COMMIT/DDL/heartbeat/checkpoint/rollback entries
+come back with every header field. Foreign messages (e.g. written by DataWorks) get the
+documented DTS types of their Blob types, and whatever DataHub says that DTS cannot (millisecond
+eventTime, systemTime, checkpointTime, ddlMeta, version, dbVersion, BOOLEAN, the sequenceId)
+travels in `properties` under the reserved prefix `datahub:`, so Blob -> DTS -> Blob is exact.
+
+Update halves are paired by sequenceId. A half whose partner has not come within `max_pending`
+messages, or by the end of input, is reported (ConversionError naming its sequenceId), never
+dropped silently.
+
+>>> msg = decode_blob(b'{"schema":{},"payload":{"op":"MHEARTBEAT","sequenceId":"9000000",'
+...                   b'"timestamp":{"eventTime":1605339932000,"checkpointTime":1605339932000}},"version":"0.0.1"}')
+>>> [(e.header.messageType == pb.HEARTBEAT, e.header.seqId, e.header.timestamp) for e in blob_to_entries([msg])]
+[(True, 9, 1605339932)]
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import orjson
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+
+from bridge.blob.encode import EVENT_FIELDS, FORMAT_VERSION, ROW_DIGITS, sequence_id
+from bridge.blob.rows import native_plan
+from bridge.errors import BlobFormatError, BridgeError, ConversionError
+from bridge.options import DEFAULT_OPTIONS, Options
+from bridge.values import (
+    DDL_OP_NAMES,
+    DEFAULT_CHARSET,
+    FOREIGN_COLUMN_TYPES,
+    OPS_BY_MESSAGE_TYPE,
+    RESERVED_PREFIX,
+    SOURCE_TYPES,
+    SOURCE_TYPES_BY_NAME,
+    codec_for,
+    ddl_op,
+    raw_to_data,
+)
+from bridge.wire import subscribe_pb2 as pb
+
+__all__ = ["decode_blob", "blob_to_entries", "BlobDecoder", "FOREIGN_COLUMN_TYPES", "ALL_OPS"]
+
+_ROW_SCALE = 10 ** ROW_DIGITS
+DML_OP_NAMES = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "UPDATE")
+MESSAGE_TYPE_BY_OP = {op: mt for mt, op in OPS_BY_MESSAGE_TYPE.items() if op}
+MESSAGE_TYPE_BY_OP.update({op: pb.DDL for op in DDL_OP_NAMES})
+MESSAGE_TYPE_BY_OP.update({op: pb.DML for op in DML_OP_NAMES})
+MESSAGE_TYPE_BY_OP["XACOMMIT"] = pb.COMMIT  # an XA transaction's end; the op travels as a fact
+ALL_OPS = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "TRANSACTION_BEGIN", "TRANSACTION_END",
+           "CREATE", "ALTER", "ERASE", "QUERY", "TRUNCATE", "RENAME", "CINDEX", "DINDEX", "GTID",
+           "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "UPDATE")
+DML_TYPE_BY_OP = {"INSERT": pb.INSERT, "UPDATE_BEFOR": pb.UPDATE, "UPDATE_AFTER": pb.UPDATE,
+                  "UPDATE": pb.UPDATE, "DELETE": pb.DELETE}
+
+_ABSENT = object()
+_UPDATE = int(pb.UPDATE)
+_DML = int(pb.DML)
+_NIL_DATA = pb.Data(dataType=pb.NIL)  # copied by extend, so one instance serves every row
+_NA_DATA = pb.Data(dataType=pb.NA)
+_KNOWN_TOP = ("schema", "payload", "version", "dts")
+_KNOWN_PAYLOAD = ("before", "after", "op", "sequenceId", "timestamp", "ddl")
+_KNOWN_TOP_SET, _KNOWN_PAYLOAD_SET = frozenset(_KNOWN_TOP), frozenset(_KNOWN_PAYLOAD)
+# the row images each DML op reads; other ops read none
+_IMAGES_OF_OP = {"INSERT": ("after",), "UPDATE_AFTER": ("after",), "DELETE": ("before",),
+                 "UPDATE_BEFOR": ("before",), "UPDATE": ("before", "after")}
+
+
+def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:
+    """Parse one Blob message (JSON bytes) and check its envelope shape."""
+    try:
+        msg = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BlobFormatError(f"invalid JSON ({exc.msg})", value=data, line=line, column_number=exc.colno,
+                              source=source) from None
+    check_shape(msg, line=line, source=source)
+    return msg
+
+
+def check_shape(msg, *, line: int | None = None, source: str | None = None) -> None:
+    """The minimal shape every converter relies on; the JSON Schema says the rest."""
+    if not isinstance(msg, dict):
+        raise BlobFormatError("a Blob message must be a JSON object", value=msg, line=line, source=source)
+    payload = msg.get("payload")
+    if not isinstance(payload, dict):
+        raise BlobFormatError("payload must be an object", value=payload, line=line, source=source)
+    op = payload.get("op")
+    if op not in ALL_OPS:
+        raise BlobFormatError("unknown op", value=op, line=line, source=source)
+    seq = payload.get("sequenceId")
+    if seq is None and op == "MHEARTBEAT" and "sequenceId" not in payload:
+        pass  # DataWorks heartbeats carry no sequenceId (SPEC section 2)
+    elif not isinstance(seq, str) or not seq.isdigit() or not seq.isascii():
+        raise BlobFormatError("sequenceId must be a string of digits", value=seq, line=line, source=source)
+    stamp = payload.get("timestamp")
+    if not isinstance(stamp, dict) or not _is_int(stamp.get("eventTime")):
+        raise BlobFormatError("timestamp.eventTime must be an integer", value=stamp, line=line, source=source)
+    for key in ("systemTime", "checkpointTime"):
+        if key in stamp and not _is_int(stamp[key]):
+            raise BlobFormatError(f"timestamp.{key} must be an integer", value=stamp, line=line, source=source)
+    if not isinstance(msg.get("schema", _NO_SCHEMA), dict):
+        raise BlobFormatError("schema must be an object", value=msg.get("schema"), line=line, source=source)
+
+
+_NO_SCHEMA: dict = {}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass
+class _Row:
+    """One row change being rebuilt (an update waits for its second half)."""
+    seq: str
+    row: pb.RowChange
+    halves: set = field(default_factory=set)
+    line: int | None = None
+    unknown: bytes | None = None  # the Entry-level unknown fields of its message (both halves carry them)
+
+
+@dataclass
+class _Event:
+    """A DML event being regrouped from its rows' messages (lossless extension)."""
+    entry: pb.Entry
+    nrows: int
+    rows: dict = field(default_factory=dict)  # row index -> RowChange
+    messages: int = 0
+
+
+class BlobDecoder:
+    """Stream-level Blob -> DTS converter: `feed` messages, collect Entries; `finish` at end of input."""
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS, max_pending: int = 100_000) -> None:
+        self.options = options
+        self.max_pending = max_pending
+        self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, facts, Entry, column-set key)
+        self._events: OrderedDict = OrderedDict()   # see _regroup -> _Event
+        self.messages = 0
+        self.entries = 0
+        self._line: int | None = None
+        self._column_sets: dict = {}  # JSON of (dataColumn, primaryKey, dts.columns) -> built columns
+        self._native = True  # the C image encoder where it applies (tests switch it off to compare)
+        self._sources: dict = {}  # schema.source JSON -> ((sourceType, schemaName, tableName), facts)
+        self._schema_prefix: bytes | None = None  # b'{"schema":<JSON>,' of the last line parsed whole
+        self._schema_value: dict | None = None  # and its schema, shared by the lines that repeat it
+        self._schema_known: dict = {}  # what is cached for that schema object ("columns", "source")
+        # update halves pushed out of the pairing window: errors for the caller to report
+        self.evicted: list[ConversionError] = []
+
+    def feed_line(self, data: bytes | str, *, line: int | None = None, source: str | None = None
+                  ) -> list[pb.Entry]:
+        """`feed(decode_blob(data))`: what the stream layer and Spark call for each line.
+
+        Messages of one table repeat their schema byte for byte, so a line that begins with the
+        same `{"schema":...,` bytes as the last one parsed whole has only the rest parsed, shares
+        that schema object (never seen outside the decoder, never changed) and the facts cached
+        for it (a second "schema" key later in the line still wins, as in JSON). A line whose
+        rest does not parse so is parsed whole, as `decode_blob` does (errors name the same line
+        and column)."""
+        prefix = self._schema_prefix
+        if prefix is not None and type(data) is bytes and data.startswith(prefix):
+            try:
+                rest = orjson.loads(b"{" + data[len(prefix):])
+            except orjson.JSONDecodeError:
+                rest = None  # parsed whole below, for the error's position
+            if type(rest) is dict and rest:  # `{"schema":..., }` is no JSON, though `{ }` is
+                msg = {"schema": self._schema_value}
+                msg.update(rest)
+                check_shape(msg, line=line, source=source)
+                return self.feed(msg, line=line, checked=True)
+        msg = decode_blob(data, line=line, source=source)
+        schema = msg.get("schema")
+        if type(data) is bytes and type(schema) is dict and data.startswith(b'{"schema":{'):
+            try:
+                prefix = b'{"schema":' + orjson.dumps(schema) + b","
+            except TypeError:
+                prefix = None
+            if prefix is not None and data.startswith(prefix):
+                self._schema_prefix, self._schema_value, self._schema_known = prefix, schema, {}
+        return self.feed(msg, line=line, checked=True)
+
+    def feed(self, msg: dict, *, line: int | None = None, checked: bool = False) -> list[pb.Entry]:
+        """Entries completed by this message; `checked`: `decode_blob` already checked its shape."""
+        self._line = line
+        try:
+            out = self._feed(msg, checked)
+        except BridgeError as exc:
+            raise exc.located(line=line, sequence_id=_seq_of(msg))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise BlobFormatError(f"malformed Blob message ({type(exc).__name__}: {exc})",
+                                  line=line, sequence_id=_seq_of(msg)) from None
+        self.messages += 1
+        self.entries += len(out)
+        return out
+
+    @property
+    def pending(self) -> int:
+        return self.pending_messages
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages fed but not yet part of a returned Entry (update halves, rows of open events)."""
+        return len(self._halves) + sum(e.messages for e in self._events.values())
+
+    def finish(self) -> list[ConversionError]:
+        """Errors for every update half or partial event still waiting at end of input."""
+        errors = self.evicted
+        self.evicted = []
+        for seq, (row, *_) in self._halves.items():
+            missing = "UPDATE_AFTER" if "before" in row.halves else "UPDATE_BEFOR"
+            err = ConversionError(f"update half without its partner at end of input ({missing} missing)",
+                                  sequence_id=seq, line=row.line)
+            err.count = 1
+            errors.append(err)
+        for event in self._events.values():
+            err = ConversionError(f"DML event incomplete at end of input: {len(event.rows)} of "
+                                  f"{event.nrows} rows", seq_id=event.entry.header.seqId)
+            err.count = event.messages
+            errors.append(err)
+        self._halves.clear()
+        self._events.clear()
+        return errors
+
+    # -- per message ---------------------------------------------------------------------------
+    def _feed(self, msg: dict, checked: bool) -> list[pb.Entry]:
+        if not checked:
+            check_shape(msg)
+        payload = msg["payload"]
+        op = payload["op"]
+        ext = msg.get("dts") if self.options.lossless else None
+        if ext is not None and not isinstance(ext, dict):
+            raise BlobFormatError("the 'dts' extension must be an object", value=ext)
+        mtype = MESSAGE_TYPE_BY_OP[op]
+        if ext and (mtype != _DML or not ext.keys() <= _DML_EXTENSION_KEYS or None in ext.values()):
+            _check_extension(ext, mtype == _DML)  # (a DML message's parts are checked where read)
+        if mtype == pb.DML:
+            return self._dml(msg, payload, op, ext)
+        entry = pb.Entry()
+        header = entry.header
+        seq = payload.get("sequenceId")
+        facts: dict = {}
+        if OPS_BY_MESSAGE_TYPE.get(mtype) not in (None, op):
+            facts["op"] = op  # XACOMMIT travels as a COMMIT
+        self._header(header, msg, payload, mtype, ext, facts, with_source=mtype == pb.DDL)
+        sub = getattr(entry.event, EVENT_FIELDS[mtype])
+        sub.SetInParent()
+        event = (ext or {}).get("event") or {}
+        for key, value in event.items():
+            if key == "properties":
+                _add_kv(entry.event.properties, value)
+            else:
+                _set_field(sub, key, value)
+        if mtype == pb.DDL:
+            ddl = payload.get("ddl")
+            if not isinstance(ddl, dict) or not isinstance(ddl.get("text"), str):
+                raise BlobFormatError("a DDL message needs payload.ddl.text", value=ddl)
+            sub.sql = ddl["text"]
+            if "ddlMeta" in ddl:
+                facts["ddlMeta"] = ddl["ddlMeta"]
+            if ddl_op(sub.sql) != op:
+                facts["op"] = op
+            expected_schema = {"source": None}
+        else:
+            expected_schema = {}
+        schema = msg.get("schema", None)
+        if mtype != pb.DDL and schema != expected_schema:
+            facts["schema"] = orjson.dumps(schema).decode()
+        elif mtype == pb.DDL and set((schema or {}).keys()) != {"source"}:
+            facts["schema"] = orjson.dumps(schema).decode()
+        self._sequence(header, seq, 0, ext, facts)
+        self._shape_facts(msg, payload, facts, ddl_extra=mtype != pb.DDL)
+        if self.options.lossless:
+            _add_facts(header.properties, facts)
+        unknown = ext.get("unknown") if ext else None
+        if unknown:
+            once, rows, _ = _unknown_patches(unknown)
+            if rows:
+                raise BlobFormatError("the 'dts' extension's unknown fields name a row; only a DML message has one",
+                                      value=sorted(unknown))
+            _patch(entry, once)
+        return [entry]
+
+    def _dml(self, msg: dict, payload: dict, op: str, ext) -> list[pb.Entry]:
+        schema = msg.get("schema")
+        if not isinstance(schema, dict) or not isinstance(schema.get("dataColumn"), list):
+            raise BlobFormatError("a DML message needs schema.dataColumn", value=schema)
+        seq = payload["sequenceId"]
+        entry = pb.Entry()
+        header = entry.header
+        facts: dict = {}
+        self._header(header, msg, payload, pb.DML, ext, facts, with_source=True)
+        dml = entry.event.dmlEvent
+        codecs, names, plan, columns_key = self._columns(dml, schema, ext, facts)  # copies the columns in first
+        dml.dmlEventType = DML_TYPE_BY_OP[op]
+        event_ext = ext.get("event") if ext else None
+        if event_ext is not None:
+            if type(event_ext) is not dict or not event_ext.keys() <= _DML_EVENT_KEYS:
+                raise BlobFormatError("the 'dts' extension's event of a DML message holds only properties",
+                                      value=event_ext)
+            _add_kv(entry.event.properties, event_ext.get("properties", []))
+        unknown = ext.get("unknown") if ext else None
+        once = below = unknown_key = None
+        if unknown:  # the Entry's own now (compared below as the halves' and rows' key), the row's once built
+            once, below, unknown_key = _unknown_patches(unknown)
+            _patch(entry, once)
+        row = ext.get("row", _ONE_ROW) if ext else _ONE_ROW
+        if (type(row) is not list and row is not _ONE_ROW or len(row) != 2 or type(row[0]) is not int
+                or type(row[1]) is not int or not 0 <= row[0] < row[1]):
+            raise BlobFormatError("the 'dts' extension's row must be [index, count]", value=row)
+        row_index, nrows = row
+        self._sequence(header, seq, row_index, ext, facts)
+        self._shape_facts(msg, payload, facts, ddl_extra=True)
+        half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
+        partner = self._partner(seq, half, entry, columns_key, unknown_key) if half != "both" else None
+        row_properties = ext.get("rowProperties") if ext else None
+        properties = [pb.KVPair(key=k, value=v) for k, v in _pairs(row_properties)] if row_properties is not None \
+            else ()
+        if below:  # checked before a waiting half's row is touched
+            _check_row_patches(below, half, images_of(op), ext.get("image") is None, len(names), len(properties))
+        if partner is None:  # (a constructor with keywords costs three times one without)
+            row = pb.RowChange(properties=properties) if properties else pb.RowChange()
+        else:
+            row = partner[0].row  # the waiting half's row takes this half's image: no copy of either
+        images = images_of(op)
+        raws, charsets = (ext.get("values"), ext.get("charsets")) if ext else (None, None)
+        if raws is not None and type(raws) is not dict or charsets is not None and type(charsets) is not dict:
+            raise BlobFormatError("the 'dts' extension's values and charsets are objects", value=[raws, charsets])
+        plain = not (raws or charsets)
+        for image in images:
+            self._image(row, image, payload, codecs, names, ext, plan if plain else None, raws, charsets)
+        if op == "UPDATE":
+            facts["op"] = "UPDATE"
+        if partner is not None and half == "after":  # the joined row keeps the after half's properties
+            del row.properties[:]
+            row.properties.extend(properties)
+        if below:
+            _patch(row, below)
+        if half != "both":
+            row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key, unknown_key)
+            if not done:
+                return []
+        if self.options.lossless:
+            _add_facts(row.properties, facts)
+        if not ext:
+            dml.rows.append(row)
+            return [entry]
+        return self._regroup(entry, row, row_index, nrows, columns_key, unknown_key)
+
+    # -- parts ---------------------------------------------------------------------------------
+    def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
+        header.messageType = mtype
+        fields = ext.get("header") if ext else None
+        if fields is not None and type(fields) is not dict:  # (null: the `_check_extension` gate)
+            raise BlobFormatError("the 'dts' extension's 'header' is not what the bridge writes", value=fields)
+        if fields:
+            if "properties" in fields:
+                for key, value in fields.items():
+                    if key == "properties":
+                        _add_kv(header.properties, value)
+                    else:
+                        _set_field(header, key, value)
+            else:
+                for key, value in fields.items():
+                    _set_field(header, key, value)
+        elif not ext:
+            header.version = 1
+            if not with_source:
+                header.sourceType = pb.MYSQL
+        stamp = payload["timestamp"]
+        event_time = stamp["eventTime"]
+        if event_time < 0:
+            raise BlobFormatError("eventTime before 1970 has no DTS timestamp", value=event_time)
+        # A uint32 of seconds ends in 2106; a later eventTime travels whole as a fact.
+        header.timestamp = min(event_time // 1000, (1 << 32) - 1)
+        if event_time % 1000 or event_time // 1000 != header.timestamp:
+            facts["eventTime"] = str(event_time)
+        if "systemTime" in stamp:
+            facts["systemTime"] = str(stamp["systemTime"])
+        if "checkpointTime" not in stamp:
+            facts["checkpointTime"] = "none"
+        elif stamp["checkpointTime"] != event_time:
+            facts["checkpointTime"] = str(stamp["checkpointTime"])
+        if with_source:
+            source = (msg.get("schema") or {}).get("source")
+            if not isinstance(source, dict):
+                raise BlobFormatError("schema.source must be an object", value=source)
+            shared = msg.get("schema") is self._schema_value  # a schema feed_line shares
+            known = self._schema_known.get("source") if shared else None
+            try:  # the JSON text as the key: True and 1, 1.0 and 1 stay apart
+                key = None if known is not None else orjson.dumps(source)
+                if key is not None:
+                    known = self._sources.get(key)
+            except TypeError:  # a value JSON cannot hold (a dict built in Python): not cached
+                key, known = None, None
+            if known is None:
+                known = self._source_fields(source)
+                if key is not None:
+                    if len(self._sources) > 4096:
+                        self._sources.clear()
+                    self._sources[key] = known
+            if shared:
+                self._schema_known["source"] = known
+            header.sourceType, header.schemaName, header.tableName = known[0]
+            facts.update(known[1])
+
+    def _source_fields(self, source: dict) -> tuple[tuple, dict]:
+        """((sourceType, schemaName, tableName), facts) of a schema.source object."""
+        facts = {}
+        db_type = source.get("dbType")
+        source_type = SOURCE_TYPES_BY_NAME.get(str(db_type).lower())
+        source_type = pb.MYSQL if source_type is None else source_type
+        schema_name = str(source.get("dbName") or "")
+        table_name = str(source.get("tableName") or "")
+        version = source.get("dbVersion", "")
+        if not isinstance(version, str):
+            raise BlobFormatError("schema.source.dbVersion must be a string", value=version)
+        if version != self.options.db_version:
+            facts["dbVersion"] = version
+        expected = {"dbType": SOURCE_TYPES[source_type]}
+        if version:
+            expected["dbVersion"] = version
+        expected.update(dbName=schema_name, schemaName=schema_name, tableName=table_name)
+        if source != expected or list(source) != list(expected):
+            facts["source"] = orjson.dumps(source).decode()
+        return (source_type, schema_name, table_name), facts
+
+    def _sequence(self, header, seq: str | None, row_index: int, ext, facts) -> None:
+        if seq is None:
+            facts["sequenceId"] = "none"
+            return
+        value = int(seq)
+        seq_id = value // _ROW_SCALE
+        if seq_id >= 1 << 64:
+            seq_id = 0
+        header.seqId = seq_id
+        if sequence_id(seq_id, row_index) != seq:
+            facts["sequenceId"] = seq
+
+    def _shape_facts(self, msg, payload, facts, ddl_extra: bool) -> None:
+        """Facts for what the message holds beyond what its Entry says: a version other than
+        ours, unknown keys, a `ddl` where the op has none (`ddl_extra`), images the op does not
+        read, null images. Every extra payload key goes into one `payloadExtra`."""
+        version = msg.get("version", None)
+        if version is None and "version" not in msg:
+            facts["version"] = "none"
+        elif version != FORMAT_VERSION:
+            if not isinstance(version, str):
+                raise BlobFormatError("version must be a string", value=version)
+            facts["version"] = version
+        if not msg.keys() <= _KNOWN_TOP_SET:
+            extra = {k: v for k, v in msg.items() if k not in _KNOWN_TOP}
+            facts["extra"] = orjson.dumps(extra).decode()
+        pextra = {} if payload.keys() <= _KNOWN_PAYLOAD_SET else {
+            k: v for k, v in payload.items() if k not in _KNOWN_PAYLOAD}
+        if ddl_extra and "ddl" in payload:
+            if payload["ddl"] is None:
+                facts["ddlNull"] = "1"
+            else:
+                pextra["ddl"] = payload["ddl"]
+        used = _IMAGES_OF_OP.get(payload.get("op"), ())
+        for key in ("before", "after"):  # an image the op has no use for travels as it came
+            if key not in used and payload.get(key) is not None:
+                pextra[key] = payload[key]
+        if pextra:
+            facts["payloadExtra"] = orjson.dumps(pextra).decode()
+        if payload.get("before", 0) is None or payload.get("after", 0) is None:
+            facts["nullImage"] = ",".join(k for k in ("before", "after") if k in payload and payload[k] is None)
+
+    def _columns(self, dml, schema, ext, facts):
+        """Columns of the DML event, codecs and names; built once per column set and reused."""
+        columns_ext = ext.get("columns") if ext else None
+        try:  # two JSON texts one after the other: the schema's columns, the extension's
+            if schema is self._schema_value:
+                own = self._schema_known.get("columns")
+                if own is None:
+                    own = self._schema_known["columns"] = orjson.dumps([schema["dataColumn"],
+                                                                        schema.get("primaryKey", False)])
+            else:
+                own = orjson.dumps([schema["dataColumn"], schema.get("primaryKey", False)])
+            key = own + orjson.dumps(columns_ext)
+        except (TypeError, orjson.JSONEncodeError):
+            key = None
+        cached = self._column_sets.get(key) if key is not None else None
+        if cached is None:
+            template = pb.DMLEvent()
+            table_facts: dict = {}
+            codecs, names = self._build_columns(template, schema, ext, table_facts)
+            plan = native_plan(names, codecs, self.options.timezone == "UTC") if self._native else None
+            cached = (template, codecs, names, table_facts, plan, key)
+            if key is not None:
+                if len(self._column_sets) > 4096:
+                    self._column_sets.clear()
+                self._column_sets[key] = cached
+        template, codecs, names, table_facts, plan, key = cached
+        dml.CopyFrom(template)  # several times faster than extending the repeated field
+        facts.update(table_facts)
+        return codecs, names, plan, key
+
+    def _build_columns(self, dml, schema, ext, facts):
+        cols = schema["dataColumn"]
+        columns_ext = ext.get("columns") if ext else None
+        if columns_ext is not None and (type(columns_ext) is not dict or type(columns_ext.get("types")) is not list
+                                        or not columns_ext.keys() <= _COLUMNS_KEYS):
+            raise BlobFormatError("the 'dts' extension's columns hold types (a list) and properties",
+                                  value=columns_ext)
+        types = columns_ext["types"] if columns_ext is not None else None
+        props = columns_ext.get("properties", {}) if columns_ext is not None else {}
+        pkey = schema.get("primaryKey")
+        pkey = [] if pkey is None else pkey  # null: no key columns, and a fact keeps the null
+        if not isinstance(pkey, list):
+            raise BlobFormatError("schema.primaryKey must be a list", value=pkey)
+        if types is not None and len(types) != len(cols):
+            raise BlobFormatError("the extension's column types do not match schema.dataColumn", value=types)
+        names, codecs = [], []
+        for i, col in enumerate(cols):
+            if not isinstance(col, dict) or not isinstance(col.get("name"), str):
+                raise BlobFormatError("schema.dataColumn entries need a name", value=col)
+            column = dml.columns.add(name=col["name"], isKey=col["name"] in pkey)
+            if types is not None:
+                column.originalType = types[i]
+                _add_kv(column.properties, props.get(str(i), []))
+            else:
+                mapped = FOREIGN_COLUMN_TYPES.get(col.get("type"))
+                if mapped is None:
+                    raise BlobFormatError("unknown Blob column type", value=col.get("type"), column=col["name"])
+                column.originalType = mapped[0]
+                for key, value in mapped[1]:
+                    column.properties.add(key=key, value=value)
+            codec = codec_for(column, self.options)
+            if not self.options.lossless:
+                # strict: no reserved properties; a BOOLEAN column stays tinyint(1) holding 0/1
+                kept = [p for p in column.properties if not p.key.startswith(RESERVED_PREFIX)]
+                del column.properties[:]
+                column.properties.extend(kept)
+            if codec.blob_type != col.get("type"):
+                raise BlobFormatError(f"column type {col.get('type')} does not match {column.originalType}",
+                                      column=col["name"])
+            names.append(col["name"])
+            codecs.append(codec)
+        if "primaryKey" not in schema:
+            facts["primaryKey"] = "none"
+        elif schema["primaryKey"] is None or pkey != [n for n in names if n in pkey]:
+            facts["primaryKey"] = orjson.dumps(schema["primaryKey"]).decode()
+        return codecs, names
+
+    def _image(self, row, image, payload, codecs, names, ext, plan, raws, charsets) -> None:
+        """Add one image's Data to `row`. `plan`: the C encoder of the column set, for an image
+        whose values need no raw Data or charsets from the extension (None: Python only); `raws`
+        and `charsets`: the extension's `values` and `charsets` (dicts or None, checked by _dml)."""
+        body = payload.get(image)
+        if not isinstance(body, dict) or not isinstance(body.get("dataColumn"), dict):
+            raise BlobFormatError(f"payload.{image}.dataColumn must be an object", value=body)
+        values = body["dataColumn"]
+        image_ext = ext.get("image") if ext else None
+        if image_ext is not None:
+            if image_ext != "empty":
+                raise BlobFormatError("the 'dts' extension's image can only be \"empty\"", value=image_ext)
+            return
+        if plan is not None:
+            wire = plan.encode(values, 1 if image == "before" else 2)
+            if wire is not None:  # else the codecs below decide (and name what is wrong)
+                row.MergeFromString(wire)
+                return
+        target = row.oldColumns if image == "before" else row.newColumns
+        unknown = set(values) - set(names)
+        if unknown:
+            raise BlobFormatError("image names columns not in schema.dataColumn", value=sorted(unknown))
+        for by_index in (raws, charsets):  # keyed by column index: one that no column has is no value
+            if by_index and not by_index.keys() <= _index_keys(len(names)):
+                raise BlobFormatError("the 'dts' extension names a column index the message does not have",
+                                      value=sorted(by_index))
+        out = []
+        get = values.get
+        for i, name in enumerate(names):
+            if raws and str(i) in raws:
+                out.append(raw_to_data(raws[str(i)]))
+                continue
+            value = get(name, _ABSENT)
+            if value is None:
+                out.append(_NIL_DATA)
+            elif value is _ABSENT:
+                out.append(_NA_DATA)
+            else:
+                try:
+                    out.append(codecs[i].from_blob(value, charsets.get(str(i), DEFAULT_CHARSET) if charsets
+                                                   else DEFAULT_CHARSET))
+                except BridgeError as exc:
+                    raise exc.located(column=name)
+        target.extend(out)
+
+    def _partner(self, seq, half, entry, columns_key, unknown_key=None):
+        """The waiting other half of an update (None if this half is the first); raises for a
+        second half of the same kind and for halves naming different tables, carrying different
+        headers (the timestamp aside), different column sets or different unknown fields of the
+        Entry."""
+        pending = self._halves.get(seq)
+        if pending is None:
+            return None
+        holder, _, other_entry, other_columns = pending
+        if half in holder.halves:
+            raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a "
+                                  f"sequenceId (the first, line {holder.line}, still waits for its partner)",
+                                  sequence_id=seq)
+        bh, ah = (other_entry.header, entry.header) if half == "after" else (entry.header, other_entry.header)
+        if (bh.schemaName, bh.tableName, bh.sourceType) != (ah.schemaName, ah.tableName, ah.sourceType):
+            # this half is rejected; the waiting one keeps waiting (its partner may still come, and
+            # if not, `finish` reports it): neither vanishes
+            raise ConversionError("the halves of an update name different tables", sequence_id=seq)
+        if bh != ah and not _same_but_time(bh, ah):  # a differing timestamp travels as before.eventTime
+            raise ConversionError("the halves of an update carry different headers", sequence_id=seq)
+        # one row has one column set: halves with different ones (primaryKey, types) cannot join
+        if (columns_key != other_columns if columns_key is not None and other_columns is not None
+                else entry.event.dmlEvent.columns != other_entry.event.dmlEvent.columns):
+            raise ConversionError("the halves of an update carry different column sets", sequence_id=seq)
+        if holder.unknown != unknown_key:
+            raise ConversionError("the halves of an update carry different unknown fields", sequence_id=seq)
+        return pending
+
+    def _pair(self, seq, half, row, facts, entry, partner, columns_key, unknown_key=None):
+        """Join the two halves of an update (`row` already holds both images); returns (row,
+        facts, complete). Without a partner the half waits."""
+        if partner is None:
+            if len(self._halves) >= self.max_pending:
+                # the oldest waiting half is reported (see `evicted`), the current one waits
+                old_seq, (old, *_) = self._halves.popitem(last=False)
+                err = ConversionError(f"update half without its partner within {self.max_pending} messages",
+                                      sequence_id=old_seq, line=old.line)
+                err.count = 1
+                self.evicted.append(err)
+            self._halves[seq] = (_Row(seq, row, {half}, self._line, unknown_key), facts, entry, columns_key)
+            return row, facts, False
+        _, other_facts, other_entry, _ = partner
+        del self._halves[seq]
+        before_entry = other_entry if half == "after" else entry
+        after_entry = entry if half == "after" else other_entry
+        bh, ah = before_entry.header, after_entry.header
+        before_facts, after_facts = (other_facts, facts) if half == "after" else (facts, other_facts)
+        if bh.timestamp != ah.timestamp and "eventTime" not in before_facts:
+            before_facts = {**before_facts, "eventTime": str(bh.timestamp * 1000)}
+        out = dict(after_facts)
+        for key in set(before_facts) | set(after_facts):
+            if before_facts.get(key) != after_facts.get(key):
+                out["before." + key] = before_facts.get(key, "default")
+        if half == "before":
+            entry.CopyFrom(other_entry)
+            entry.event.dmlEvent.ClearField("rows")
+        return row, out, True
+
+    def _regroup(self, entry, row, row_index, nrows, columns_key=None, unknown_key=None) -> list[pb.Entry]:
+        if nrows == 1:
+            entry.event.dmlEvent.rows.append(row)
+            return [entry]
+        # the rows of one event: same header, same event properties, same dmlEvent (its columns,
+        # which the column-set key fixes, and its type; else its bytes), same row count. A
+        # message differing in any of them starts an event of its own (reported if it never
+        # completes): it never merges into another, losing what differs.
+        dml = entry.event.dmlEvent
+        event_props = entry.event.properties
+        key = (entry.header.SerializeToString(), dml.dmlEventType,
+               ("json", columns_key) if columns_key is not None else ("pb", dml.SerializeToString()),
+               tuple((p.key, p.value) for p in event_props) if event_props else None, nrows, unknown_key)
+        event = self._events.get(key)
+        if event is None:
+            event = self._events[key] = _Event(entry, nrows)
+        if row_index in event.rows:  # (0 <= row_index < nrows: checked in _dml)
+            raise ConversionError(f"row {row_index} of {nrows} repeated", seq_id=entry.header.seqId)
+        event.rows[row_index] = row
+        event.messages += 2 if key[1] == _UPDATE else 1
+        if len(event.rows) < nrows:
+            return []
+        del self._events[key]
+        out = event.entry
+        rows = event.rows
+        out.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
+        return [out]
+
+
+# the top level of the `dts` extension as the encoder writes it (bridge/blob/blob.schema.json, dtsExtension)
+_EXTENSION_TYPES = {"header": dict, "event": dict, "columns": dict, "row": list, "rowProperties": list,
+                    "charsets": dict, "values": dict, "image": str, "unknown": dict}
+
+
+def images_of(op: str) -> tuple:
+    """The row images a DML op's message holds."""
+    return _IMAGES_OF_OP[op]
+
+
+# ---- unknown protobuf fields (blob_encode.unknown_fields): back into their messages ---------------
+
+_MESSAGE_CLASSES = {cls.DESCRIPTOR.name: cls for cls in (
+    pb.Entry, pb.Header, pb.Event, pb.BeginEvent, pb.CommitEvent, pb.DDLEvent, pb.RollbackEvent, pb.HeartbeatEvent,
+    pb.CheckpointEvent, pb.DMLEvent, pb.Column, pb.RowChange, pb.Data, pb.KVPair)}
+_ALWAYS_THERE = frozenset(("header", "event"))  # an Entry the decoder builds always has these
+
+
+def _unknown_patches(unknown) -> tuple[list, list, bytes]:
+    """The extension's `unknown` ({path: base64}) checked: (patches of the Entry, patches of the
+    message's row, the Entry's part as a key that the halves and rows of one Entry share). A patch
+    is (steps, bytes): steps are (field name, list index or None) from the Entry or the row down to
+    a message, and the bytes hold only fields protobuf keeps as unknown there."""
+    if type(unknown) is not dict:
+        raise BlobFormatError("the 'dts' extension's unknown is an object of base64 strings", value=unknown)
+    once, below = [], []
+    for text, data in unknown.items():
+        root, steps, descriptor = _patch_path(text)
+        try:
+            raw = base64.b64decode(data, validate=True) if type(data) is str else b""
+        except (binascii.Error, ValueError):
+            raw = b""
+        probe = _MESSAGE_CLASSES[descriptor.name]()
+        try:
+            probe.MergeFromString(raw)
+        except ProtobufDecodeError:
+            raw = b""
+        if not raw or probe.ListFields():  # nothing, or fields the message knows: not unknown ones
+            raise BlobFormatError(f"the 'dts' extension's unknown {text!r} is not what the bridge writes", value=data)
+        (below if root == "row" else once).append((steps, raw))
+    key = orjson.dumps(sorted((k, v) for k, v in unknown.items() if not k.startswith("row"))) if once else None
+    return once, below, key
+
+
+def _patch_path(text) -> tuple[str, tuple, object]:
+    """(root, steps, descriptor of the message reached) of a path such as "header",
+    "event.dmlEvent.columns.3" or "row.newColumns.2"; "entry" is the Entry itself."""
+    names = text.split(".") if type(text) is str else [""]
+    root = "row" if names[0] == "row" else "entry"
+    if names[0] in ("row", "entry"):
+        names = names[1:] if names[0] == "row" or names == ["entry"] else [""]
+    descriptor = pb.RowChange.DESCRIPTOR if root == "row" else pb.Entry.DESCRIPTOR
+    steps = []
+    at = 0
+    while at < len(names):
+        fd = descriptor.fields_by_name.get(names[at])
+        if fd is None or fd.message_type is None or root == "entry" and fd.name == "rows":
+            raise BlobFormatError(f"the 'dts' extension's unknown names no message: {text!r}", value=text)
+        index = None
+        if fd.is_repeated:
+            at += 1
+            if at == len(names) or not names[at].isdigit() or not names[at].isascii():
+                raise BlobFormatError(f"the 'dts' extension's unknown names no message: {text!r}", value=text)
+            index = int(names[at])
+        steps.append((fd.name, index))
+        descriptor = fd.message_type
+        at += 1
+    return root, tuple(steps), descriptor
+
+
+def _check_row_patches(patches, half: str, images: tuple, with_data: bool, columns: int, properties: int) -> None:
+    """A row's patches name only what this message brings to the row, so that none can fail once
+    a waiting half's row is touched: the Data of its images, and (all but a before half) the row
+    itself and its properties."""
+    for steps, _ in patches:
+        name, index = steps[0] if steps else (None, None)
+        if name in ("oldColumns", "newColumns"):
+            ok = ("before" if name == "oldColumns" else "after") in images and with_data and index < columns
+        else:
+            ok = half != "before" and (name is None or index < properties)
+        if not ok:
+            raise BlobFormatError("the 'dts' extension's unknown names a part of the row this message does not hold",
+                                  value=".".join(["row"] + [f"{n}.{i}" if i is not None else n for n, i in steps]))
+
+
+def _patch(message, patches) -> None:
+    """Merge each patch's unknown fields into the message its steps reach from `message`."""
+    for steps, raw in patches:
+        target = message
+        for name, index in steps:
+            if index is None:
+                if name not in _ALWAYS_THERE and not target.HasField(name):
+                    raise BlobFormatError(f"the 'dts' extension's unknown names a {name} the message has not")
+                target = getattr(target, name)
+            else:
+                items = getattr(target, name)
+                if index >= len(items):
+                    raise BlobFormatError(f"the 'dts' extension's unknown names {name} {index}, which is not there")
+                target = items[index]
+        target.MergeFromString(raw)
+
+
+_DML_ONLY = frozenset(("columns", "row", "rowProperties", "charsets", "values", "image"))
+_DML_EXTENSION_KEYS = frozenset(_EXTENSION_TYPES)
+
+
+def _check_extension(ext: dict, dml: bool) -> None:
+    """An unknown key, or a part of another JSON type or of another kind of message, is an error: read
+    leniently, it would be dropped or misread. `_feed` calls this for every message but a DML one
+    whose keys are all known and none null; that one's parts are checked where they are read
+    (`_header`, `_build_columns`, `_dml`, `_image`), off the path of a plain message."""
+    for key, value in ext.items():
+        if type(value) is not _EXTENSION_TYPES.get(key) or not dml and key in _DML_ONLY:
+            raise BlobFormatError(f"the 'dts' extension's {key!r} is not what the bridge writes", value=value)
+
+
+_DML_EVENT_KEYS = frozenset(("properties",))
+_ONE_ROW = (0, 1)
+_COLUMNS_KEYS = frozenset(("types", "properties"))
+
+
+_INDEX_KEYS: dict[int, frozenset] = {}
+
+
+def _index_keys(n: int) -> frozenset:
+    keys = _INDEX_KEYS.get(n)
+    if keys is None:
+        keys = _INDEX_KEYS[n] = frozenset(str(i) for i in range(n))
+    return keys
+
+
+# protobuf takes any int for a bool field (-1 becomes true): the extension's must be JSON booleans
+_BOOL_FIELDS = frozenset(
+    f.name for d in (pb.Header.DESCRIPTOR, *(e.message_type for e in pb.Event.DESCRIPTOR.fields if e.message_type))
+    for f in d.fields if f.type == f.TYPE_BOOL)
+
+
+def _set_field(message, key: str, value) -> None:
+    """A field of the `dts` extension onto its protobuf message, its JSON type kept."""
+    if key in _BOOL_FIELDS and type(value) is not bool:
+        raise BlobFormatError(f"extension field {key} must be true or false", value=value)
+    setattr(message, key, value)
+
+
+def _same_but_time(a, b) -> bool:
+    """Whether two headers differ in their timestamp at most."""
+    c = type(a)()
+    c.CopyFrom(a)
+    c.timestamp = b.timestamp
+    return c == b
+
+
+def _pairs(pairs) -> list:
+    """The [key, value] pairs of an extension's properties, checked: a dict or a two-letter string
+    would unpack as well, and mean something else."""
+    if type(pairs) is not list or any(type(p) is not list or len(p) != 2 for p in pairs):
+        raise BlobFormatError("the 'dts' extension's properties are a list of [key, value] pairs", value=pairs)
+    return pairs
+
+
+def _add_kv(target, pairs) -> None:
+    for key, value in _pairs(pairs):
+        target.add(key=key, value=value)
+
+
+def _add_facts(target, facts: dict) -> None:
+    for key in sorted(facts):
+        target.add(key=RESERVED_PREFIX + key, value=facts[key])
+
+
+def _seq_of(msg) -> str | None:
+    try:
+        return msg["payload"]["sequenceId"]
+    except (KeyError, TypeError):
+        return None
+
+
+def blob_to_entries(messages: Iterable[dict], options: Options = DEFAULT_OPTIONS) -> Iterator[pb.Entry]:
+    """Entries rebuilt from a stream of Blob message dicts; unpaired halves raise at the end."""
+    decoder = BlobDecoder(options)
+    for msg in messages:
+        yield from decoder.feed(msg)
+    errors = decoder.finish()
+    if errors:
+        raise errors[0]

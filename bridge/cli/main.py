@@ -1,0 +1,714 @@
+"""The `dts-bridge` command line (also `python -m bridge`): a thin face over the library.
+
+Every command streams its input one record at a time, so memory stays flat with file size.
+Conversion goes through `bridge.stream`, where the error policy and the accounting law
+(`converted + rejected + not emitted == input records`) live; this module only picks formats,
+builds `Options` from flags declared once in `bridge.options.option_specs()`, and turns library
+errors into one-line messages, here and nowhere else.
+
+Exit codes: 0 success; 1 data errors (any rejected record, or the first bad record under
+`--on-error fail`, or an internal error); 2 usage errors (flags, formats, unreadable input).
+
+>>> main(["validate", "--help"]) == 0  # doctest: +ELLIPSIS
+usage: dts-bridge validate ...
+True
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import os
+import pathlib
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from bridge.blob.decode import decode_blob
+from bridge.blob.encode import BlobEncoder
+from bridge.blob.validation import iter_blob_errors
+from bridge.cli import observe
+from bridge.cli.base import DEBUG_ENV, PROG, UsageError, _one_line, _Outputs
+from bridge.cli.tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, TupleFiles, _tuple_input, _tuple_module, tuple_converter
+from bridge.errors import BridgeError, DecodeError, OptionsError
+from bridge.options import Options, option_specs
+from bridge.stream import (
+    ErrorPolicy,
+    Tally,
+    blob_lines_to_entries,
+    counted,
+    dts_json_lines_to_entries,
+    dts_records_to_entries,
+    entries_to_messages,
+    tuple_rows_to_entries,
+)
+from bridge.stream.census import Census, CountingReassembler
+from bridge.values import SUBSTITUTIONS
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import iter_pb_messages, pack_entries, read_dts_json, read_lines, write_dts_json, write_pb
+
+__all__ = ["main", "build_parser", "EXTENSIONS", "FORMATS", "OPTION_SIDES"]
+
+
+# ---- formats ------------------------------------------------------------------------------------
+
+# File name ending -> (side, framing); the longest matching ending wins.
+EXTENSIONS: dict[str, tuple[str, str]] = {
+    ".pb": ("dts", "pb"),
+    ".dts.jsonl": ("dts", "json"),
+    ".jsonl": ("blob", "jsonl"),
+    ".csv": ("tuple", "csv"),
+    ".parquet": ("tuple", "parquet"),
+}
+# --from / --to name -> (side, framing; None = from the file name, else the side's default).
+FORMATS: dict[str, tuple[str, str | None]] = {
+    "dts": ("dts", None),
+    "dts-json": ("dts", "json"),
+    "blob": ("blob", "jsonl"),
+    "tuple": ("tuple", None),
+}
+DEFAULT_FRAMING = {"dts": "pb", "blob": "jsonl", "tuple": "jsonl"}
+FRAMING_NAMES = {"pb": ".pb (Envelope stream)", "json": "dts-json", "jsonl": "JSON Lines", "csv": "CSV",
+                 "parquet": "Parquet"}
+
+
+def _extension(path: str) -> str | None:
+    name = path.lower()
+    for ext in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.endswith(ext):
+            return ext
+    return None
+
+
+def resolve_format(path: str, name: str | None, flag: str) -> tuple[str, str]:
+    """(side, framing) of a file from its name and the --from/--to flag, which must agree."""
+    ext = _extension(path) if path != "-" else None
+    if name is None:
+        if ext is None:
+            what = "standard input/output" if path == "-" else f"the name {path!r}"
+            raise UsageError(f"cannot tell the format from {what}: pass {flag} {'|'.join(FORMATS)}")
+        return EXTENSIONS[ext]
+    side, framing = FORMATS[name]
+    if ext is not None:
+        ext_side, ext_framing = EXTENSIONS[ext]
+        if ext_side == "blob" and side == "tuple":
+            ext_side = "tuple"  # .jsonl holds Tuple rows when the flag says so
+        if ext_side != side or (framing is not None and framing != ext_framing):
+            raise UsageError(f"{flag} {name} does not fit the file name {path!r} "
+                             f"({ext} is {ext_side} {FRAMING_NAMES[ext_framing]})")
+        framing = ext_framing
+    return side, framing or DEFAULT_FRAMING[side]
+
+
+# ---- options, declared once in bridge.options --------------------------------------------------
+
+# The sides of a conversion an option means something for; given for any other conversion it is
+# a usage error naming the option, never silently ignored. Options not listed apply everywhere.
+OPTION_SIDES: dict[str, frozenset] = {
+    "strict": frozenset({"blob", "tuple"}),
+    "timezone": frozenset({"blob", "tuple"}),
+    "decimal": frozenset({"blob"}),
+    "control_events": frozenset({"blob"}),
+    "system_time": frozenset({"blob"}),
+    "db_version": frozenset({"blob"}),
+    "max_message_bytes": frozenset({"pb"}),  # only Envelope output has a message size
+    "max_line_bytes": frozenset({"lines"}),  # only JSON Lines input (Blob, dts-json, Tuple) has lines
+    "tuple_binary": frozenset({"tuple"}),
+    "source_table": frozenset({"tuple"}),
+    "zero_dates": frozenset({"blob", "tuple"}),  # Blob: strict mode's (lossless keeps every value as sent)
+    "temporal_precision": frozenset({"blob", "tuple"}),
+}
+# Options that act on Blob data in strict mode only (and on Tuple data): the temporal policies.
+STRICT_BLOB_OPTIONS = frozenset({"zero_dates", "temporal_precision"})
+# Spark's PERMISSIVE ("keep") has no file counterpart: a kept record would need an error column.
+CLI_CHOICES = {"on_error": ("fail", "skip")}
+CLI_HELP = {"on_error": "bad records: stop at the first (exit 1), or skip and count them (see --rejects)"}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_option_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("conversion options (bridge.Options)")
+    for name, type_name, default, choices, text in option_specs():
+        choices = CLI_CHOICES.get(name, choices)
+        text = CLI_HELP.get(name, text)
+        kwargs: dict[str, Any] = {"dest": "opt_" + name, "default": argparse.SUPPRESS}
+        if type_name == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+            kwargs["help"] = f"{text} (default: {'on' if default else 'off'})"
+        else:
+            kwargs["type"] = int if type_name == "int" else str
+            if choices:
+                kwargs["choices"] = choices
+            shown = "" if default is None else f" (default: {default if default != '' else 'none'})"
+            kwargs["help"] = text + shown
+            kwargs["metavar"] = "|".join(choices) if choices else name.split("_")[-1].upper()
+        group.add_argument(_flag(name), **kwargs)
+
+
+def options_from(args: argparse.Namespace, sides: set) -> Options:
+    given = {k[4:]: v for k, v in vars(args).items() if k.startswith("opt_")}
+    for name in given:
+        where = OPTION_SIDES.get(name)
+        if where is not None and not where & sides:
+            raise UsageError(f"option {_flag(name)} has no effect on this conversion "
+                             f"(it applies to {' or '.join(sorted(where))} data)")
+    try:
+        options = Options(**given)
+    except OptionsError as err:
+        raise UsageError(str(err)) from None
+    policies = sorted(STRICT_BLOB_OPTIONS & set(given))
+    if policies and "tuple" not in sides and not options.strict:
+        raise UsageError(f"option {_flag(policies[0])} has no effect without --strict on Blob data "
+                         "(lossless Blob keeps every value as sent)")
+    return options
+
+
+# ---- input and output streams -------------------------------------------------------------------
+
+def _open_input(path: str, stack: contextlib.ExitStack):
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return stack.enter_context(open(path, "rb"))
+    except OSError as err:
+        raise UsageError(f"cannot read {path}: {err.strerror}") from None
+
+
+def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int, int, bytes]]:
+    """(partition 0, Envelope number in the file, bytes) of a `.pb` stream.
+
+    A broken tail (a truncated length prefix or body) loses the framing: it is one rejected
+    record and ends the stream; everything before it is converted as usual.
+    """
+    try:
+        for number, _, raw in iter_pb_messages(stream, source):
+            yield 0, number, raw
+    except DecodeError as err:
+        policy.tally.envelopes += 1
+        policy.tally.input += 1
+        policy.reject(err)
+
+
+LEDGER_HELP = ("the loss ledger: one JSON line per value a temporal policy (--zero-dates, --temporal-precision) "
+               "substituted (position, column, kind, value sent, value written); the summary line counts them "
+               "either way")
+
+
+def ledger_sink(out) -> Callable[[dict], None] | None:
+    """Writes each loss-ledger record (a value a temporal policy substituted) as a JSON line."""
+    if out is None:
+        return None
+    return lambda record: out.write(orjson.dumps(record, default=str) + b"\n")
+
+
+def rejects_sink(out, tally: Tally) -> Callable[[dict], None] | None:
+    """Writes each rejection as a JSON line; `records` says how many input records it disposes
+    of (a broken run of segments is one rejection of several Envelopes)."""
+    if out is None:
+        return None
+    counted = [tally.rejected]
+
+    def sink(record: dict) -> None:
+        record["records"], counted[0] = tally.rejected - counted[0], tally.rejected  # policy counts first
+        out.write(orjson.dumps(record, default=str) + b"\n")
+    return sink
+
+
+class Progress:
+    """A one-line progress indicator on stderr, only when stderr is a terminal and only once a
+    run has lasted `delay` seconds; silent otherwise. It counts what passes through `wrap`."""
+
+    def __init__(self, tally: Tally, label: str, stream=None, delay: float = 1.0, every: float = 0.25) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tally, self.label, self.every = tally, label, every
+        self.start = time.monotonic()
+        self.next = self.start + delay
+        self.shown = False
+        self.count = 0
+
+    def wrap(self, items: Iterable) -> Iterator:
+        if not self.enabled:
+            yield from items
+            return
+        for item in items:
+            self.count += 1
+            if not self.count & 0xFF and time.monotonic() >= self.next:
+                self.show()
+            yield item
+
+    def show(self) -> None:
+        now = time.monotonic()
+        t = self.tally
+        self.stream.write(f"\r{self.label}: {t.input:,} records read, {self.count:,} written, "
+                          f"{t.rejected:,} rejected ({now - self.start:.0f} s)")
+        self.stream.flush()
+        self.shown = True
+        self.next = now + self.every
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self.shown = False
+
+
+# ---- convert ------------------------------------------------------------------------------------
+
+def _source_entries(side: str, framing: str, path: str, fh, policy: ErrorPolicy, options: Options,
+                    source: str, args, raw: bool = False) -> Iterator[tuple]:
+    """(where, Entry) of the input under the policy; the tally counts input records. `raw`: .pb
+    input also gives each Entry's bytes, (where, Entry, bytes), for the encoder's C fast path."""
+    if side == "dts" and framing == "pb":
+        return dts_records_to_entries(pb_envelopes(fh, policy, source), policy, raw=raw)
+    if side == "dts":
+        return dts_json_lines_to_entries(read_dts_json(fh, source, options.max_line_bytes), policy, source)
+    if side == "blob":
+        return blob_lines_to_entries(read_lines(fh, options.max_line_bytes, source), policy, options, source)
+    (schema, table, columns), rows = _tuple_input(framing, path, fh, args, options.max_line_bytes)
+    try:
+        decoder = _tuple_module().TupleDecoder(schema, options, table=table, columns=columns)
+    except BridgeError as err:
+        raise UsageError(f"the RecordSchema does not fit: {err}") from None
+    return tuple_rows_to_entries(rows, decoder, policy)
+
+
+def _weighted(entries: Iterable[tuple[dict, pb.Entry]], tally: Tally) -> Iterator[tuple[int, dict, pb.Entry]]:
+    """(input records behind it, where, Entry) for a source that counts converted records itself
+    (Blob messages, Tuple rows): the records an Entry completes are the growth of `converted`."""
+    last = tally.converted
+    for where, entry in entries:
+        weight, last = tally.converted - last, tally.converted
+        yield weight, where, entry
+
+
+def _chain(entries: Iterable[tuple[dict, pb.Entry]], convert: Callable[[pb.Entry], list], policy: ErrorPolicy,
+           first: Tally) -> Iterator[tuple[dict, Any]]:
+    """Second stage of Blob -> Tuple and Tuple -> Blob: an Entry the target rejects, or that gives
+    no output, takes its input records from converted to rejected or not emitted, so the
+    accounting stays in input records (a candidate for bridge.stream)."""
+    second = policy.tally
+    for weight, where, entry in _weighted(entries, first):
+        try:
+            outputs = counted(policy, where, convert, entry)
+        except BridgeError as err:
+            err.located(**{k: v for k, v in where.items() if k in ("partition", "offset", "line", "row")})
+            policy.reject(err, entry.SerializeToString(), count=weight)
+            continue
+        if not outputs:
+            second.not_emitted += weight
+        for index, item in enumerate(outputs):
+            second.outputs += 1
+            yield {**where, "row": index}, item
+
+
+def _merge(first: Tally, second: Tally) -> Tally:
+    moved = second.rejected + second.not_emitted
+    return Tally(input=first.input, converted=first.converted - moved, rejected=first.rejected + second.rejected,
+                 not_emitted=first.not_emitted + second.not_emitted, outputs=second.outputs,
+                 envelopes=first.envelopes,
+                 **{kind: getattr(first, kind) + getattr(second, kind) for kind in SUBSTITUTIONS})
+
+
+def _write_blob(items: Iterable[tuple[dict, bytes]], out) -> str:
+    """Messages as JSON lines (what `BlobEncoder.convert_lines` gives)."""
+    for _, line in items:
+        out.write(line)
+        out.write(b"\n")
+    return ""
+
+
+def _write_dts(items: Iterable[tuple[dict, pb.Entry]], out, framing: str, options: Options) -> str:
+    entries = (entry for _, entry in items)
+    if framing == "pb":
+        count = write_pb(out, pack_entries(entries, options.max_message_bytes))
+        return f" in {count} Envelope{'s' if count != 1 else ''}"
+    write_dts_json(out, entries)
+    return ""
+
+
+def _write_tuples(items, files: TupleFiles) -> str:
+    for _, item in items:
+        files.write(item)
+    count = files.close()
+    return f" to {count} file{'s' if count != 1 else ''}" if files.path != "-" else ""
+
+
+def _check_convert_args(args, src: tuple[str, str], dst: tuple[str, str]) -> None:
+    src_side, dst_side = src[0], dst[0]
+    if src_side == dst_side and src_side != "dts":
+        raise UsageError(f"input and output are both {src_side}: nothing to convert")
+    if TABLE_PLACEHOLDER in args.output and dst_side != "tuple":
+        raise UsageError(f"{TABLE_PLACEHOLDER} in -o only applies to --to tuple (one file per table)")
+    if args.table and "tuple" not in (src_side, dst_side):
+        raise UsageError("--table applies to Tuple input or output")
+    if args.schema and src_side != "tuple":
+        raise UsageError("--schema applies to Tuple input")
+    if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
+        raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
+    if args.output == "-" and dst[1] in ("pb", "parquet") and sys.stdout.isatty():
+        raise UsageError(f"will not write {FRAMING_NAMES[dst[1]]} to a terminal: pass -o OUTPUT")
+    if args.output == "-" and dst[1] in ("csv", "parquet"):
+        raise UsageError(f"{FRAMING_NAMES[dst[1]]} output needs a file (-o); stdout takes Tuple JSON Lines")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    if args.to is None and args.output == "-":
+        raise UsageError("pass --to blob|tuple|dts (or an -o OUTPUT whose name tells the format)")
+    src_side, src_framing = resolve_format(args.input, args.from_, "--from")
+    dst_side, dst_framing = resolve_format(args.output.replace(TABLE_PLACEHOLDER, "t"), args.to, "--to")
+    _check_convert_args(args, (src_side, src_framing), (dst_side, dst_framing))
+    options = options_from(args, {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set())
+                           | ({"lines"} if src_framing in ("json", "jsonl") else set()))
+    from bridge.cli.kafka import check_output_dir  # a mistyped -o is an error, not a tree of new directories
+    for target in (args.output, args.rejects, args.ledger):
+        # a {table} template names a folder of outputs: that folder is made (docs/cli.md)
+        if target and target != "-" and "{" not in target:
+            check_output_dir(target, args.mkdir)
+    on_error = getattr(args, "opt_on_error", "fail")
+    source = "<stdin>" if args.input == "-" else args.input
+    label = f"{PROG} convert {source}"
+
+    tally, second = Tally(), Tally()
+    outputs = _Outputs()
+    progress = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
+                                describe=lambda: f"{tally.input:,} read, {tally.rejected:,} rejected")
+    with contextlib.ExitStack() as stack, _locating(source):
+        fh = _open_input(args.input, stack)
+        rejects = outputs.open(args.rejects) if args.rejects else None
+        ledger = ledger_sink(outputs.open(args.ledger) if args.ledger else None)
+        policy = ErrorPolicy(on_error, tally=tally, sink=rejects_sink(rejects, tally), keep_records=False,
+                             ledger=ledger, name_entry=True)
+        try:
+            entries = _source_entries(src_side, src_framing, args.input, fh, policy, options, source, args,
+                                      raw=dst_side == "blob")
+            # stream_lines: the lines of an Entry are never all held (one Entry can give gigabytes)
+            convert = (BlobEncoder(options).stream_lines if dst_side == "blob" else
+                       tuple_converter(options, args.table) if dst_side == "tuple" else lambda entry: [entry])
+            if src_side == "dts":
+                items = entries_to_messages(entries, convert, policy)
+            elif dst_side == "dts":
+                items = entries  # Blob and Tuple sources count converted records themselves
+            else:
+                items = _chain(entries, convert, ErrorPolicy(on_error, tally=second, keep_records=False,
+                                                             sink=rejects_sink(rejects, second), ledger=ledger),
+                               tally)
+            items = progress.wrap(items)
+            if dst_side == "blob":
+                written = _write_blob(items, outputs.open(args.output))
+            elif dst_side == "dts":
+                written = _write_dts(items, outputs.open(args.output), dst_framing, options)
+            else:
+                written = _write_tuples(items, TupleFiles(args.output, dst_framing, options, outputs))
+        except BaseException:
+            progress.clear()
+            outputs.abort()
+            raise
+        outputs.commit()
+    progress.clear()
+    report = _merge(tally, second) if "dts" not in (src_side, dst_side) else tally
+    sys.stdout.flush()
+    print(f"{label}: {report.summary(written)}", file=sys.stderr)
+    return 1 if report.rejected else 0
+
+
+@contextlib.contextmanager
+def _locating(source: str):
+    """Name the input file in a record error that does not name it yet."""
+    try:
+        yield
+    except BridgeError as err:
+        raise err.located(source=source)
+
+
+# ---- inspect ------------------------------------------------------------------------------------
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    side, framing = resolve_format(args.input, args.from_, "--from")
+    if side == "tuple":
+        raise UsageError("inspect reads .pb, dts-json and Blob JSON Lines files")
+    source = "<stdin>" if args.input == "-" else args.input
+    census = Census("Blob messages" if side == "blob" else "Entries")
+    tally = Tally()
+    policy = ErrorPolicy("skip", tally=tally,
+                         sink=lambda record: census.error(record, _one_line(record_message(record))),
+                         keep_records=False)
+    with contextlib.ExitStack() as stack:
+        fh = _open_input(args.input, stack)
+        if side == "blob":
+            for number, line in Progress(tally, f"{PROG} inspect {source}").wrap(read_lines(fh, source=source)):
+                tally.input += 1
+                try:
+                    if isinstance(line, BridgeError):  # longer than the default max_line_bytes
+                        raise line
+                    census.blob(decode_blob(line, line=number))
+                except BridgeError as err:
+                    policy.reject(err, line)
+        else:
+            reassembler = CountingReassembler()
+            if framing == "pb":
+                entries = dts_records_to_entries(pb_envelopes(fh, policy, source), policy, reassembler)
+            else:
+                entries = dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
+            for _, entry in Progress(tally, f"{PROG} inspect {source}").wrap(entries):
+                census.entry(entry)
+            if framing == "pb":
+                census.framing = {"envelopes": tally.envelopes, "entries_messages": reassembler.bundles,
+                                  "split_entries": reassembler.split, "segments_of_split": reassembler.segments}
+    if args.json:
+        sys.stdout.write(orjson.dumps({"source": source, **census.as_dict()}, option=orjson.OPT_INDENT_2).decode())
+        sys.stdout.write("\n")
+    else:
+        print(census.text(source))
+    return 1 if census.errors else 0
+
+
+def record_message(record: dict) -> str:
+    where = ", ".join(f"{k} {v}" for k, v in record.items()
+                      if k not in ("kind", "reason", "value", "raw", "raw_base64", "raw_truncated_from"))
+    return f"{record['reason']} ({where})" if where else record["reason"]
+
+
+# ---- validate, samples, demo -------------------------------------------------------------------
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    source = "<stdin>" if args.file == "-" else args.file
+    messages = invalid = 0
+    with contextlib.ExitStack() as stack:
+        fh = _open_input(args.file, stack)
+        progress = stack.enter_context(observe.progress(
+            unit="messages", enabled=False if args.no_progress else None, desc=f"{PROG} validate {source}",
+            describe=lambda: f"{invalid:,} invalid"))
+        for number, line in progress.wrap(read_lines(fh, source=source)):
+            messages += 1
+            try:
+                problems = [line.reason] if isinstance(line, BridgeError) else iter_blob_errors(orjson.loads(line))
+            except orjson.JSONDecodeError as err:
+                problems = [f"invalid JSON ({err.msg})"]
+            if problems:
+                invalid += 1
+                for problem in problems:
+                    print(f"{source}:{number}: {_one_line(problem)}")
+    sys.stdout.flush()
+    print(f"{PROG} validate {source}: {messages} messages, {invalid} invalid", file=sys.stderr)
+    return 1 if invalid else 0
+
+
+def cmd_samples(args: argparse.Namespace) -> int:
+    from bridge.samples import write_samples
+    kwargs = {} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}
+    paths = write_samples(args.dir, **kwargs)
+    for path in paths:
+        print(path)
+    sys.stdout.flush()
+    print(f"{PROG} samples: wrote {len(paths)} files to {args.dir}", file=sys.stderr)
+    return 0
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Every conversion must be clean: Blob output is lossless, and the Tuple conversions' default
+    temporal policies write the values a Tuple row cannot hold (zero dates, dates beyond DataHub's
+    TIMESTAMP range) as NULL, each listed in a ledger file; a record rejected all the same goes to
+    a rejects file and makes the exit code 1."""
+    samples = pathlib.Path(args.samples_dir)
+    inputs = sorted(samples.glob("*.pb"))
+    if not inputs:
+        raise UsageError(f"no .pb files in {samples} (write some with: {PROG} samples {samples})")
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # the demo's own folder
+    tuples = _have("bridge.tuple")
+    status = 0
+    for path in inputs:
+        status = max(status, main(["convert", str(path), "-o", str(out / f"{path.stem}.blob.jsonl")]))
+        if tuples:
+            folder = out / f"{path.stem}.tuple"
+            code = main(["convert", str(path), "-o", str(folder / f"{TABLE_PLACEHOLDER}.jsonl"), "--to", "tuple",
+                         "--on-error", "skip", "--rejects", str(folder / "rejects.jsonl"), "--mkdir",
+                         "--ledger", str(folder / "ledger.jsonl")])  # zero dates written as NULL, each named
+            status = max(status, code)
+    print(f"{PROG} demo: output in {out}/", file=sys.stderr)
+    if not tuples:
+        print(f"{PROG} demo: Tuple output skipped: bridge.tuple is not installed", file=sys.stderr)
+    if not _have("pyspark"):
+        print(f"{PROG} demo: pyspark is not installed; skipping the Spark summary "
+              "(pip install 'dts-datahub-bridge[spark]')", file=sys.stderr)
+        return status
+    try:
+        demo = importlib.import_module("bridge.cli.demo")
+    except ModuleNotFoundError as err:
+        if err.name != "bridge.cli.demo":
+            raise
+        print(f"{PROG} demo: bridge.cli.demo is not available; skipping the Spark summary", file=sys.stderr)
+        return status
+    try:
+        summary = demo.spark_summary(str(samples))
+    except Exception as err:  # noqa: BLE001 - Spark needs Java 17; say so in one line
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{PROG} demo: the Spark summary failed: {type(err).__name__}: {_one_line(err)[:300]}",
+              file=sys.stderr)
+        return max(status, 1)
+    if summary is not None:
+        print(summary)
+    return status
+
+
+# ---- the parser and the boundary ---------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, like every other error (the full usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _epilog(*examples: str) -> str:
+    return "example:\n" + "\n".join(f"  {e}" for e in examples)
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's example lines as written; descriptions are wrapped by `_describe`."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def _describe(text: str) -> str:
+    return textwrap.fill(" ".join(text.split()), width=90)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG, formatter_class=_Formatter,
+        description=_describe("Convert Tencent Cloud DTS subscription messages to Alibaba Cloud DataHub "
+                    "Blob/Tuple messages and back."),
+        epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob"))
+    parser.add_argument("--version", action="version", version=f"{PROG} {observe.bridge_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    convert = commands.add_parser(
+        "convert", formatter_class=_Formatter, help="convert between DTS (.pb, dts-json), Blob and Tuple files",
+        description=_describe("Convert a file record by record. Formats come from the file names (.pb, .dts.jsonl, "
+                    ".jsonl, .csv, .parquet) or from --from/--to; '-' is stdin/stdout. Bad records stop the "
+                    "run (--on-error fail) or are counted and written to --rejects (--on-error skip). "
+                    "A one-line summary goes to stderr."),
+        epilog=_epilog(f"{PROG} convert samples/mixed.pb -o mixed.jsonl --to blob",
+                       f"{PROG} convert mixed.jsonl -o mixed.pb --on-error skip --rejects rejects.jsonl",
+                       f"{PROG} convert samples/mixed.pb -o 'tuple/{{table}}.csv' --to tuple"))
+    convert.add_argument("input", metavar="INPUT", help="input file, or - for stdin (with --from)")
+    convert.add_argument("-o", "--output", default="-", metavar="OUTPUT",
+                         help="output file (default: stdout, with --to); for --to tuple, a name containing "
+                              "{table} gives one file per table")
+    convert.add_argument("--from", dest="from_", choices=tuple(FORMATS), help="input format (default: from INPUT)")
+    convert.add_argument("--to", choices=tuple(FORMATS), help="output format (default: from OUTPUT)")
+    convert.add_argument("--table", metavar="DB.TABLE",
+                         help="Tuple output: only this table; Tuple input: the table the rows belong to")
+    convert.add_argument("--schema", metavar="PATH",
+                         help=f"Tuple input: its RecordSchema JSON (default: NAME{SCHEMA_SUFFIX} next to INPUT, "
+                              "or the Parquet file's own)")
+    convert.add_argument("--rejects", metavar="PATH",
+                         help="with --on-error skip: write one JSON line per rejected record "
+                              "(position, reason, raw input)")
+    convert.add_argument("--ledger", metavar="PATH", help=LEDGER_HELP)
+    convert.add_argument("--mkdir", action="store_true",
+                         help="create the directory of -o (and --rejects) when it does not exist (default: an error)")
+    convert.add_argument("--no-progress", action="store_true",
+                         help="no progress display (there is one only when stderr is a terminal)")
+    add_option_flags(convert)
+    convert.set_defaults(run=cmd_convert)
+
+    inspect = commands.add_parser(
+        "inspect", formatter_class=_Formatter, help="count what a DTS or Blob file holds",
+        description=_describe("Count records by message type, op, table and row-image kind (full, minimal with NA, "
+                    "none), Envelopes and split Entries, and errors. Exit 1 when the file has errors."),
+        epilog=_epilog(f"{PROG} inspect samples/large.pb --json"))
+    inspect.add_argument("input", metavar="INPUT", help=".pb, .dts.jsonl or Blob .jsonl file, or - (with --from)")
+    inspect.add_argument("--from", dest="from_", choices=("dts", "dts-json", "blob"), help="input format")
+    inspect.add_argument("--json", action="store_true", help="print the counts as one JSON document")
+    inspect.set_defaults(run=cmd_inspect)
+
+    validate = commands.add_parser(
+        "validate", formatter_class=_Formatter, help="check Blob JSON Lines against the Blob schema",
+        description=_describe("Check every line of a Blob JSON Lines file against bridge/blob/blob.schema.json and the "
+                    "declared column types; print FILE:LINE: problem for each. Exit 1 if any is invalid."),
+        epilog=_epilog(f"{PROG} validate mixed.jsonl"))
+    validate.add_argument("file", metavar="FILE", help="Blob JSON Lines file, or - for stdin")
+    validate.add_argument("--no-progress", action="store_true",
+                          help="no progress display (there is one only when stderr is a terminal)")
+    validate.set_defaults(run=cmd_validate)
+
+    samples = commands.add_parser(
+        "samples", formatter_class=_Formatter, help="write the sample DTS streams",
+        description=_describe("Write the deterministic sample streams (NAME.pb and NAME.dts.jsonl) into DIR."),
+        epilog=_epilog(f"{PROG} samples samples/"))
+    samples.add_argument("dir", metavar="DIR", help="output directory (created if missing)")
+    samples.add_argument("--max-message-bytes", type=int, metavar="BYTES",
+                         help="Envelope size limit for every stream (default: each stream's own)")
+    samples.set_defaults(run=cmd_samples)
+
+    demo = commands.add_parser(
+        "demo", formatter_class=_Formatter, help="convert every sample to Blob and Tuple (make demo)",
+        description=_describe("Convert every .pb in SAMPLES_DIR to Blob and Tuple files in --out, print the summaries, "
+                    "and, when pyspark is installed, a Spark summary."),
+        epilog=_epilog(f"{PROG} demo samples --out out/"))
+    demo.add_argument("samples_dir", metavar="SAMPLES_DIR", nargs="?", default="samples",
+                      help="directory of sample .pb files (default: samples)")
+    demo.add_argument("--out", default="out", metavar="DIR", help="output directory (default: out)")
+    demo.set_defaults(run=cmd_demo)
+
+    from bridge.cli.kafka import register  # the pipeline ends: consume, produce, deliver (docs/kafka.md)
+    register(commands)
+    from bridge.cli.sync import register as register_sync  # Kafka -> DataHub in one process (docs/kafka.md)
+    register_sync(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (the console script passes it to sys.exit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error argparse already printed
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    prefix = f"{PROG} {args.command}"
+    try:
+        return args.run(args)
+    except UsageError as err:
+        print(f"{prefix}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except BridgeError as err:
+        print(f"{prefix}: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, and keep Python from complaining
+        # again when it flushes stdout at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as err:
+        print(f"{prefix}: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - the boundary: one line, unless debugging
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"{prefix}: internal error: {type(err).__name__}: {_one_line(err)} "
+              f"(set {DEBUG_ENV}=1 for a traceback)", file=sys.stderr)
+        return 1

@@ -1,0 +1,745 @@
+"""The per-partition side of the Spark transforms (bridge.spark is the DataFrame face).
+
+Each job is one iterator over a Spark partition's Arrow (or pandas) batches, so stream state
+(Envelope reassembly, update pairing, Envelope packing, column codecs) lives across batches; the
+adapters turn batches into records and the job's rows back into batches. pyspark and pyarrow are
+imported only inside the functions that run on the workers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator
+from decimal import Context, Decimal, InvalidOperation
+from operator import itemgetter
+from typing import Any
+
+from bridge.blob.decode import BlobDecoder
+from bridge.blob.encode import FORMAT_VERSION, BlobEncoder
+from bridge.errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
+from bridge.native import speedups
+from bridge.options import Options
+from bridge.stream import (
+    ErrorPolicy,
+    Tally,
+    assembled_entries,
+    decoder_entries,
+    dts_records_to_assembled,
+    entries_to_outputs,
+)
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import Reassembler, pack_entries
+
+# Spark's bad-record modes -> the stream layer's error policy.
+MODES = {"FAILFAST": "fail", "PERMISSIVE": "keep", "DROPMALFORMED": "skip"}
+
+
+KAFKA_COLUMNS = (("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
+                 ("offset", "bigint"), ("timestamp", "timestamp"))
+
+
+POSITION_COLUMNS = (("topic", "string"), ("partition", "int"), ("offset", "bigint"), ("entry", "int"),
+                    ("row", "int"))
+
+
+BLOB_COLUMNS = POSITION_COLUMNS + (
+    ("sequence_id", "string"), ("op", "string"), ("db", "string"), ("table", "string"),
+    ("shard_key", "string"), ("event_time", "timestamp"), ("blob", "string"))
+
+
+DTS_COLUMNS = (("key", "binary"), ("value", "binary"))
+
+
+ERROR_COLUMN = ("error", "string")
+
+
+# Kafka key of each output Envelope (besides naming an input column).
+KEYS = ("table", "single")
+
+
+# DataHub Tuple field type -> Spark type; DECIMAL takes its precision from the DTS column.
+SPARK_TYPES = {"BIGINT": "bigint", "INTEGER": "int", "SMALLINT": "smallint", "TINYINT": "tinyint",
+               "DOUBLE": "double", "FLOAT": "float", "DECIMAL": "decimal", "BOOLEAN": "boolean",
+               "TIMESTAMP": "timestamp", "STRING": "string"}
+
+
+FIELD_TYPES_OF_SPARK = {v: k for k, v in SPARK_TYPES.items()}
+
+
+DEFAULT_DECIMAL = (38, 18)  # a DECIMAL field known only from a RecordSchema (Spark's widest)
+
+
+_MAX_PRECISION = 38
+
+
+_OUT_ROWS = 4096  # rows per output batch
+
+
+def _ddl(columns) -> str:
+    return ", ".join(f"`{name}` {kind.upper()}" for name, kind in columns)
+
+
+KAFKA_SCHEMA = _ddl(KAFKA_COLUMNS)
+
+
+BLOB_SCHEMA = _ddl(BLOB_COLUMNS)
+
+
+DTS_SCHEMA = _ddl(DTS_COLUMNS)
+
+
+def _policy_name(mode: str) -> str:
+    name = MODES.get(str(mode).upper())
+    if name is None:
+        raise OptionsError(f"option 'mode' must be one of {', '.join(MODES)}", value=mode)
+    return name
+
+
+def _with_error(columns, mode: str) -> tuple:
+    return tuple(columns) + ((ERROR_COLUMN,) if _policy_name(mode) == "keep" else ())
+
+
+_TALLY_FIELDS = tuple(f.name for f in dataclasses.fields(Tally))  # every count, so none is lost on the way
+
+
+class _TallyParam:
+    """An AccumulatorParam (duck-typed, so defining it needs no pyspark) summing Tally tuples."""
+
+    def zero(self, value):
+        return (0,) * len(_TALLY_FIELDS)
+
+    def addInPlace(self, a, b):
+        return tuple(x + y for x, y in zip(a, b))
+
+
+class SparkTally:
+    """The stream layer's `Tally` summed over every task through a Spark accumulator.
+
+    Read `.value` on the driver after an action. Like any accumulator updated in a transformation
+    it counts again when the DataFrame is computed again (a second action, a retried task):
+    cache the output or `reset()` between actions.
+    """
+
+    def __init__(self, spark) -> None:
+        self._acc = spark.sparkContext.accumulator((0,) * len(_TALLY_FIELDS), _TallyParam())
+
+    @property
+    def value(self) -> Tally:
+        return Tally(*self._acc.value)
+
+    def reset(self) -> None:
+        self._acc.value = (0,) * len(_TALLY_FIELDS)
+
+    def add(self, tally: Tally) -> None:
+        self._acc.add(tuple(getattr(tally, name) for name in _TALLY_FIELDS))
+
+
+class _RowPolicy(ErrorPolicy):
+    """The stream layer's ErrorPolicy; under PERMISSIVE it also hands each error over for its row."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.errors: list[BridgeError] = []
+
+    def reject(self, err: BridgeError, raw: Any = None, count: int = 1) -> dict:
+        record = super().reject(err, raw, count)
+        if self.on_error == "keep":
+            self.errors.append(err)
+        return record
+
+
+def _arrow_type(kind: str):
+    import pyarrow as pa
+    simple = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "bigint": pa.int64(),
+              "smallint": pa.int16(), "tinyint": pa.int8(), "double": pa.float64(), "float": pa.float32(),
+              "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
+    if kind in simple:
+        return simple[kind]
+    precision, scale = kind[len("decimal("):-1].split(",")
+    return pa.decimal128(int(precision), int(scale))
+
+
+class _Job:
+    """One Spark partition's conversion: input tuples (the columns `inputs` picks) -> output tuples."""
+
+    utf8_bytes: frozenset = frozenset()  # STRING output columns whose values come as UTF-8 bytes
+
+    def __init__(self, mode: str, columns) -> None:
+        self.policy = _RowPolicy(_policy_name(mode), keep_records=False)
+        self.keep = self.policy.on_error == "keep"
+        self.columns = _with_error(columns, mode)
+
+    def inputs(self, names: list[str]) -> list[str | None]:
+        raise NotImplementedError
+
+    def rows(self, records: Iterator[tuple]) -> Iterator[tuple]:
+        raise NotImplementedError
+
+    def batch(self, columns: list, schema):
+        """An Arrow batch of `schema` from a list of values per output column."""
+        import pyarrow as pa
+        arrays = [_utf8_array(col) if f.name in self.utf8_bytes else pa.array(col, type=f.type)
+                  for col, f in zip(columns, schema)]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def chunks(self, records: Iterator[tuple]) -> Iterator[list]:
+        """The output in columns (a list of values per output column), about _OUT_ROWS rows at a
+        time, or as Arrow batches of the output schema."""
+        out = self.rows(records)
+        while chunk := list(itertools.islice(out, _OUT_ROWS)):
+            yield list(zip(*chunk))
+
+
+def _batch_function(make_job: Callable[[], _Job], arrow: bool, tally: SparkTally | None):
+    """A mapInArrow (arrow=True) or mapInPandas function running one job per Spark partition.
+
+    Timestamps reach the job as epoch microseconds; pandas nulls (NaN, NaT) as None.
+    """
+    def run(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+        job = make_job()
+        schema = pa.schema([(name, _arrow_type(kind)) for name, kind in job.columns])
+        first = next(batches, None)
+        if first is not None:
+            wanted = job.inputs(list(first.schema.names if arrow else first.columns))
+            column = _arrow_column if arrow else _pandas_column
+
+            def records() -> Iterator[tuple]:
+                for batch in itertools.chain([first], batches):
+                    yield from zip(*[column(batch, n) if n else itertools.repeat(None) for n in wanted])
+
+            for columns in job.chunks(records()):
+                batch = columns if isinstance(columns, pa.RecordBatch) else job.batch(columns, schema)
+                yield batch if arrow else batch.to_pandas(integer_object_nulls=True)
+        if tally is not None:
+            tally.add(job.policy.tally)
+    return run
+
+
+def _utf8_array(values):
+    """A STRING Arrow array of UTF-8 bytes (or None): built as BINARY and viewed as STRING once
+    every value is checked to be UTF-8, several times faster than decoding each to `str`."""
+    import pyarrow as pa
+    array = pa.array(values, type=pa.binary()).view(pa.string())
+    array.validate(full=True)
+    return array
+
+
+def _arrow_column(batch, name: str) -> list:
+    import pyarrow as pa
+    col = batch.column(name)
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
+    return col.to_pylist()
+
+
+def _pandas_column(frame, name: str) -> list:
+    import pandas as pd
+    series = frame[name]
+    if pd.api.types.is_datetime64_any_dtype(series):  # naive ones are taken as UTC
+        return [None if pd.isna(v) else v.value // 1000 for v in series]
+    return [None if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v) else v
+            for v in series.tolist()]
+
+
+class _FromDts(_Job):
+    """Kafka records (topic, partition, offset, value) in offset order -> per Entry, rows of
+    `convert(entry)` after the positions, written in columns."""
+
+    raw = False  # True: `convert_columns(entry, entry_bytes)` where the bytes are known (the C fast path)
+
+    def __init__(self, mode: str, value_columns) -> None:
+        super().__init__(mode, POSITION_COLUMNS + tuple(value_columns))
+        self.nvalues = len(value_columns)
+        self.width = len(self.columns)  # positions, values (and error): what `chunks` gives
+        self.reassemblers: dict[Any, Reassembler] = {}
+        self.lazy = False  # how `_topics` builds its Reassemblers (True where `chunks` reads raw Entry bytes)
+        # None: the end of the input ends every Entries (a batch job); a streaming job's
+        # `settle(topic, reassembler, policy)` keeps what is open for the next micro-batch instead
+        self.streaming = None
+        self._out: list[list] = []
+
+    def convert(self, entry: pb.Entry) -> list[tuple]:
+        raise NotImplementedError
+
+    def convert_columns(self, entry: pb.Entry, raw: bytes | None = None) -> tuple[int, Any]:
+        """(number of rows, a sequence of their values per value column) of one Entry: by default
+        `convert`'s rows."""
+        rows = self.convert(entry)
+        return len(rows), (list(zip(*rows)) if rows else [()] * self.nvalues)
+
+    def inputs(self, names):
+        missing = [n for n in ("partition", "offset", "value") if n not in names]
+        if missing:
+            raise OptionsError(f"a DTS DataFrame needs the Kafka columns {', '.join(missing)}")
+        # Spark's kafka source gives `headers` with includeHeaders=true: TDSQL's ShardId and ps
+        return ["topic" if "topic" in names else None, "partition", "offset", "value"] + \
+            (["headers"] if "headers" in names else [])
+
+    def chunks(self, records):
+        self._out = [[] for _ in range(self.width)]
+        for topic, items in self._topics(records):
+            yield from self._chunks(topic, assembled_entries(items, self.policy, raw=self.raw))
+        if self._out[0]:
+            yield self._out
+
+    def _topics(self, records) -> Iterator[tuple]:
+        """(topic, its complete Entries) per run of one topic's records, reassembled per topic
+        across runs; at the end each topic again: its unfinished Entries reported (batch), or
+        settled by `streaming` (kept for the next micro-batch, or dead-lettered past its limits)."""
+        for topic, run in itertools.groupby(records, key=itemgetter(0)):
+            reassembler = self.reassemblers.get(topic)
+            if reassembler is None:
+                reassembler = self.reassemblers[topic] = Reassembler(lazy=self.lazy)
+            yield topic, dts_records_to_assembled((r[1:] for r in run), self.policy, reassembler, finish=False)
+        for topic, reassembler in self.reassemblers.items():
+            if self.streaming is not None:
+                yield topic, self.streaming.settle(topic, reassembler, self.policy)
+            else:
+                yield topic, dts_records_to_assembled((), self.policy, reassembler)
+
+    def _chunks(self, topic, entries) -> Iterator[list]:
+        try:
+            for where, found in entries_to_outputs(entries, self.convert_columns, self.policy, size=itemgetter(0)):
+                self._add(topic, where, found)
+                if len(self._out[0]) >= _OUT_ROWS:
+                    yield self._out
+                    self._out = [[] for _ in range(self.width)]
+            self._error_rows(topic)
+        except BridgeError as err:
+            raise err.located(topic=topic)
+
+    def _add(self, topic, where: dict, found) -> None:
+        """One Entry's rows (or its error row) into the output columns, a column at a time (the
+        per-Entry lists die at once: held until the chunk is written, they would fill the
+        collector's oldest generation and make every full collection slower)."""
+        errors = self.policy.errors
+        current = errors.pop() if found is None else None  # this Entry's own error
+        if errors:
+            self._error_rows(topic)
+        if current is not None:
+            self._error_row(topic, current, where.get("entry"))
+        elif found[0]:
+            n, values = found
+            out = self._out
+            for column, value in zip(out, (topic, where["partition"], where["offset"], where["entry"])):
+                column.extend([value] * n)
+            out[4].extend(range(n))
+            for column, value in zip(out[5:], values):
+                column.extend(value)
+            if self.keep:
+                out[-1].extend([None] * n)
+
+    def _error_rows(self, topic) -> None:
+        while self.policy.errors:
+            self._error_row(topic, self.policy.errors.pop(0), None)
+
+    def _error_row(self, topic, err: BridgeError, entry) -> None:
+        err.located(topic=topic)
+        where = err.where
+        row = ((topic, where.get("partition"), where.get("offset"), entry, None)
+               + (None,) * self.nvalues + (str(err),))
+        for column, value in zip(self._out, row):
+            column.append(value)
+
+
+class _DtsToBlob(_FromDts):
+    """Plain DML Entries (`BlobEncoder.sink_table`) go through `_speedups.Sink`, which writes their
+    output columns as Arrow buffers in C, a whole Entries at a time; every other Entry, and the first
+    of each table, through `convert_columns`. Both give the same rows (tests/test_spark_sink.py)."""
+
+    raw = True
+    utf8_bytes = frozenset({"blob"})
+    use_sink = True  # the C sink when the extension is there (tests turn it off to compare)
+
+    def __init__(self, options: Options, mode: str) -> None:
+        super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
+        self.encoder = BlobEncoder(options)
+        self.options = options
+        self.sink = speedups.Sink() if speedups is not None and self.use_sink and not options.system_time else None
+        self.lazy = self.sink is not None  # the sink reads each Entry's bytes, parsed only when it cannot
+        self.tables: dict[bytes, tuple] = {}  # Sink table key -> BlobEncoder.sink_table record
+        self._pieces: list = []  # output batches not yet given, in order
+        self._held = 0  # their rows
+        self.sunk = 0  # Entries the sink wrote
+
+    def convert_columns(self, entry, raw=None):
+        seqs, ops, dbs, tables, shards, times, lines = self.encoder.convert_columns(entry, raw)
+        return len(lines), (seqs, ops, dbs, tables, shards, [t * 1000 for t in times], lines)
+
+    def chunks(self, records):
+        if self.sink is None:
+            yield from super().chunks(records)
+            return
+        import pyarrow as pa
+        self._schema = pa.schema([(name, _arrow_type(kind)) for name, kind in self.columns])
+        self._out = [[] for _ in range(self.width)]
+        for topic, items in self._topics(records):
+            yield from self._assembled(topic, items)
+        self._hold_rows()
+        yield from self._give()
+
+    def _assembled(self, topic, items) -> Iterator:
+        tally, encoder, sink, tables = self.policy.tally, self.encoder, self.sink, self.tables
+        lossless = self.options.lossless
+        try:
+            for item in items:
+                if self.policy.errors:  # framing errors before this Entries
+                    self._hold_sink(topic)
+                    self._error_rows(topic)
+                entries, raws = item.entries.items, item.raws
+                partition, offset = item.partition, item.first_offset
+                n = len(entries)
+                plain = raws is not None and type(partition) is int and type(offset) is int
+                index = 0
+                while index < n:
+                    if plain:
+                        if self._out[0]:
+                            self._hold_rows()
+                        index, done, messages = sink.entries(raws, index, tables, partition, offset, lossless,
+                                                             _VERSION)
+                        tally.input += done
+                        tally.converted += done
+                        tally.outputs += messages
+                        encoder.entries += done
+                        encoder.emitted += messages
+                        self.sunk += done
+                        if index >= n:
+                            break
+                    raw = raws[index] if raws is not None else None
+                    self._hold_sink(topic)
+                    tally.input += 1
+                    where = {"partition": partition, "offset": offset, "entry": index}
+                    convert = self._convert_and_register if plain else self.convert_columns
+                    for at, found in entries_to_outputs([(where, entries[index], raw)], convert, self.policy,
+                                                        size=itemgetter(0)):
+                        self._add(topic, at, found)
+                    index += 1
+                if self._held + sink.rows() + len(self._out[0]) >= _OUT_ROWS:
+                    self._hold_sink(topic)
+                    self._hold_rows()
+                    yield from self._give()
+            self._hold_sink(topic)
+            self._error_rows(topic)
+        except BridgeError as err:
+            raise err.located(topic=topic)
+
+    def _convert_and_register(self, entry: pb.Entry, raw: bytes) -> tuple[int, Any]:
+        """`convert_columns`, then the Entry's table registered for the sink: one step under the
+        error policy, so an Entry the policy rejects registers nothing, and a table the sink cannot
+        be told of rejects its Entry instead of ending the task."""
+        found = self.convert_columns(entry, raw)
+        try:
+            self._register(entry, raw)
+        except BridgeError as err:
+            h = entry.header
+            named = h.schemaName or h.tableName
+            raise err.located(seq_id=h.seqId, table=f"{h.schemaName}.{h.tableName}" if named else None)
+        return found
+
+    def _register(self, entry: pb.Entry, raw: bytes) -> None:
+        """After `convert_columns` took an Entry, its table's record for the sink, if C can take it."""
+        key = speedups.table_key(raw)
+        if key is None or key in self.tables:
+            return
+        record = self.encoder.sink_table(entry, raw)
+        if record is not None:
+            if len(self.tables) >= 4096:
+                self.tables.clear()
+            self.tables[key] = record
+
+    def _hold_sink(self, topic) -> None:
+        """The sink's rows become the next output batch (the rows before them are held already)."""
+        if self.sink.rows():
+            self._hold(_sink_batch(self.sink.take(), topic, self._schema, self.keep))
+
+    def _hold_rows(self) -> None:
+        """The rows in `_out` become the next output batch (the sink's rows are held already)."""
+        if self._out[0]:
+            self._hold(self.batch(self._out, self._schema))
+            self._out = [[] for _ in range(self.width)]
+
+    def _hold(self, batch) -> None:
+        self._pieces.append(batch)
+        self._held += batch.num_rows
+
+    def _give(self) -> Iterator:
+        """The held rows in batches of at most _OUT_ROWS."""
+        import pyarrow as pa
+        pieces, self._pieces, self._held = self._pieces, [], 0
+        if len(pieces) > 1:
+            pieces = pa.Table.from_batches(pieces, schema=self._schema).combine_chunks().to_batches()
+        for batch in pieces:
+            for start in range(0, batch.num_rows, _OUT_ROWS):
+                yield batch.slice(start, _OUT_ROWS)
+
+
+_VERSION = FORMAT_VERSION.encode()
+
+
+def _sink_batch(taken: tuple, topic, schema, keep: bool):
+    """An output batch of `_speedups.Sink.take()`'s buffers. Its lines are UTF-8 by construction (the
+    C writer checks every string it copies, and the templates are orjson's), so no check here."""
+    import pyarrow as pa
+    rows, *buffers = taken
+    strings = {}
+    for name, offsets, data in zip(("blob", "shard_key", "sequence_id", "db", "table"),
+                                   buffers[0:10:2], buffers[1:10:2]):
+        strings[name] = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    ops, entry, row, partition, offset, event_time = buffers[10:]
+    fixed = {"entry": (pa.int32(), entry), "row": (pa.int32(), row), "partition": (pa.int32(), partition),
+             "offset": (pa.int64(), offset), "event_time": (schema.field("event_time").type, event_time)}
+    arrays = {name: pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)]) for name, (kind, data) in fixed.items()}
+    arrays["op"] = _op_names().take(pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(ops)]))
+    arrays["topic"] = pa.nulls(rows, pa.string()) if topic is None else pa.repeat(pa.scalar(topic, pa.string()), rows)
+    arrays.update(strings)
+    if keep:
+        arrays["error"] = pa.nulls(rows, pa.string())
+    return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def _op_names():
+    import pyarrow as pa
+    return pa.array(["INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE"], pa.string())
+
+
+def _decimal_shape(column: pb.Column | None) -> tuple[int, int]:
+    """Spark (precision, scale) of a DECIMAL Tuple field, from its DTS column when known."""
+    from bridge.values import column_is_boolean, parse_column_type
+    if column is None:
+        return DEFAULT_DECIMAL
+    ct = parse_column_type(column.originalType, column_is_boolean(column))
+    precision, scale = (ct.length, ct.scale or 0) if ct.kind == "decimal" else (20, 0)  # 64-bit unsigned
+    if precision > _MAX_PRECISION:  # wider than Spark holds: keep the integer digits, then the fraction
+        scale = max(0, min(scale, _MAX_PRECISION - (precision - scale)))
+        precision = _MAX_PRECISION
+    return precision, scale
+
+
+def _pack_columns(columns) -> bytes | None:
+    # protobuf messages do not survive cloudpickle; their encoding does
+    return None if columns is None else pb.DMLEvent(columns=columns).SerializeToString()
+
+
+def _unpack_columns(raw: bytes | None) -> list | None:
+    return None if raw is None else list(pb.DMLEvent.FromString(raw).columns)
+
+
+def _tuple_fields(schema, columns=None) -> list[tuple[str, str, str]]:
+    """(name, field type, Spark type) of every RecordSchema field."""
+    from bridge.tuple import load_record_schema
+    by_name = {c.name: c for c in columns or ()}
+    out = []
+    for f in load_record_schema(schema)["fields"]:
+        kind = SPARK_TYPES[f["type"]]
+        if kind == "decimal":
+            kind = "decimal(%d,%d)" % _decimal_shape(by_name.get(f["name"]))
+        out.append((f["name"], f["type"], kind))
+    return out
+
+
+def _tuple_output(fields, mode: str, positions: bool) -> tuple:
+    columns = (POSITION_COLUMNS if positions else ()) + tuple((name, kind) for name, _, kind in fields)
+    names = [name for name, _ in _with_error(columns, mode)]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise OptionsError("Tuple fields clash with the output's own columns (positions, error)", value=clash)
+    return columns
+
+
+_DEC_CONTEXT = Context(prec=100)
+
+
+def _fit_decimal(v: Decimal, precision: int, scale: int) -> Decimal:
+    try:
+        q = v.quantize(Decimal(1).scaleb(-scale), context=_DEC_CONTEXT)
+    except InvalidOperation:
+        q = None
+    if q is None or q != v or len(q.as_tuple().digits) > precision and q != 0:
+        raise ConversionError(f"DECIMAL value does not fit Spark's decimal({precision},{scale})", value=v)
+    return q
+
+
+class _DtsToTuple(_FromDts):
+    def __init__(self, options: Options, mode: str, table: str, fields, positions: bool) -> None:
+        super().__init__(mode, _tuple_output(fields, mode, False))
+        self.columns = _with_error(_tuple_output(fields, mode, positions), mode)
+        from bridge.tuple import FIELD_CHECKS, TupleEncoder
+        self.encoder = TupleEncoder(options)
+        self.table = table
+        self.positions = positions
+        self.known = frozenset(name for name, _, _ in fields)
+        self.fields = []
+        for name, ftype, kind in fields:
+            check = FIELD_CHECKS[ftype]
+            if kind.startswith("decimal("):
+                p, s = map(int, kind[len("decimal("):-1].split(","))
+                check = (lambda c, p, s: lambda v: _fit_decimal(c(v), p, s))(check, p, s)
+            self.fields.append((name, check))
+
+    raw = True  # the Entry's bytes for TupleEncoder's C path
+
+    def convert(self, entry, raw=None):
+        h = entry.header
+        if h.messageType == pb.DML and f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        return [self._values(row) for row in self.encoder.convert(entry, raw)]
+
+    def convert_columns(self, entry, raw=None):
+        rows = self.convert(entry, raw)
+        return len(rows), (list(zip(*rows)) if rows else [()] * self.nvalues)
+
+    def _values(self, row: dict) -> tuple:
+        unknown = set(row) - self.known
+        if unknown:
+            raise TupleFormatError("row has fields not in the RecordSchema", value=sorted(unknown))
+        out = []
+        for name, check in self.fields:
+            value = row.get(name)
+            try:
+                out.append(None if value is None else check(value))
+            except BridgeError as exc:
+                raise exc.located(column=name)
+        return tuple(out)
+
+    def chunks(self, records):
+        for columns in super().chunks(records):
+            yield columns if self.positions else columns[len(POSITION_COLUMNS):]
+
+
+class _ColumnSets(_FromDts):
+    """The distinct DTS column sets of one table's DML entries, where each first appears. A set
+    the Tuple side builds no table of (an unknown or unparsable column type) is dropped here as
+    the bad record it is, so that it fails its own Entry under the conversion's mode rather than
+    the RecordSchema of the whole job."""
+
+    def __init__(self, table: str, options: Options) -> None:
+        super().__init__("DROPMALFORMED", (("columns", "binary"),))
+        self.table, self.options, self.seen = table, options, set()
+
+    def convert(self, entry):
+        from bridge.tuple import record_schema
+        h = entry.header
+        if h.messageType != pb.DML or f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        columns = entry.event.dmlEvent.columns
+        raw = pb.DMLEvent(columns=columns).SerializeToString()
+        if raw in self.seen:
+            return []
+        record_schema(columns, self.options)
+        self.seen.add(raw)
+        return [(raw,)]
+
+
+class _ToDts(_Job):
+    """Rows -> (key, Entry) by `entries`, packed into Envelopes per run of equal keys."""
+
+    def __init__(self, mode: str, max_message_bytes: int, key: str) -> None:
+        super().__init__(mode, DTS_COLUMNS)
+        self.max_message_bytes = max_message_bytes
+        self.key = key
+
+    def entries(self, records) -> Iterator[tuple[bytes, pb.Entry]]:
+        raise NotImplementedError
+
+    def _key_input(self, names) -> str | None:
+        if self.key in KEYS:
+            return None
+        if self.key not in names:
+            raise OptionsError(f"option 'key' names no input column and is not one of {', '.join(KEYS)}",
+                               value=self.key)
+        return self.key
+
+    def rows(self, records):
+        for key, run in itertools.groupby(self.entries(records), key=itemgetter(0)):
+            for env in pack_entries((entry for _, entry in run), self.max_message_bytes):
+                yield from self._error_rows()
+                yield (key, env.SerializeToString()) + ((None,) if self.keep else ())
+        yield from self._error_rows()
+
+    def _error_rows(self) -> Iterator[tuple]:
+        while self.policy.errors:
+            yield None, None, str(self.policy.errors.pop(0))
+
+    def key_of(self, entry: pb.Entry, key_value) -> bytes:
+        if self.key == "table":
+            h = entry.header
+            return f"{h.schemaName}.{h.tableName}".encode() if h.schemaName or h.tableName else b""
+        if self.key == "single" or key_value is None:
+            return b""
+        if isinstance(key_value, str):
+            return key_value.encode()
+        if not isinstance(key_value, (bytes, bytearray, memoryview)):  # bytes(3) would be 3 zero bytes
+            raise OptionsError(f"option 'key' names column {self.key!r}, whose values are neither string "
+                               "nor binary", value=key_value)
+        return bytes(key_value)
+
+
+def _where(number: int, partition, offset) -> dict:
+    return {"partition": partition, "offset": offset} if offset is not None else {"row": number}
+
+
+class _BlobToDts(_ToDts):
+    def __init__(self, options: Options, mode: str, max_message_bytes: int, key: str) -> None:
+        super().__init__(mode, max_message_bytes, key)
+        self.decoder = BlobDecoder(options)
+
+    def inputs(self, names):
+        text = next((n for n in ("blob", "value") if n in names), None)
+        if text is None:
+            raise OptionsError("a Blob DataFrame needs a 'blob' or 'value' column")
+        kafka = "partition" in names and "offset" in names
+        return [text, self._key_input(names), "partition" if kafka else None, "offset" if kafka else None]
+
+    def entries(self, records):
+        decoder = self.decoder
+
+        def feed(text, where):
+            if text is None:
+                raise BlobFormatError("null Blob message")
+            return decoder.feed_line(text)
+
+        located = ((_where(number, partition, offset), text, key_value)
+                   for number, (text, key_value, partition, offset) in enumerate(records))
+        for _, entry, key_value in decoder_entries(located, decoder, self.policy, feed):
+            yield self.key_of(entry, key_value), entry
+
+
+def _whole(v):
+    # pandas turns integer columns with nulls into floats
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# field type -> Spark value to Tuple value (before FIELD_CHECKS)
+FROM_SPARK: dict[str, Callable[[Any], Any]] = {
+    **{t: _whole for t in ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "TIMESTAMP")},
+    **{t: (lambda v: v) for t in ("DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN", "STRING")},
+}
+
+
+class _TupleToDts(_ToDts):
+    def __init__(self, options: Options, mode: str, max_message_bytes: int, key: str, schema,
+                 table: str | None, columns) -> None:
+        super().__init__(mode, max_message_bytes, key)
+        from bridge.tuple import TupleDecoder
+        self.decoder = TupleDecoder(schema, options, table=table, columns=columns)
+        self.fields = [(f["name"], FROM_SPARK[f["type"]]) for f in self.decoder.schema["fields"]]
+
+    def inputs(self, names):
+        missing = [name for name, _ in self.fields if name not in names]
+        if missing:
+            raise OptionsError("the DataFrame lacks RecordSchema fields", value=missing)
+        kafka = "partition" in names and "offset" in names
+        return ([name for name, _ in self.fields]
+                + [self._key_input(names), "partition" if kafka else None, "offset" if kafka else None])
+
+    def entries(self, records):
+        n = len(self.fields)
+        decoder = self.decoder
+        located = ((_where(number, *record[n + 1:]),
+                    {name: None if v is None else convert(v) for (name, convert), v in zip(self.fields, record)},
+                    record[n])
+                   for number, record in enumerate(records))
+        for _, entry, key_value in decoder_entries(located, decoder, self.policy,
+                                                   lambda row, where: decoder.feed(row, number=where.get("row"))):
+            yield self.key_of(entry, key_value), entry

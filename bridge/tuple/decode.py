@@ -1,0 +1,507 @@
+"""DataHub Tuple rows -> DTS Entries (SPEC sections 2 and 4).
+
+Each Tuple row (an update: each pair of rows) becomes one DML Entry holding one row change: the
+Tuple side does not say how rows were grouped into binlog events. Update halves (U/Y/N and U/N/Y)
+are paired by `_sequence_id_` (and `_source_table_`); a half still waiting at the end of input is
+reported by `finish()`, never dropped silently.
+
+Without an explicit DTS column set, columns get the DTS type of their field type (`FIELD_COLUMNS`);
+with one (`columns=`), DTS -> Tuple -> DTS restores the original types. In lossless mode (the
+default) what DTS cannot derive from the header travels in row properties under the reserved
+prefix `datahub:` (`sequenceId` of a row that is not its event's first, a millisecond
+`eventTime`, a `sourceTable` that is not `db.table`), so Tuple -> DTS -> Tuple is exact.
+
+>>> schema = record_schema([pb.Column(name="id", originalType="bigint(20)")])
+>>> row = {"id": 42, "_sequence_id_": "9000000", "_operation_type_": "I", "_execute_time_": 1605339932000,
+...        "_before_image_": "N", "_after_image_": "Y"}
+>>> [e] = tuples_to_entries([row], schema, table="db.t")
+>>> (e.header.seqId, e.header.timestamp, e.header.tableName, e.event.dmlEvent.rows[0].newColumns[0].sv)
+(9, 1605339932, 't', '42')
+"""
+from __future__ import annotations
+
+import binascii
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from decimal import Context, Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+
+from bridge.blob.encode import ROW_DIGITS, sequence_id
+from bridge.errors import BridgeError, ConversionError, TupleFormatError
+from bridge.options import DEFAULT_OPTIONS, Options
+from bridge.tuple.encode import (
+    BINARY_TEXT,
+    INT_RANGES,
+    LEGACY_TIME_COLUMN,
+    META_NAMES,
+    ColumnType,
+    column_type,
+    float32,
+    load_record_schema,
+    record_schema,
+    tuple_type,
+)
+from bridge.values import BOOLEAN_PROPERTY, CODECS, KIND_DATATYPES, RESERVED_PREFIX, format_temporal, parse_temporal
+from bridge.wire import subscribe_pb2 as pb
+
+__all__ = ["tuples_to_entries", "TupleDecoder", "FIELD_CHECKS", "FIELD_COLUMNS", "FROM_TUPLE", "OP_IMAGES",
+           "decimal_text"]
+
+_ROW_SCALE = 10 ** ROW_DIGITS
+_MAX_TIME = (1 << 32) * 1000  # a DTS timestamp is uint32 seconds
+
+# field type -> (originalType, column properties) of its DTS column when no column set is given.
+# DECIMAL takes the precision and scale its values need (decimal(65,30) when they are all NULL).
+FIELD_COLUMNS: dict[str, tuple[str, tuple]] = {
+    "BIGINT": ("bigint(20)", ()),
+    "INTEGER": ("int(11)", ()),
+    "SMALLINT": ("smallint(6)", ()),
+    "TINYINT": ("tinyint(4)", ()),
+    "DOUBLE": ("double", ()),
+    "FLOAT": ("float", ()),
+    "DECIMAL": ("decimal(65,30)", ()),
+    "BOOLEAN": ("tinyint(1)", ((BOOLEAN_PROPERTY, "BOOLEAN"),)),
+    "TIMESTAMP": ("datetime(6)", ()),
+    "STRING": ("longtext", ()),
+}
+_MAX_PRECISION, _MAX_SCALE = 65, 30
+
+# (_operation_type_, _before_image_, _after_image_) -> (DMLType, half): the rows DataWorks writes.
+OP_IMAGES: dict[tuple[str, str, str], tuple[int, str]] = {
+    ("I", "N", "Y"): (pb.INSERT, "after"),
+    ("D", "Y", "N"): (pb.DELETE, "before"),
+    ("U", "Y", "N"): (pb.UPDATE, "before"),
+    ("U", "N", "Y"): (pb.UPDATE, "after"),
+}
+
+
+# ---- Tuple values: checks against their field type (`FIELD_CHECKS`) ------------------------------
+
+def _check_int(ftype: str) -> Callable[[Any], int]:
+    lo, hi = INT_RANGES[ftype]
+
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TupleFormatError(f"{ftype} value must be an integer", value=v)
+        if not lo <= v <= hi:
+            raise TupleFormatError(f"{ftype} value out of range", value=v)
+        return v
+    return check
+
+
+def _check_double(v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise TupleFormatError("DOUBLE value must be a finite number", value=v)
+    return float(v)
+
+
+def _check_float(v) -> float:
+    return float32(_check_double(v), TupleFormatError)
+
+
+def _check_decimal(v) -> Decimal:
+    if isinstance(v, str):
+        try:
+            v = Decimal(v)
+        except InvalidOperation:
+            raise TupleFormatError("DECIMAL value must be decimal digits", value=v) from None
+    elif isinstance(v, int) and not isinstance(v, bool):
+        v = Decimal(v)
+    if not isinstance(v, Decimal) or not v.is_finite():
+        raise TupleFormatError("DECIMAL value must be a finite decimal", value=v)
+    return v
+
+
+def _check_boolean(v) -> bool:
+    if not isinstance(v, bool):
+        raise TupleFormatError("BOOLEAN value must be true or false", value=v)
+    return v
+
+
+def _check_string(v) -> str:
+    if not isinstance(v, str):
+        raise TupleFormatError("STRING value must be text", value=v)
+    return v
+
+
+# field type -> check(value) -> the value in its Python form (TupleFormatError when it does not fit).
+FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "BIGINT": _check_int("BIGINT"), "INTEGER": _check_int("INTEGER"), "SMALLINT": _check_int("SMALLINT"),
+    "TINYINT": _check_int("TINYINT"), "TIMESTAMP": _check_int("TIMESTAMP"), "DOUBLE": _check_double,
+    "FLOAT": _check_float, "DECIMAL": _check_decimal, "BOOLEAN": _check_boolean, "STRING": _check_string,
+}
+
+# ---- checked Tuple values -> DTS Data, per kind (`FROM_TUPLE`) -------------------------------------
+
+FromTuple = Callable[[Any], pb.Data]
+_DEC_CONTEXT = Context(prec=200)
+
+
+def _integer_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
+    lo, hi = ct.int_range
+    as_decimal = tuple_type(ct) == "DECIMAL"
+
+    def from_tuple(v):
+        if as_decimal:
+            if v != v.to_integral_value():
+                raise ConversionError(f"{ct.text} value must be a whole number", value=v)
+            v = int(v)
+        if not lo <= v <= hi:
+            raise ConversionError(f"value outside the range of {ct.text}", value=v)
+        return pb.Data(dataType=ct.canonical_datatype(v), sv=str(v))
+    return from_tuple
+
+
+def _float_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
+    dt = ct.canonical_datatype()
+    return lambda v: pb.Data(dataType=dt, sv=repr(v))
+
+
+def decimal_text(value: Decimal, precision: int, scale: int) -> str:
+    """Canonical DTS text of a DECIMAL(precision, scale) value: exactly `scale` fraction digits."""
+    try:
+        q = value.quantize(Decimal((0, (1,), -scale)), context=_DEC_CONTEXT)
+    except InvalidOperation:
+        q = None
+    if q is None or q != value:
+        raise ConversionError(f"value does not fit decimal({precision},{scale})", value=value)
+    text = f"{q:f}"
+    if q == 0:
+        text = text.lstrip("-")
+    if len(text.partition(".")[0].lstrip("-").lstrip("0")) > precision - scale:
+        raise ConversionError(f"value does not fit decimal({precision},{scale})", value=value)
+    return text
+
+
+def _decimal_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
+    precision, scale = ct.length, ct.scale or 0
+    return lambda v: pb.Data(dataType=pb.DECIMAL, sv=decimal_text(v, precision, scale))
+
+
+def _text_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
+    blob = CODECS["text"](ct, options)
+    return lambda v: blob.from_blob(v, "utf8mb4")
+
+
+def _blob_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
+    """boolean, json and time: the Blob codec's way back takes the same Python value."""
+    return CODECS[ct.kind](ct, options).from_blob
+
+
+def _bytes_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
+    decode = BINARY_TEXT[options.tuple_binary][1]
+    dt = KIND_DATATYPES[ct.kind]
+    charset = "binary" if ct.kind == "binary" else ""
+
+    def from_tuple(v):
+        try:
+            return pb.Data(dataType=dt, charset=charset, bv=decode(v))
+        except (ValueError, binascii.Error):
+            raise ConversionError(f"STRING value is not {options.tuple_binary} text", value=v) from None
+    return from_tuple
+
+
+def _temporal_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
+    zone, kind, fsp = options.zone, ct.kind, ct.fsp
+
+    def from_tuple(us):
+        ms, extra = divmod(us, 1000)
+        try:
+            text = format_temporal(ms, kind, fsp, zone, extra)
+            back_ms, back_micros = parse_temporal(text, zone)
+        except (ValueError, OverflowError, OSError):
+            raise ConversionError(f"TIMESTAMP value out of range for {ct.text}", value=us) from None
+        if back_ms * 1000 + back_micros != us:
+            raise ConversionError(f"TIMESTAMP value has no exact {ct.text} text in {options.timezone}", value=us)
+        return pb.Data(dataType=pb.STRING, bv=text.encode("ascii"))
+    return from_tuple
+
+
+# kind -> factory (ct, options) -> from_tuple(checked value) -> Data; None never reaches it.
+FROM_TUPLE: dict[str, Callable[[ColumnType, Options], FromTuple]] = {
+    "integer": _integer_from_tuple, "bit": _integer_from_tuple, "year": _integer_from_tuple,
+    "boolean": _blob_from_tuple, "float": _float_from_tuple, "decimal": _decimal_from_tuple,
+    "text": _text_from_tuple, "binary": _bytes_from_tuple, "bytes": _bytes_from_tuple, "json": _blob_from_tuple,
+    "time": _blob_from_tuple, "date": _temporal_from_tuple, "datetime": _temporal_from_tuple,
+    "timestamp": _temporal_from_tuple,
+}
+
+
+def dts_converter(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> FromTuple:
+    ct = column_type(column, options)
+    return FROM_TUPLE[ct.kind](ct, options)
+
+
+def _column(name: str, field_type: str, original_type: str | None = None) -> pb.Column:
+    default_type, props = FIELD_COLUMNS[field_type]
+    column = pb.Column(name=name, originalType=original_type or default_type)
+    for key, value in props:
+        column.properties.add(key=key, value=value)
+    return column
+
+
+def _decimal_shape(value: Decimal) -> tuple[int, int]:
+    """(integer digits, fraction digits) of a decimal value."""
+    sign, digits, exponent = value.as_tuple()
+    if value == 0:
+        return 0, max(0, -exponent)
+    return max(0, len(digits) + exponent), max(0, -exponent)
+
+
+@lru_cache(maxsize=512)
+def _decimal_column(name: str, int_digits: int, scale: int, options: Options) -> tuple[pb.Column, FromTuple]:
+    precision = max(1, int_digits + scale)
+    if precision > _MAX_PRECISION or scale > _MAX_SCALE:
+        raise ConversionError(f"DECIMAL value needs decimal({precision},{scale}); MySQL allows at most "
+                              f"decimal({_MAX_PRECISION},{_MAX_SCALE})", column=name)
+    column = _column(name, "DECIMAL", f"decimal({precision},{scale})")
+    return column, dts_converter(column, options)
+
+
+class _Half:
+    """One update row waiting for its partner."""
+    __slots__ = ("half", "values", "meta", "number")
+
+    def __init__(self, half, values, meta, number):
+        self.half, self.values, self.meta, self.number = half, values, meta, number
+
+
+class TupleDecoder:
+    """Stream-level Tuple -> DTS converter: `feed` rows, collect Entries; `finish` at end of input.
+
+    `table` ("db.table" or a (db, table) pair) names the source table when rows carry no
+    `_source_table_`; `columns` (the table's DTS columns) restores the original column types.
+    """
+
+    def __init__(self, schema, options: Options = DEFAULT_OPTIONS, table=None, columns=None,
+                 max_pending: int = 100_000) -> None:
+        self.options = options
+        self.schema = load_record_schema(schema)
+        self.max_pending = max_pending
+        self.rows = 0
+        self.entries = 0
+        self._pending: OrderedDict = OrderedDict()
+        self._expired: list = []
+        self._table = _split_table(table) if isinstance(table, str) else tuple(table or ("", ""))
+        types = {f["name"]: f["type"] for f in self.schema["fields"]}
+        self._time_field = "_execute_time_" if "_execute_time_" in types else LEGACY_TIME_COLUMN
+        required = ["_sequence_id_", "_operation_type_", self._time_field, "_before_image_", "_after_image_"]
+        missing = [name for name in required if name not in types]
+        if missing:
+            raise TupleFormatError("RecordSchema lacks DataWorks meta columns", value=missing)
+        self._fields = [(f["name"], f["type"]) for f in self.schema["fields"] if f["name"] not in META_NAMES]
+        self._known = frozenset(types)
+        self._checks = [(name, FIELD_CHECKS[ftype]) for name, ftype in self._fields]
+        self._columns, self._codecs = self._build_columns(columns)
+        self._open_decimals = [i for i, (name, ftype) in enumerate(self._fields)
+                               if ftype == "DECIMAL" and columns is None]
+
+    def _build_columns(self, columns):
+        if columns is None:
+            out = [_column(name, ftype) for name, ftype in self._fields]
+        else:
+            out = list(columns)
+            if [c.name for c in out] != [name for name, _ in self._fields]:
+                raise TupleFormatError("the DTS columns do not match the RecordSchema's data fields",
+                                       value=[c.name for c in out])
+            expected = {f["name"]: f["type"] for f in record_schema(out, self.options)["fields"]}
+            for name, ftype in self._fields:
+                if expected[name] != ftype:
+                    raise TupleFormatError(f"field type {ftype} does not match the DTS column type "
+                                           f"({expected[name]}){self._string_dates_hint(out, name, ftype)}",
+                                           column=name)
+        return out, [dts_converter(c, self.options) for c in out]
+
+    def _string_dates_hint(self, columns, name: str, ftype: str) -> str:
+        """A temporal column read as a STRING field: rows written under zero_dates="string" (the
+        option decides the field type, so the reader must say it too)."""
+        if ftype != "STRING" or self.options.zero_dates == "string":
+            return ""
+        as_text = record_schema(columns, self.options.replace(zero_dates="string"))["fields"]
+        if any(f["name"] == name and f["type"] == "STRING" for f in as_text):
+            return "; rows written under zero_dates=\"string\" (--zero-dates string) are read with it too"
+        return ""
+
+    # -- public ------------------------------------------------------------------------------
+    def feed(self, row: dict, *, number: int | None = None) -> list[pb.Entry]:
+        """Entries completed by one row (none for the first half of an update)."""
+        self.rows += 1
+        number = self.rows if number is None else number
+        try:
+            out = self._feed(row, number)
+        except BridgeError as exc:
+            raise exc.located(row=number, sequence_id=_seq_of(row))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TupleFormatError(f"malformed Tuple row ({type(exc).__name__}: {exc})", row=number,
+                                   sequence_id=_seq_of(row)) from None
+        self.entries += len(out)
+        return out
+
+    @property
+    def pending(self) -> int:
+        return self.pending_rows
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows fed but not yet part of a returned Entry (update halves waiting for a partner)."""
+        return len(self._pending)
+
+    def finish(self) -> list[BridgeError]:
+        """Errors for every update half left without its partner (each with `.count` = 1)."""
+        errors = self._expired
+        for (seq, _), half in self._pending.items():
+            errors.append(_unpaired(seq, half, "at end of input"))
+        self._pending = OrderedDict()
+        self._expired = []
+        return errors
+
+    # -- per row -------------------------------------------------------------------------------
+    def _feed(self, row: Any, number: int) -> list[pb.Entry]:
+        if not isinstance(row, dict):
+            raise TupleFormatError("a Tuple row must be an object", value=row)
+        unknown = set(row) - self._known
+        if unknown:
+            raise TupleFormatError("row has fields not in the RecordSchema", value=sorted(unknown))
+        meta = self._meta(row)
+        dml_type, half = OP_IMAGES[meta[1]]
+        values = []
+        for name, check in self._checks:
+            value = row.get(name)
+            if value is not None:
+                try:
+                    value = check(value)
+                except BridgeError as exc:
+                    raise exc.located(column=name)
+            values.append(value)
+        if dml_type != pb.UPDATE:
+            before, after = (values, None) if half == "before" else (None, values)
+            return [self._entry(dml_type, meta, before, after)]
+        key = (meta[0], meta[3])
+        other = self._pending.pop(key, None)
+        if other is None:
+            self._pending[key] = _Half(half, values, meta, number)
+            if len(self._pending) > self.max_pending:
+                (old_seq, _), old = self._pending.popitem(last=False)
+                self._expired.append(_unpaired(old_seq, old, f"within {self.max_pending} rows"))
+            return []
+        if other.half == half:
+            self._pending[key] = other
+            raise TupleFormatError(f"two update {half} rows share _sequence_id_ {meta[0]}")
+        if other.meta[2] != meta[2]:
+            self._pending[key] = other
+            raise TupleFormatError("the halves of an update disagree on the execute time",
+                                   value=[other.meta[2], meta[2]])
+        before, after = (other.values, values) if half == "after" else (values, other.values)
+        return [self._entry(pb.UPDATE, meta, before, after)]
+
+    def _meta(self, row: dict) -> tuple:
+        """(sequence id, (op, before, after), time ms, source table) of a row's meta columns."""
+        seq = row.get("_sequence_id_")
+        if not isinstance(seq, str) or not seq.isdigit() or not seq.isascii():
+            raise TupleFormatError("_sequence_id_ must be a string of digits", value=seq)
+        images = (row.get("_operation_type_"), row.get("_before_image_"), row.get("_after_image_"))
+        if images not in OP_IMAGES:
+            if images[0] not in ("I", "U", "D"):
+                raise TupleFormatError("_operation_type_ must be I, U or D", value=images[0])
+            raise TupleFormatError("_before_image_/_after_image_ do not fit _operation_type_", value=images)
+        time = row.get(self._time_field)
+        if isinstance(time, bool) or not isinstance(time, int) or not 0 <= time < _MAX_TIME:
+            raise TupleFormatError(f"{self._time_field} must be epoch milliseconds", value=time)
+        source = row.get("_source_table_")
+        if source is not None and not isinstance(source, str):
+            raise TupleFormatError("_source_table_ must be text", value=source)
+        return seq, images, time, source
+
+    def _entry(self, dml_type: int, meta: tuple, before, after) -> pb.Entry:
+        seq, _, time, source = meta
+        entry = pb.Entry()
+        header = entry.header
+        header.version = 1
+        header.sourceType = pb.MYSQL
+        header.messageType = pb.DML
+        header.timestamp = time // 1000
+        value = int(seq)
+        header.seqId = value // _ROW_SCALE if value // _ROW_SCALE < 1 << 64 else 0
+        header.schemaName, header.tableName = _split_table(source) if source is not None else self._table
+        dml = entry.event.dmlEvent
+        dml.dmlEventType = dml_type
+        columns, codecs = self._row_columns(before, after)
+        dml.columns.extend(columns)
+        row = dml.rows.add()
+        if before is not None:
+            row.oldColumns.extend(self._image(codecs, before))
+        if after is not None:
+            row.newColumns.extend(self._image(codecs, after))
+        if self.options.lossless:
+            facts = {}
+            if sequence_id(header.seqId) != seq:
+                facts["sequenceId"] = seq
+            if time % 1000:
+                facts["eventTime"] = str(time)
+            if source is not None and f"{header.schemaName}.{header.tableName}" != source:
+                facts["sourceTable"] = source
+            for key in sorted(facts):
+                row.properties.add(key=RESERVED_PREFIX + key, value=facts[key])
+        return entry
+
+    def _row_columns(self, before, after):
+        """Columns and codecs of one row change: DECIMAL fields take the shape their values need."""
+        if not self._open_decimals:
+            return self._columns, self._codecs
+        columns, codecs = list(self._columns), list(self._codecs)
+        for i in self._open_decimals:
+            shapes = [_decimal_shape(image[i]) for image in (before, after)
+                      if image is not None and image[i] is not None]
+            if shapes:
+                int_digits, scale = max(s[0] for s in shapes), max(s[1] for s in shapes)
+                columns[i], codecs[i] = _decimal_column(self._fields[i][0], int_digits, scale, self.options)
+        return columns, codecs
+
+    def _image(self, codecs, values) -> list[pb.Data]:
+        out = []
+        for (name, _), codec, value in zip(self._fields, codecs, values):
+            if value is None:
+                out.append(pb.Data(dataType=pb.NIL))
+                continue
+            try:
+                out.append(codec(value))
+            except BridgeError as exc:
+                raise exc.located(column=name)
+        return out
+
+
+def _split_table(source: str) -> tuple[str, str]:
+    """"db.table" -> (db, table), split at the first dot (database names rarely hold one)."""
+    db, _, table = source.partition(".")
+    return db, table
+
+
+def _unpaired(seq: str, half: _Half, when: str) -> ConversionError:
+    missing = "after" if half.half == "before" else "before"
+    err = ConversionError(f"update {half.half} row without its partner {when} ({missing} row missing)",
+                          sequence_id=seq, row=half.number)
+    err.count = 1
+    return err
+
+
+def _seq_of(row) -> str | None:
+    seq = row.get("_sequence_id_") if isinstance(row, dict) else None
+    return seq if isinstance(seq, str) else None
+
+
+def tuples_to_entries(rows: Iterable, schema, options: Options = DEFAULT_OPTIONS, table=None,
+                      columns=None) -> Iterator[pb.Entry]:
+    """Entries rebuilt from Tuple rows (dicts, or (row number, dict) pairs as the readers yield);
+    an update half without its partner raises at the end."""
+    decoder = TupleDecoder(schema, options, table=table, columns=columns)
+    for item in rows:
+        if isinstance(item, tuple):
+            number, row = item
+            yield from decoder.feed(row, number=number)
+        else:
+            yield from decoder.feed(item)
+    errors = decoder.finish()
+    if errors:
+        raise errors[0]

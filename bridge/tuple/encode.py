@@ -1,0 +1,576 @@
+"""DTS Entry -> DataHub Tuple rows, and the Tuple side's tables (SPEC sections 2 and 3).
+
+The tables (module-level dicts, each checked by a test for completeness): `TUPLE_TYPES` (kind ->
+DataHub field type, integer widths by `INT_TUPLE_TYPES`), `TO_TUPLE` (kind -> value converter
+factory; `tuple_decode.FROM_TUPLE` is the way back), `META_COLUMNS` (DataWorks meta column -> type
+and extractor) and `ROW_IMAGES` (DMLType -> the rows one row change gives).
+
+A Tuple row is a dict: field name -> Python value (int, float, Decimal, bool, str or None). One DML
+row change gives one row (an update two: U/Y/N then U/N/Y, sharing `_sequence_id_` and
+`_execute_time_`); every other entry gives none and is counted. A Tuple row has no lossless
+extension, so a value a field cannot hold exactly is a ConversionError (docs/tuple.md).
+
+>>> from bridge import pb
+>>> e = pb.Entry(header=pb.Header(messageType=pb.DML, timestamp=1605339932, seqId=9, schemaName="db", tableName="t"))
+>>> dml = e.event.dmlEvent
+>>> _ = dml.columns.add(name="id", originalType="bigint(20)")
+>>> _ = dml.rows.add(newColumns=[pb.Data(dataType=pb.INT64, sv="42")])
+>>> entry_to_tuples(e)
+[{'id': 42, '_sequence_id_': '9000000', '_operation_type_': 'I', '_execute_time_': 1605339932000, '_before_image_': 'N', '_after_image_': 'Y'}]
+"""
+from __future__ import annotations
+
+import base64
+import math
+import re
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+import orjson
+
+from bridge.blob.encode import ROW_DIGITS, check_dml_event, check_row_images, sequence_id
+from bridge.blob.rows import native_tuple_plan, wire_scan
+from bridge.errors import BridgeError, ConversionError, TupleFormatError
+from bridge.options import DEFAULT_OPTIONS, Options, per_options
+from bridge.values import (
+    INT_WIDTHS,
+    RESERVED_PREFIX,
+    ColumnSetCache,
+    ColumnType,
+    InvalidDate,
+    Substituted,
+    charset_codec,
+    column_is_boolean,
+    format_temporal,
+    note_substitution,
+    parse_column_type,
+    parse_temporal,
+    temporal_as_text,
+    utc_micros,
+)
+from bridge.wire import subscribe_pb2 as pb
+
+__all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
+           "tuple_type", "column_type", "float32", "TUPLE_TYPES", "INT_TUPLE_TYPES", "TO_TUPLE", "BINARY_TEXT",
+           "FIELD_TYPES", "META_COLUMNS", "META_NAMES", "LEGACY_TIME_COLUMN", "ROW_IMAGES", "TIMESTAMP_RANGE",
+           "INT_RANGES"]
+
+DT = pb.DataType
+_NIL, _NA = int(DT.NIL), int(DT.NA)  # plain ints: the enum wrapper's attribute lookup is a Python call
+FIELD_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN",
+               "TIMESTAMP", "STRING")
+# Epoch microseconds pydatahub accepts for a TIMESTAMP field.
+TIMESTAMP_RANGE = (-62135798400000000, 253402271999000000)
+# field type -> the integers it holds
+INT_RANGES = {"TINYINT": (-(1 << 7), (1 << 7) - 1), "SMALLINT": (-(1 << 15), (1 << 15) - 1),
+              "INTEGER": (-(1 << 31), (1 << 31) - 1), "BIGINT": (-(1 << 63), (1 << 63) - 1),
+              "TIMESTAMP": TIMESTAMP_RANGE}
+
+# ---- MySQL type -> DataHub field type ----------------------------------------------------------
+
+# integer width -> (signed type, unsigned type): unsigned values widen to the next type that holds them.
+INT_TUPLE_TYPES: dict[int, tuple[str, str]] = {
+    8: ("TINYINT", "SMALLINT"), 16: ("SMALLINT", "INTEGER"), 24: ("INTEGER", "INTEGER"),
+    32: ("INTEGER", "BIGINT"), 64: ("BIGINT", "DECIMAL"),
+}
+
+
+def _integer_type(ct: ColumnType) -> str:
+    return INT_TUPLE_TYPES[INT_WIDTHS.get(ct.family, 64)][ct.unsigned]
+
+
+def _bit_type(ct: ColumnType) -> str:
+    return "DECIMAL" if (ct.length or 1) >= 64 else "BIGINT"
+
+
+def _float_type(ct: ColumnType) -> str:
+    return "FLOAT" if ct.family == "float" else "DOUBLE"
+
+
+# kind (values.FAMILIES) -> field type, or a width/sign rule giving it.
+TUPLE_TYPES: dict[str, str | Callable[[ColumnType], str]] = {
+    "integer": _integer_type, "bit": _bit_type, "year": "SMALLINT", "boolean": "BOOLEAN",
+    "float": _float_type, "decimal": "DECIMAL", "text": "STRING", "binary": "STRING", "bytes": "STRING",
+    "json": "STRING", "time": "STRING", "date": "TIMESTAMP", "datetime": "TIMESTAMP", "timestamp": "TIMESTAMP",
+}
+
+
+def tuple_type(ct: ColumnType) -> str:
+    """The DataHub field type of a column, decided by its definition.
+
+    >>> tuple_type(parse_column_type("int(10) unsigned"))
+    'BIGINT'
+    """
+    rule = TUPLE_TYPES[ct.kind]
+    return rule if isinstance(rule, str) else rule(ct)
+
+
+# ---- meta columns and the rows of one row change -------------------------------------------------
+
+class RowMeta(NamedTuple):
+    """What the meta columns of one Tuple row say."""
+    sequence_id: str
+    op: str
+    time: int
+    before: str
+    after: str
+    source: str
+
+
+# meta column -> (field type, extractor); `_source_table_` only with Options.source_table.
+META_COLUMNS: dict[str, tuple[str, Callable[[RowMeta], Any]]] = {
+    "_sequence_id_": ("STRING", lambda m: m.sequence_id),
+    "_operation_type_": ("STRING", lambda m: m.op),
+    "_execute_time_": ("BIGINT", lambda m: m.time),
+    "_before_image_": ("STRING", lambda m: m.before),
+    "_after_image_": ("STRING", lambda m: m.after),
+    "_source_table_": ("STRING", lambda m: m.source),
+}
+LEGACY_TIME_COLUMN = "_excute_time_"  # older DataWorks pages' spelling, accepted when reading
+META_NAMES = frozenset(META_COLUMNS) | {LEGACY_TIME_COLUMN}
+
+# DMLType -> (op, before image, after image, which DTS image) for each row one row change gives.
+ROW_IMAGES: dict[int, tuple[tuple[str, str, str, str], ...]] = {
+    pb.INSERT: (("I", "N", "Y", "new"),),
+    pb.UPDATE: (("U", "Y", "N", "old"), ("U", "N", "Y", "new")),
+    pb.DELETE: (("D", "Y", "N", "old"),),
+}
+
+# ---- DTS values -> Tuple values, per kind (`TO_TUPLE`) ------------------------------------------
+
+def float32(v: float, error=ConversionError) -> float:
+    """The float32 a FLOAT field stores for `v` (as DataHub does), or `error` when it overflows."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        raise error("value outside the range of FLOAT", value=v) from None
+
+
+_INT_RE = re.compile(r"-?[0-9]+\Z")
+_DEC_RE = re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+ToTuple = Callable[[pb.Data], Any]
+
+
+def _integer_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    lo, hi = ct.int_range
+    as_decimal = tuple_type(ct) == "DECIMAL"
+
+    def to_tuple(d: pb.Data):
+        if not _INT_RE.match(d.sv):
+            raise ConversionError("not an integer", value=d.sv or d.bv)
+        v = int(d.sv)
+        if not lo <= v <= hi:
+            raise ConversionError(f"integer outside the range of {ct.text}", value=d.sv)
+        return Decimal(v) if as_decimal else v
+    return to_tuple
+
+
+def _boolean_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    def to_tuple(d: pb.Data):
+        if d.sv not in ("0", "1"):
+            raise ConversionError("BOOLEAN column value is not 0 or 1", value=d.sv or d.bv)
+        return d.sv == "1"
+    return to_tuple
+
+
+def _float_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    single = tuple_type(ct) == "FLOAT"
+
+    def to_tuple(d: pb.Data):
+        if not _FLOAT_RE.match(d.sv):
+            raise ConversionError("not a finite number", value=d.sv or d.bv)
+        v = float(d.sv)
+        if math.isinf(v):
+            raise ConversionError("value outside the range of DOUBLE", value=d.sv)
+        return float32(v) if single else v
+    return to_tuple
+
+
+def _decimal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    def to_tuple(d: pb.Data):
+        if not _DEC_RE.match(d.sv):
+            raise ConversionError("not a decimal number", value=d.sv or d.bv)
+        return Decimal(d.sv)
+    return to_tuple
+
+
+def _text_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    def to_tuple(d: pb.Data):
+        codec = charset_codec(d.charset)
+        if codec is None:
+            raise ConversionError(f"charset {d.charset!r} has no text decoding", value=d.bv)
+        try:
+            return codec[0](d.bv)[0]
+        except UnicodeDecodeError as exc:
+            raise ConversionError(f"bytes do not decode as {d.charset or 'utf8'} ({exc.reason} at byte "
+                                  f"{exc.start})", value=d.bv) from None
+    return to_tuple
+
+
+# Options.tuple_binary -> (encode bytes to text, decode text to bytes)
+BINARY_TEXT: dict[str, tuple[Callable[[bytes], str], Callable[[str], bytes]]] = {
+    "base64": (lambda b: base64.b64encode(b).decode("ascii"), lambda s: base64.b64decode(s, validate=True)),
+    "hex": (lambda b: b.hex(), bytes.fromhex),
+}
+
+
+def _bytes_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    encode = BINARY_TEXT[options.tuple_binary][0]
+    return lambda d: encode(d.bv)
+
+
+def _utf8_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    """json (BYTES) and time (STRING) columns: UTF-8 text in `bv`."""
+    def to_tuple(d: pb.Data):
+        try:
+            return d.bv.decode("utf-8") if d.bv or not d.sv else d.sv
+        except UnicodeDecodeError:
+            raise ConversionError(f"{ct.kind} bytes are not UTF-8", value=d.bv) from None
+    return to_tuple
+
+
+# UTC text datetime.fromisoformat (C) reads as parse_temporal does; anything else takes parse_temporal
+_UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?: [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)?(?: \+00:00)?\Z")
+
+
+def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
+    """TIMESTAMP (epoch microseconds: every fractional digit MySQL has fits, so
+    Options.temporal_precision never acts here); a zero or invalid date, and a date MySQL takes
+    beyond DataHub's TIMESTAMP range (`9999-12-31 23:59:59` read in UTC), follow Options.zero_dates
+    ("string" reads the column as text instead: `temporal_as_text`)."""
+    zone, kind = options.zone, ct.kind
+    lo, hi = TIMESTAMP_RANGE
+    wall = 10 if kind == "date" else 19
+    utc = options.timezone == "UTC"
+    check_wall = kind != "timestamp" and not utc
+    null_zero_dates = options.zero_dates == "null"
+    zero_reasons: dict = {}  # text -> reason of a zero or invalid date seen before (a few spellings recur)
+
+    def to_tuple(d: pb.Data):
+        text = _ascii_text(d, kind)
+        if text in zero_reasons:
+            if null_zero_dates:
+                raise Substituted(None, zero_reasons[text], "zero_dates", text)
+            raise ConversionError(zero_reasons[text], value=text)
+        if utc and _UTC_TEXT.match(text):
+            us = utc_micros(text[:-7] if text.endswith(" +00:00") else text)
+            if us is not None and lo <= us <= hi:  # else parse_temporal names the error
+                return us
+        try:
+            ms, micros = parse_temporal(text, zone)
+        except InvalidDate as exc:
+            reason = f"{kind} value is a zero or invalid date ({exc}; option zero_dates={options.zero_dates})"
+            if len(zero_reasons) < 64:
+                zero_reasons[text] = reason
+            if null_zero_dates:
+                raise Substituted(None, reason, "zero_dates", text) from None
+            raise ConversionError(reason, value=text) from None
+        except (ValueError, OverflowError) as exc:
+            raise ConversionError(f"{kind} value has no epoch time ({exc})", value=text) from None
+        us = ms * 1000 + micros
+        if not lo <= us <= hi:
+            reason = f"{kind} value outside the TIMESTAMP range (option zero_dates={options.zero_dates})"
+            if null_zero_dates:
+                raise Substituted(None, reason, "out_of_range", text)
+            raise ConversionError(reason, value=text)
+        if check_wall and format_temporal(ms, kind, 0, zone)[:wall] != text[:wall]:
+            raise ConversionError(f"{kind} value does not exist in {options.timezone}", value=text)
+        return us
+    return to_tuple
+
+
+def _ascii_text(d: pb.Data, kind: str) -> str:
+    try:
+        return d.bv.decode("ascii") if d.bv else d.sv
+    except UnicodeDecodeError:
+        raise ConversionError(f"{kind} text is not ASCII", value=d.bv) from None
+
+
+# kind -> factory (ct, options) -> to_tuple(Data) -> Tuple value; NIL and NA never reach it.
+TO_TUPLE: dict[str, Callable[[ColumnType, Options], ToTuple]] = {
+    "integer": _integer_to_tuple, "bit": _integer_to_tuple, "year": _integer_to_tuple,
+    "boolean": _boolean_to_tuple, "float": _float_to_tuple, "decimal": _decimal_to_tuple,
+    "text": _text_to_tuple, "binary": _bytes_to_tuple, "bytes": _bytes_to_tuple, "json": _utf8_to_tuple,
+    "time": _utf8_to_tuple, "date": _temporal_to_tuple, "datetime": _temporal_to_tuple,
+    "timestamp": _temporal_to_tuple,
+}
+
+
+def column_type(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> ColumnType:
+    """The column's type as the Tuple side converts it (under `zero_dates="string"` temporal
+    columns are STRING fields of their text)."""
+    return temporal_as_text(parse_column_type(column.originalType, column_is_boolean(column)), options)
+
+
+# ---- RecordSchema --------------------------------------------------------------------------------
+
+def _meta_fields(options: Options) -> list[str]:
+    return [name for name in META_COLUMNS if name != "_source_table_" or options.source_table]
+
+
+@dataclass
+class _TupleTable:
+    """Per column set: names, converters and the RecordSchema, built once; `native` the C plan of
+    the column set (blob_rows.native_tuple_plan) or None."""
+    names: list
+    converters: list
+    schema: dict
+    native: Any = None
+
+    def image(self, datas) -> dict:
+        n = len(self.names)
+        if len(datas) != n:
+            if not datas:  # no Data at all: every column absent from this image
+                return dict.fromkeys(self.names)
+            raise ConversionError(f"row image has {len(datas)} values for {n} columns")
+        out = {}
+        self.fill(out, datas, range(n))
+        return out
+
+    def fill(self, out: dict, datas, columns) -> None:
+        """out[name] of each column index in `columns` (in order) from its Data in `datas`."""
+        names, converters = self.names, self.converters
+        for i in columns:
+            name, d = names[i], datas[i]
+            dt = d.dataType
+            if dt == _NIL or dt == _NA:
+                out[name] = None
+            elif dt > _NA:
+                raise ConversionError(f"unknown DataType {dt}", column=name)
+            else:
+                try:
+                    out[name] = converters[i](d)
+                except BridgeError as exc:
+                    raise exc.located(column=name)
+                except Substituted as found:
+                    out[name] = found.best
+                    note_substitution(found, name)
+
+
+def _build_table(columns, options: Options, native: bool = False) -> _TupleTable:
+    names, converters, fields, cts = [], [], [], []
+    seen = set()
+    for c in columns:
+        if c.name.lower() in seen:
+            raise ConversionError("duplicate column name", column=c.name)
+        if c.name in META_NAMES:
+            raise ConversionError("column name is a DataWorks meta column", column=c.name)
+        seen.add(c.name.lower())
+        try:
+            ct = column_type(c, options)
+        except BridgeError as exc:
+            raise exc.located(column=c.name)
+        names.append(c.name)
+        cts.append(ct)
+        converters.append(TO_TUPLE[ct.kind](ct, options))
+        fields.append({"name": c.name, "type": tuple_type(ct)})
+    plan = native and native_tuple_plan(names, cts, [f["type"] for f in fields], options.timezone == "UTC",
+                                         options.tuple_binary == "hex")
+    fields += [{"name": name, "type": META_COLUMNS[name][0]} for name in _meta_fields(options)]
+    return _TupleTable(names, converters, {"fields": fields}, plan or None)
+
+
+def record_schema(columns, options: Options = DEFAULT_OPTIONS) -> dict:
+    """DataHub RecordSchema JSON of a table's DTS columns: data columns in order, then meta columns.
+
+    >>> record_schema([pb.Column(name="id", originalType="int(10) unsigned")])["fields"][:2]
+    [{'name': 'id', 'type': 'BIGINT'}, {'name': '_sequence_id_', 'type': 'STRING'}]
+    """
+    return _build_table(columns, options).schema
+
+
+_FIELD_KEYS = frozenset({"name", "type", "comment", "notnull"})
+
+
+def load_record_schema(schema) -> dict:
+    """Check a RecordSchema (dict, JSON text or a pydatahub RecordSchema) and return it as
+    `{"fields": [{"name": ..., "type": ...}]}` with upper-case types (pydatahub writes lower case)."""
+    if hasattr(schema, "to_json") and not isinstance(schema, (dict, str, bytes)):
+        schema = schema.to_json()
+    if isinstance(schema, (str, bytes, bytearray)):
+        try:
+            schema = orjson.loads(schema)
+        except orjson.JSONDecodeError as exc:
+            raise TupleFormatError(f"RecordSchema is not valid JSON ({exc.msg})", value=schema) from None
+    if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
+        raise TupleFormatError("a RecordSchema is an object with a list of fields", value=schema)
+    fields, seen = [], set()
+    for field in schema["fields"]:
+        if not isinstance(field, dict) or not isinstance(field.get("name"), str) or not field["name"]:
+            raise TupleFormatError("a field needs a non-empty name", value=field)
+        name, ftype = field["name"], field.get("type")
+        if set(field) - _FIELD_KEYS:
+            raise TupleFormatError(f"unknown keys in field {name!r}", value=sorted(set(field) - _FIELD_KEYS))
+        if not isinstance(ftype, str) or ftype.upper() not in FIELD_TYPES:
+            raise TupleFormatError(f"unknown DataHub field type for {name!r}", value=ftype)
+        if name.lower() in seen:
+            raise TupleFormatError("duplicate field name", value=name)
+        seen.add(name.lower())
+        ftype = ftype.upper()
+        meta_type = "BIGINT" if name == LEGACY_TIME_COLUMN else META_COLUMNS.get(name, (ftype,))[0]
+        if ftype != meta_type:
+            raise TupleFormatError(f"meta column {name} must be {meta_type}", value=ftype)
+        fields.append({"name": name, "type": ftype})
+    return {"fields": fields}
+
+
+# ---- the encoder ---------------------------------------------------------------------------------
+
+def _facts(props) -> dict:
+    """DataHub facts (reserved-prefix properties) of a properties list."""
+    n = len(RESERVED_PREFIX)
+    return {p.key[n:]: p.value for p in props if p.key.startswith(RESERVED_PREFIX)}
+
+
+def _table_name(header: pb.Header) -> str | None:
+    if header.schemaName or header.tableName:
+        return f"{header.schemaName}.{header.tableName}"
+    return None
+
+
+_SEQ_KEY, _TIME_KEY = "_sequence_id_", "_execute_time_"
+_ROW_SCALE = 10 ** ROW_DIGITS
+
+
+class TupleEncoder:
+    """Stream-level DTS -> Tuple converter: caches row builders per column set and counts output.
+
+    `emitted` counts rows, `entries` the entries that gave rows, `not_emitted` the rest by reason.
+    `convert(entry, raw)`: with the C extension, a DML Entry's images are read off its wire bytes
+    (`raw`, else the Entry serialised once) by the column set's C plan; an image C is not sure of
+    (and every value a temporal policy substitutes) is converted here, so the rows are the same.
+    `native=False` keeps every value in Python: the reference the tests and benchmarks compare with.
+    """
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS, native: bool = True) -> None:
+        self.options = options
+        self.entries = 0
+        self.emitted = 0
+        self.not_emitted: Counter = Counter()
+        self._tables = ColumnSetCache(lambda columns: _build_table(columns, self.options, native))
+        self._meta = [(name, META_COLUMNS[name][1]) for name in _meta_fields(options)]
+        assert self._meta[0][0] == _SEQ_KEY and _TIME_KEY in META_COLUMNS  # the C rows put seq first
+        self._wire_tables: dict = {}  # the columns' bytes on the wire -> their table
+        # (DML type, schema, table), the meta dicts of its images, (time, the same with that time)
+        self._metas: tuple = (None, (), (None, ()))
+
+    def schema(self, columns) -> dict:
+        """The RecordSchema of a column set (cached with its row builder)."""
+        return self._tables.get(columns).schema
+
+    def convert(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict]:
+        header = entry.header
+        try:
+            out = self._convert(entry, header, raw)
+        except BridgeError as exc:
+            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+        except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
+            raise ConversionError(f"cannot convert entry ({exc})", seq_id=header.seqId,
+                                  table=_table_name(header)) from exc
+        if out:
+            self.entries += 1
+            self.emitted += len(out)
+        return out
+
+    def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> list[dict]:
+        mtype = header.messageType
+        if mtype != pb.DML:
+            if mtype not in pb.MessageType.values():
+                raise ConversionError(f"unknown MessageType {mtype}")
+            self.not_emitted[pb.MessageType.Name(mtype)] += 1
+            return []
+        dml = entry.event.dmlEvent
+        if not check_dml_event(dml):
+            self.not_emitted["DML without rows"] += 1
+            return []
+        images = ROW_IMAGES[dml.dmlEventType]
+        table = self._wire_table(dml, header, raw)
+        facts = _facts(header.properties) if header.properties else {}
+        if table.native is not None and not facts:  # DataHub facts (rare) are Python's
+            out = self._native_rows(entry, header, dml, images, table, raw)
+            if out is not None:  # C's walk checked the images as check_row_images does
+                return out
+        check_row_images(dml)  # after the columns, as every converter orders its checks
+        out = []
+        for index, row in enumerate(dml.rows):
+            row_facts = {**facts, **_facts(row.properties)} if row.properties else facts
+            seq = row_facts["sequenceId"] if "sequenceId" in row_facts else sequence_id(header.seqId, index)
+            time = int(row_facts["eventTime"]) if "eventTime" in row_facts else header.timestamp * 1000
+            source = (row_facts["sourceTable"] if "sourceTable" in row_facts
+                      else f"{header.schemaName}.{header.tableName}")
+            for op, before, after, image in images:
+                values = table.image(row.oldColumns if image == "old" else row.newColumns)
+                meta = RowMeta(seq, op, time, before, after, source)
+                for name, extract in self._meta:
+                    values[name] = extract(meta)
+                out.append(values)
+        return out
+
+
+    def _wire_table(self, dml: pb.DMLEvent, header: pb.Header, raw: bytes | None) -> _TupleTable:
+        """The column set's table; with the Entry's bytes, found by the columns' bytes (C's scan),
+        cheaper than comparing the parsed columns (ColumnSetCache) when tables interleave."""
+        scanned = wire_scan(raw) if raw is not None else None
+        if scanned is None:
+            return self._tables.get(dml.columns, (header.schemaName, header.tableName))
+        table = self._wire_tables.get(scanned[0])
+        if table is None:
+            if len(self._wire_tables) >= 1024:
+                self._wire_tables.clear()
+            table = self._wire_tables[scanned[0]] = self._tables.get(dml.columns)
+        return table
+
+    def _native_rows(self, entry, header, dml, images, table, raw) -> list[dict] | None:
+        """The rows of a DML Entry without DataHub facts from the C plan, its gaps filled as
+        `_convert` fills them; None when C leaves the whole Entry to Python (row properties, an
+        image the op must not carry, a seqId beyond 63 bits, malformed bytes)."""
+        key = (dml.dmlEventType, header.schemaName, header.tableName)
+        if self._metas[0] != key:  # the other meta columns of each image, made from the table once
+            source = f"{header.schemaName}.{header.tableName}"
+            self._metas = key, tuple(
+                {name: extract(RowMeta("", op, 0, before, after, source)) for name, extract in self._meta[1:]}
+                for op, before, after, _ in images), (None, ())
+        time = header.timestamp * 1000
+        if self._metas[2][0] != time:  # ... and with each Entry's time (shared by the Entries of a second)
+            self._metas = *self._metas[:2], (time, tuple({**meta, _TIME_KEY: time} for meta in self._metas[1]))
+        metas = self._metas[2][1]
+        if raw is None:
+            raw = entry.SerializeToString()
+        out = table.native.tuples(raw, dml.dmlEventType, _SEQ_KEY, header.seqId * _ROW_SCALE, metas)
+        n = len(images)
+        if out is None or len(out) != len(dml.rows) * n:
+            return None
+        for k, values in enumerate(out):
+            if type(values) is dict:
+                continue
+            row, image = dml.rows[k // n], images[k % n][3]
+            datas = row.oldColumns if image == "old" else row.newColumns
+            if values is None:  # an image C did not read
+                values = table.image(datas)
+                values[_SEQ_KEY] = sequence_id(header.seqId, k // n)
+                values.update(metas[k % n])
+            else:  # the values C is not sure of, in column order
+                values, holes = values
+                table.fill(values, datas, holes)
+            out[k] = values
+        return out
+
+
+def entry_to_tuples(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
+    """Tuple rows of one Entry (a list: an update row change gives two, a non-DML entry none)."""
+    return _encoder(options).convert(entry)
+
+
+def entries_to_tuples(entries: Iterable[pb.Entry], options: Options = DEFAULT_OPTIONS) -> Iterator[dict]:
+    """Tuple rows of a stream of Entries, in order, sharing one encoder's caches."""
+    encoder = TupleEncoder(options)
+    for entry in entries:
+        yield from encoder.convert(entry)
+
+
+_encoder = per_options(TupleEncoder)
