@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from bridge.errors import ConversionError
 from bridge.native import NATIVE, header_properties, speedups, split_items, wire_scan
+from bridge.native.contract import BODY_KINDS, NA, NIL, TEMPORAL_KINDS, CharsetMode, Kind, Out
 from bridge.values import (
     _DEC_RE,
     BYTES,
@@ -107,14 +108,14 @@ def compile_image(names: list, codecs: list[Codec]):
             scope[f"lo{n}"], scope[f"hi{n}"] = codec.ct.int_range
         if body == "base64":
             scope[f"charset{n}"] = charset
-        test = f"dt == {dt}" if dt is not None else "0 < dt < 14"
+        test = f"dt == {dt}" if dt is not None else f"{NIL} < dt < {NA}"
         lines += [f"    d = datas[{n}]",
                   "    dt = d.dataType",
                   f"    if {test}:"]
         lines += ["        " + line for line in _BODIES[body].format(n=n).split("\n")]
-        lines += ["    elif dt == 0 and not d.ByteSize():",  # NIL with nothing else set
+        lines += [f"    elif dt == {NIL} and not d.ByteSize():",  # NIL with nothing else set
                   f"        values[name{n}] = None",
-                  "    elif dt != 14 or d.ByteSize() != 2:",  # anything but a bare NA
+                  f"    elif dt != {NA} or d.ByteSize() != 2:",  # anything but a bare NA
                   "        raise Miss"]
     lines.append("    return values")
     exec(compile("\n".join(lines), f"<image of {len(names)} columns>", "exec"), scope)  # noqa: S102
@@ -123,10 +124,10 @@ def compile_image(names: list, codecs: list[Codec]):
 
 # ---- the C fast path: one Plan per column set over an Entry's wire bytes -----------------------
 
-# kind codes of bridge/native/_speedups.c: the inline bodies of `_body`, then the kinds only C inlines
-_K_BODIES = {"long": 0, "digits": 1, "double": 2, "decimal": 3, "text": 4, "base64": 5}
-_K_UTF8, _K_BOOL = 6, 7
-_K_TEMPORAL = {"date": 8, "datetime": 9, "timestamp": 10}
+# kind codes of the C Plan (bridge/native/contract.py): the inline bodies of `_body`, then the kinds only C inlines
+_K_BODIES = BODY_KINDS
+_K_UTF8, _K_BOOL = Kind.UTF8, Kind.BOOL
+_K_TEMPORAL = TEMPORAL_KINDS
 
 
 def _native_column(name: str, codec: Codec, utc: bool):
@@ -175,9 +176,9 @@ def native_plan(names: list, codecs: list[Codec], utc: bool, lossless: bool = Tr
     return speedups.Plan(columns, lossless)
 
 
-# what a Tuple plan makes of a column's value (bridge/native/_speedups.c's O_*): the Blob value, a Decimal of
+# what a Tuple plan makes of a column's value (bridge/native/contract.py's Out): the Blob value, a Decimal of
 # its text, the float32 of a FLOAT field, a temporal's epoch microseconds, bytes as hex
-_O_SAME, _O_DECIMAL, _O_FLOAT32, _O_MICROS, _O_HEX = 0, 1, 2, 3, 4
+_O_SAME, _O_DECIMAL, _O_FLOAT32, _O_MICROS, _O_HEX = Out.SAME, Out.DECIMAL, Out.FLOAT32, Out.MICROS, Out.HEX
 
 
 def _tuple_column(name: str, ct, field_type: str, utc: bool, hex_binary: bool):
@@ -234,8 +235,8 @@ def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_
     return speedups.Plan(columns, False, Decimal)
 
 
-# charset table modes of bridge/native/_speedups.c
-_CS_UTF8, _CS_CODEC, _CS_CHARMAP = 0, 1, 2
+# charset table modes of the C (bridge/native/contract.py's CharsetMode)
+_CS_UTF8, _CS_CODEC, _CS_CHARMAP = CharsetMode.UTF8, CharsetMode.CODEC, CharsetMode.CHARMAP
 
 
 def charset_table() -> list[tuple]:
