@@ -20,7 +20,6 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
-from blob_strategies import foreign_messages
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,6 +28,7 @@ from test_proto import SPEC_MESSAGES, spec_proto_text
 import bridge
 from bridge import BlobFormatError, BridgeError, ConversionError, Options, pb
 from bridge.stream import ErrorPolicy, blob_lines_to_entries, dts_json_lines_to_entries
+from support.blob_strategies import foreign_messages
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

@@ -37,16 +37,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from blob_strategies import blob_dml_entries, blob_entries
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import ddl_statements
 
 import bridge
 from bridge import ConversionError, Options, OptionsError, pb
 from bridge.blob.encode import sequence_id
 from bridge.stream import ErrorPolicy, dts_records_to_entries
 from bridge.values import ddl_op
+from support.blob_strategies import blob_dml_entries, blob_entries
+from support.strategies import ddl_statements
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"

@@ -21,15 +21,15 @@ import re
 
 import orjson
 import pytest
-from blob_strategies import blob_dml_entries, blob_entries, blob_entry_streams, foreign_streams
 from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import with_unknown_fields
 
 import bridge
 from bridge import ConversionError, Options, pb
 from bridge.values import ddl_op
+from support.blob_strategies import blob_dml_entries, blob_entries, blob_entry_streams, foreign_streams
+from support.strategies import with_unknown_fields
 
 RESERVED = "datahub:"
 

@@ -15,10 +15,10 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import MYSQL_CHARSETS, RESERVED_PREFIX, ddl_statements, entries, entry_streams, parse_mysql_type
 
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Assembled, Reassembler, pack_entries, read_pb, write_pb
+from support.strategies import MYSQL_CHARSETS, RESERVED_PREFIX, ddl_statements, entries, entry_streams, parse_mysql_type
 
 ROOT = Path(__file__).resolve().parent.parent
 

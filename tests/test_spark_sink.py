@@ -15,7 +15,6 @@ import dataclasses
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import INT64, UINT32, UINT64, begin_entries, commit_entries, dml_entries, mysql_columns
 
 import bridge
 from bridge import pb
@@ -23,6 +22,7 @@ from bridge.blob import rows as blob_rows
 from bridge.errors import BridgeError
 from bridge.stream import Tally
 from bridge.wire.framing import encode_varint
+from support.strategies import INT64, UINT32, UINT64, begin_entries, commit_entries, dml_entries, mysql_columns
 
 pa = pytest.importorskip("pyarrow")
 

@@ -16,7 +16,6 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import dml_entries, mysql_columns, with_unknown_fields
 
 import bridge
 from bridge import pb
@@ -26,6 +25,7 @@ from bridge.errors import BridgeError
 from bridge.samples.values import REAL_ORDERS, REAL_SUPPLIERS, realistic_entries
 from bridge.values import SUBSTITUTION_NOTES
 from bridge.wire.framing import encode_varint
+from support.strategies import dml_entries, mysql_columns, with_unknown_fields
 
 OPTIONS = [bridge.DEFAULT_OPTIONS, bridge.Options(strict=True), bridge.Options(timezone="Asia/Shanghai"),
            bridge.Options(decimal="double"), bridge.Options(db_version="8.0.32", control_events="drop")]

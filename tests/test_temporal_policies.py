@@ -14,7 +14,6 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import data_for
 from test_laws import strict_normal_form, through_json
 from test_speedups import assert_same
 from test_tuple import holdable, rewritten, tuple_normal_form
@@ -27,6 +26,7 @@ from bridge.stream import ErrorPolicy, counted, dts_records_to_entries, entries_
 from bridge.tuple import TupleEncoder, record_schema, tuples_to_entries
 from bridge.values import SUBSTITUTION_NOTES
 from bridge.wire.framing import read_pb
+from support.strategies import data_for
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 ZERO_DATES = ("null", "error", "string")

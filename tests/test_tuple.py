@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import MYSQL_CHARSETS, column_names, data_for, dml_entries, entries, mysql_columns, parse_mysql_type
 
 from bridge import pb
 from bridge.errors import BridgeError, ConversionError, TupleFormatError
@@ -47,6 +46,15 @@ from bridge.tuple import (
 )
 from bridge.values import BOOLEAN_PROPERTY, FAMILIES, parse_column_type
 from bridge.wire.framing import read_pb
+from support.strategies import (
+    MYSQL_CHARSETS,
+    column_names,
+    data_for,
+    dml_entries,
+    entries,
+    mysql_columns,
+    parse_mysql_type,
+)
 
 SAMPLES = sorted(glob.glob(str(Path(__file__).resolve().parent.parent / "samples" / "*.pb")))
 META = ["_sequence_id_", "_operation_type_", "_execute_time_", "_before_image_", "_after_image_"]

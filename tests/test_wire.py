@@ -6,7 +6,6 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import dml_entries, entries, entry_streams, envelope_streams
 
 from bridge.errors import DecodeError, FramingError
 from bridge.wire import subscribe_pb2 as pb
@@ -24,6 +23,7 @@ from bridge.wire.framing import (
     write_dts_json,
     write_pb,
 )
+from support.strategies import dml_entries, entries, entry_streams, envelope_streams
 
 DEFAULT_MAX = 1 << 20
 max_sizes = st.one_of(st.none(), st.integers(64, 4096))

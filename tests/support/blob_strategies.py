@@ -22,9 +22,9 @@ from __future__ import annotations
 import base64
 
 from hypothesis import strategies as st
-from strategies import ddl_statements, dml_entries, entries
 
 from bridge.wire import subscribe_pb2 as pb
+from support.strategies import ddl_statements, dml_entries, entries
 
 __all__ = [
     "MIN_TIMESTAMP", "MAX_TIMESTAMP", "blob_time", "blob_entries", "blob_dml_entries", "blob_entry_streams",
