@@ -3,8 +3,7 @@
 * `decode_blob` reports bad JSON and bad envelope shapes as BlobFormatError naming the line.
 * Messages in every documented DataWorks shape convert to DTS and back to equal documents; their
   DTS form is checked field by field, and read by an independent protobuf class compiled from the
-  SPEC table into its own descriptor pool (`spec_classes`, reusing tests/test_proto.py's SPEC
-  transcription).
+  wire format's own transcription (tests/support/wire_spec.py) into its own descriptor pool (`spec_classes`).
 * Update halves whose partner never comes are reported, never dropped.
 * The recorded golden Blob files (tests/golden/*.blob.jsonl, written from the samples) decode back
   to the sample Entries byte for byte: encode and decode driven from the same recorded file.
@@ -13,22 +12,20 @@ from __future__ import annotations
 
 import base64
 import copy
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import orjson
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
-from test_proto import SPEC_MESSAGES, spec_proto_text
 
 import bridge
 from bridge import BlobFormatError, BridgeError, ConversionError, Options, pb
 from bridge.stream import ErrorPolicy, blob_lines_to_entries, dts_json_lines_to_entries
 from support.blob_strategies import foreign_messages
+from support.wire_spec import compile_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -385,23 +382,11 @@ def test_damaged_messages_raise_only_bridge_errors(messages, data):
 
 # ---- the DTS form read by an independent protobuf class ----------------------------------------
 
-def _protoc(*args, cwd):
-    done = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", *args], cwd=cwd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-
-
 @pytest.fixture(scope="module")
 def spec_classes(tmp_path_factory) -> SimpleNamespace:
     """Entry and friends compiled from the SPEC's field table (package spec_check), in a pool of
     their own: nothing shared with bridge.wire.subscribe_pb2."""
-    tmp = tmp_path_factory.mktemp("blob_spec_check")
-    (tmp / "spec_check.proto").write_text(spec_proto_text())
-    _protoc(f"-I{tmp}", f"--descriptor_set_out={tmp / 'spec.desc'}", "--include_imports", "spec_check.proto", cwd=tmp)
-    pool = descriptor_pool.DescriptorPool()
-    for file in descriptor_pb2.FileDescriptorSet.FromString((tmp / "spec.desc").read_bytes()).file:
-        pool.Add(file)
-    return SimpleNamespace(**{name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"spec_check.{name}"))
-                              for name in SPEC_MESSAGES})
+    return compile_spec(tmp_path_factory.mktemp("blob_spec_check"))
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
