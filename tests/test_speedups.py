@@ -481,10 +481,10 @@ def test_tuple_temporal_shortcut(text, type_text):
     general parse gives (the same converter with the shortcut's pattern matching nothing)."""
     import re
 
-    from bridge.tuple import encode as tuple_encode
+    from bridge.values import tuples as tuple_encode
     ct = bridge.values.parse_column_type(type_text)
     data = pb.Data(dataType=pb.STRING, bv=text.encode())
-    convert = tuple_encode.TO_TUPLE[ct.kind](ct, bridge.Options(timezone="UTC", zero_dates="error"))  # null: a Substituted
+    convert = bridge.values.TO_TUPLE[ct.kind](ct, bridge.Options(timezone="UTC", zero_dates="error"))  # null: a Substituted
     outcomes = []
     shortcut = tuple_encode._UTC_TEXT
     for pattern in (shortcut, re.compile(r"(?!)")):

@@ -27,28 +27,34 @@ from dataclasses import dataclass, field
 import orjson
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
-from bridge.blob.encode import EVENT_FIELDS, FORMAT_VERSION, ROW_DIGITS, sequence_id
+from bridge.blob.encode import FORMAT_VERSION
 from bridge.blob.rows import native_plan
 from bridge.errors import BlobFormatError, BridgeError, ConversionError
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.values import (
     DDL_OP_NAMES,
     DEFAULT_CHARSET,
+    DML_IMAGES,
+    EVENT_FIELDS,
     FOREIGN_COLUMN_TYPES,
+    OP_IMAGES,
     OPS_BY_MESSAGE_TYPE,
     RESERVED_PREFIX,
+    ROW_DIGITS,
     SOURCE_TYPES,
     SOURCE_TYPES_BY_NAME,
     codec_for,
     ddl_op,
     raw_to_data,
+    sequence_id,
 )
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["decode_blob", "blob_to_entries", "BlobDecoder", "FOREIGN_COLUMN_TYPES", "ALL_OPS"]
 
 _ROW_SCALE = 10 ** ROW_DIGITS
-DML_OP_NAMES = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "UPDATE")
+# the DML ops (values.OP_IMAGES), and UPDATE: one message carrying both images, which readers accept
+DML_OP_NAMES = (*OP_IMAGES, "UPDATE")
 MESSAGE_TYPE_BY_OP = {op: mt for mt, op in OPS_BY_MESSAGE_TYPE.items() if op}
 MESSAGE_TYPE_BY_OP.update({op: pb.DDL for op in DDL_OP_NAMES})
 MESSAGE_TYPE_BY_OP.update({op: pb.DML for op in DML_OP_NAMES})
@@ -56,8 +62,7 @@ MESSAGE_TYPE_BY_OP["XACOMMIT"] = pb.COMMIT  # an XA transaction's end; the op tr
 ALL_OPS = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "TRANSACTION_BEGIN", "TRANSACTION_END",
            "CREATE", "ALTER", "ERASE", "QUERY", "TRUNCATE", "RENAME", "CINDEX", "DINDEX", "GTID",
            "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "UPDATE")
-DML_TYPE_BY_OP = {"INSERT": pb.INSERT, "UPDATE_BEFOR": pb.UPDATE, "UPDATE_AFTER": pb.UPDATE,
-                  "UPDATE": pb.UPDATE, "DELETE": pb.DELETE}
+DML_TYPE_BY_OP = {op: i.dml_type for op, i in OP_IMAGES.items()} | {"UPDATE": pb.UPDATE}
 
 _ABSENT = object()
 _UPDATE = int(pb.UPDATE)
@@ -68,8 +73,8 @@ _KNOWN_TOP = ("schema", "payload", "version", "dts")
 _KNOWN_PAYLOAD = ("before", "after", "op", "sequenceId", "timestamp", "ddl")
 _KNOWN_TOP_SET, _KNOWN_PAYLOAD_SET = frozenset(_KNOWN_TOP), frozenset(_KNOWN_PAYLOAD)
 # the row images each DML op reads; other ops read none
-_IMAGES_OF_OP = {"INSERT": ("after",), "UPDATE_AFTER": ("after",), "DELETE": ("before",),
-                 "UPDATE_BEFOR": ("before",), "UPDATE": ("before", "after")}
+_IMAGES_OF_OP = {op: (i.image,) for op, i in OP_IMAGES.items()} | {
+    "UPDATE": tuple(i.image for i in DML_IMAGES[pb.UPDATE])}
 
 
 def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:

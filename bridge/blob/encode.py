@@ -38,18 +38,25 @@ from bridge.options import DEFAULT_OPTIONS, Options, per_options
 from bridge.values import (
     CONTROL_MESSAGE_TYPES,
     DEFAULT_CHARSET,
+    DML_IMAGES,
     DML_OPS,
+    EVENT_FIELDS,
     FOREIGN_COLUMN_TYPES,
+    OP_IMAGES,
     OPS_BY_MESSAGE_TYPE,
     RESERVED_PREFIX,
+    ROW_DIGITS,
     SOURCE_TYPES,
     ColumnSetCache,
     Inexact,
     Substituted,
+    check_dml_event,
+    check_row_images,
     codec_for,
     data_to_raw,
     ddl_op,
     note_substitution,
+    sequence_id,
 )
 from bridge.wire import subscribe_pb2 as pb
 
@@ -58,60 +65,19 @@ __all__ = ["entry_to_blob", "entries_to_blob", "entries_to_blob_lines", "BlobEnc
            "sequence_id", "ROW_DIGITS", "EVENT_FIELDS", "FORMAT_VERSION"]
 
 FORMAT_VERSION = "0.0.1"
-ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
 _ROW_SCALE = 10 ** ROW_DIGITS
 _NIL, _NA = int(pb.NIL), int(pb.NA)
 # What a message without the extension decodes to (blob_decode): the extension is then left out.
 _DEFAULT_HEADER = {"version": 1}
-_OP_IMAGES = {"INSERT": ("after", "newColumns"), "UPDATE_BEFOR": ("before", "oldColumns"),
-              "UPDATE_AFTER": ("after", "newColumns"), "DELETE": ("before", "oldColumns")}
-_IMAGE_KEYS = {dml_type: tuple(_OP_IMAGES[op][0] for op in ops) for dml_type, ops in DML_OPS.items()}
 _DEFAULT_HEADER_NO_SOURCE = {"version": 1, "sourceType": int(pb.MYSQL)}
 _DML, _DDL = int(pb.DML), int(pb.DDL)
+# DMLType -> the Blob payload keys of its messages' images (values.DML_IMAGES), as C's Plan.messages takes them
+_IMAGE_KEYS = {dml_type: tuple(i.image for i in images) for dml_type, images in DML_IMAGES.items()}
 _MIN_EVENT_TIME, _MAX_EVENT_TIME = 10 ** 12, 10 ** 13 - 1  # the format's 13-digit epoch milliseconds
 
-# MessageType -> the Event field holding its sub-message.
-EVENT_FIELDS: dict[int, str] = {
-    pb.BEGIN: "beginEvent", pb.COMMIT: "commitEvent", pb.DML: "dmlEvent", pb.DDL: "ddlEvent",
-    pb.ROLLBACK: "rollbackEvent", pb.HEARTBEAT: "heartbeatEvent", pb.CHECKPOINT: "checkpointEvent",
-}
 # Header fields the documented envelope expresses (the rest travel in dts.header).
 _HEADER_IN_ENVELOPE = {"messageType", "timestamp", "seqId"}
 _HEADER_IN_SOURCE = {"schemaName", "tableName", "sourceType"}
-
-
-def sequence_id(seq_id: int, row: int = 0) -> str:
-    return str(seq_id * _ROW_SCALE + row)
-
-
-def check_dml_event(dml: pb.DMLEvent) -> bool:
-    """The event-level rules every converter of a DML event checks first; False for an event
-    without rows (nothing to emit). Raises ConversionError for an unknown DMLType and for more rows
-    than a sequenceId can number.
-
-    The order of a converter's checks is fixed (docs/decisions.md, "One order of errors"): this,
-    then the columns, the SourceType and the timestamp (what the Entry says once), then
-    `check_row_images`, then the values row by row; the C fast path keeps it."""
-    if dml.dmlEventType not in DML_OPS:
-        raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
-    if not dml.rows:
-        return False
-    if len(dml.rows) > _ROW_SCALE:
-        raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
-    return True
-
-
-def check_row_images(dml: pb.DMLEvent, first: int = 0) -> None:
-    """Raises ConversionError for an INSERT row change with a before image or a DELETE one with an
-    after image (rows from `first` on: a streamed Entry's rows before it were checked in C)."""
-    op = DML_OPS[dml.dmlEventType][0]
-    if op in ("INSERT", "DELETE"):
-        wrong = "oldColumns" if op == "INSERT" else "newColumns"
-        rows = dml.rows
-        for index in range(first, len(rows)):
-            if getattr(rows[index], wrong):
-                raise ConversionError(f"{op} row change {index} carries a "
-                                      f"{'before' if wrong == 'oldColumns' else 'after'} image")
 
 
 def encode_blob(msg: dict) -> bytes:
@@ -322,7 +288,7 @@ class _WireTable:
         if found is None:
             head = b"{\"schema\":" + orjson.dumps(self.schema) + b",\"payload\":{"
             ops = DML_OPS[dml_type]
-            pre = tuple(head + orjson.dumps(_OP_IMAGES[op][0]) + b":{\"dataColumn\":" for op in ops)
+            pre = tuple(head + orjson.dumps(OP_IMAGES[op].image) + b":{\"dataColumn\":" for op in ops)
             post = tuple(b"},\"op\":" + orjson.dumps(op) + b",\"sequenceId\":\"" for op in ops)
             found = self._templates[dml_type] = (pre, post)
         return found
@@ -592,7 +558,7 @@ class BlobEncoder:
             seq = seq or str(seq_base + index)
             stamp = self._timestamp(header, row_facts) if own_facts else entry_stamp
             for op in ops:
-                image_name, field_name = _OP_IMAGES[op]
+                image_name, field_name = OP_IMAGES[op][2:4]
                 datas = getattr(row, field_name)
                 half_facts, msg_stamp, msg_schema = row_facts, stamp, row_schema
                 if row_facts and op == "UPDATE_BEFOR" and any(k.startswith("before.") for k in row_facts):
@@ -707,11 +673,11 @@ class BlobEncoder:
                 elif values is None:  # the C path was not sure: the Python path decides
                     if rows is None:
                         rows = entry.event.dmlEvent.rows
-                    datas = getattr(rows[index], _OP_IMAGES[op][1])
+                    datas = getattr(rows[index], OP_IMAGES[op].field)
                     values, raws, charsets = self._image(table, datas, lossless)
                     empty = not datas
                 msg = {"schema": schema,
-                       "payload": {_OP_IMAGES[op][0]: {"dataColumn": values}, "op": op, "sequenceId": seq,
+                       "payload": {OP_IMAGES[op].image: {"dataColumn": values}, "op": op, "sequenceId": seq,
                                    "timestamp": stamp},
                        "version": FORMAT_VERSION}
                 if lossless:

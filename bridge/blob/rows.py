@@ -18,29 +18,15 @@ from __future__ import annotations
 
 import base64
 import math
-from decimal import Decimal
 
 from bridge.errors import ConversionError
 from bridge.native import NATIVE, header_properties, speedups, split_items, wire_scan
-from bridge.native.contract import BODY_KINDS, NA, NIL, TEMPORAL_KINDS, CharsetMode, Kind, Out
-from bridge.values import (
-    _DEC_RE,
-    BYTES,
-    CHARSETS,
-    DECIMAL_DT,
-    DEFAULT_CHARSET,
-    DT,
-    MYSQL_LATIN1,
-    STRING,
-    Codec,
-    Inexact,
-    charset_codec,
-)
+from bridge.native.contract import NA, NIL, Kind
+from bridge.values import DECIMAL_TEXT, Codec, Inexact
+from bridge.values.plans import PlanColumn, charset_table, native_tuple_plan, plan_column
 
-DT_INT8 = DT.INT8
-
-__all__ = ["compile_image", "native_plan", "native_tuple_plan", "split_items", "wire_scan", "header_properties", "known_fields", "Miss",
-           "MISSES", "NATIVE"]
+__all__ = ["compile_image", "native_plan", "native_tuple_plan", "plan_column", "charset_table", "split_items",
+           "wire_scan", "header_properties", "known_fields", "Miss", "MISSES", "NATIVE"]
 
 
 class Miss(Exception):
@@ -50,53 +36,56 @@ class Miss(Exception):
 # What sends an image to the general path (which then reports or carries the value).
 MISSES = (Miss, Inexact, ConversionError, ValueError, UnicodeDecodeError, TypeError, OverflowError)
 
-# kind -> inline body for a value `d` of the column's canonical DataType; `{n}` is the column.
+# C kind (bridge/native/contract.py) -> inline body for a value `d` of the column's canonical
+# DataType; `{n}` is the column. The kinds C alone inlines (and columns C does not take) are "call".
 _BODIES = {
-    "long": ("sv = d.sv\n"
-             "v = int(sv)\n"
-             "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
-             "values[name{n}] = v"),
-    "digits": ("sv = d.sv\n"
-               "v = int(sv)\n"
-               "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
-               "values[name{n}] = sv"),
-    "double": ("sv = d.sv\n"
-               "v = float(sv)\n"
-               "if repr(v) != sv or not isfinite(v) or d.charset or d.bv: raise Miss\n"
-               "values[name{n}] = v"),
-    "decimal": ("sv = d.sv\n"
-                "if not dec_re(sv) or d.charset or d.bv: raise Miss\n"
-                "values[name{n}] = sv"),
-    "text": ("if d.charset != default_charset or d.sv: raise Miss\n"
-             "values[name{n}] = d.bv.decode('utf-8')"),
-    "base64": ("if d.charset != charset{n} or d.sv: raise Miss\n"
-               "values[name{n}] = b64encode(d.bv).decode('ascii')"),
+    Kind.LONG: ("sv = d.sv\n"
+                "v = int(sv)\n"
+                "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
+                "values[name{n}] = v"),
+    Kind.DIGITS: ("sv = d.sv\n"
+                  "v = int(sv)\n"
+                  "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
+                  "values[name{n}] = sv"),
+    Kind.DOUBLE: ("sv = d.sv\n"
+                  "v = float(sv)\n"
+                  "if repr(v) != sv or not isfinite(v) or d.charset or d.bv: raise Miss\n"
+                  "values[name{n}] = v"),
+    Kind.DECIMAL: ("sv = d.sv\n"
+                   "if not dec_re(sv) or d.charset or d.bv: raise Miss\n"
+                   "values[name{n}] = sv"),
+    Kind.TEXT: ("if d.charset != charset{n} or d.sv: raise Miss\n"
+                "values[name{n}] = d.bv.decode('utf-8')"),
+    Kind.BASE64: ("if d.charset != charset{n} or d.sv: raise Miss\n"
+                  "values[name{n}] = b64encode(d.bv).decode('ascii')"),
     "call": "values[name{n}] = to_blob{n}(d)",
 }
 
+# C kind -> the Blob type of the value it makes: a Blob column takes its row's kind only when the
+# column's Blob type is that one (decimal="double" leaves DECIMAL columns to the codec)
+_KIND_BLOB_TYPES = {Kind.LONG: "LONG", Kind.DIGITS: "STRING", Kind.DOUBLE: "DOUBLE", Kind.DECIMAL: "STRING",
+                    Kind.TEXT: "STRING", Kind.BASE64: "BYTES", Kind.UTF8: "STRING", Kind.BOOL: "BOOLEAN",
+                    Kind.DATE: "DATE", Kind.DATETIME: "DATE", Kind.TIMESTAMP: "DATE"}
+def _blob_column(name: str, codec: Codec, utc: bool) -> PlanColumn | None:
+    """`plan_column` of a Blob codec's column, when its kind makes the codec's Blob type."""
+    column = plan_column(name, codec.ct, utc)
+    if column is None or _KIND_BLOB_TYPES[column.kind] != codec.blob_type:
+        return None
+    return column
 
-def _body(codec: Codec) -> tuple[str, int | None, str]:
-    """(inline body kind, canonical DataType or None when it depends on the value, the charset a
-    canonical value carries) of a column: the one table both fast paths (Python and C) start from."""
-    ct = codec.ct
-    kind = ct.kind
-    if kind in ("integer", "year"):
-        return ("digits" if codec.blob_type == "STRING" else "long"), ct.canonical_datatype(), ""
-    if kind == "float":
-        return "double", ct.canonical_datatype(), ""
-    if kind == "decimal" and codec.blob_type == "STRING":
-        return "decimal", DECIMAL_DT, ""
-    if kind == "text":
-        return "text", STRING, DEFAULT_CHARSET
-    if kind in ("binary", "bytes"):
-        return ("base64", STRING, "binary") if kind == "binary" else ("base64", BYTES, "")
-    return "call", None, ""
+
+def _body(codec: Codec) -> tuple:
+    """(inline body, canonical DataType or None when any value goes to the codec, the charset a
+    canonical value carries) of a column of a compiled image."""
+    column = _blob_column("", codec, False)  # temporal kinds are C's only
+    if column is None or column.kind not in _BODIES:
+        return "call", None, ""
+    return column.kind, column.datatype, column.charset
 
 
 def compile_image(names: list, codecs: list[Codec]):
     """A function `image(datas) -> dataColumn dict` for canonical images; raises a MISSES error otherwise."""
-    scope = {"Miss": Miss, "isfinite": math.isfinite, "dec_re": _DEC_RE.match, "b64encode": base64.b64encode,
-             "default_charset": DEFAULT_CHARSET}
+    scope = {"Miss": Miss, "isfinite": math.isfinite, "dec_re": DECIMAL_TEXT.match, "b64encode": base64.b64encode}
     lines = ["def image(datas):",
              f"    if len(datas) != {len(names)}: raise Miss",
              "    values = {}"]
@@ -104,9 +93,9 @@ def compile_image(names: list, codecs: list[Codec]):
         body, dt, charset = _body(codec)
         scope[f"name{n}"] = name
         scope[f"to_blob{n}"] = codec.to_blob
-        if body in ("long", "digits"):
+        if body in (Kind.LONG, Kind.DIGITS):
             scope[f"lo{n}"], scope[f"hi{n}"] = codec.ct.int_range
-        if body == "base64":
+        if body in (Kind.TEXT, Kind.BASE64):
             scope[f"charset{n}"] = charset
         test = f"dt == {dt}" if dt is not None else f"{NIL} < dt < {NA}"
         lines += [f"    d = datas[{n}]",
@@ -124,41 +113,6 @@ def compile_image(names: list, codecs: list[Codec]):
 
 # ---- the C fast path: one Plan per column set over an Entry's wire bytes -----------------------
 
-# kind codes of the C Plan (bridge/native/contract.py): the inline bodies of `_body`, then the kinds only C inlines
-_K_BODIES = BODY_KINDS
-_K_UTF8, _K_BOOL = Kind.UTF8, Kind.BOOL
-_K_TEMPORAL = TEMPORAL_KINDS
-
-
-def _native_column(name: str, codec: Codec, utc: bool):
-    """The Plan column of one codec, or None when the C path does not cover it (then no Plan)."""
-    ct = codec.ct
-    kind = ct.kind
-    body, dt, charset = _body(codec)
-    lo = hi = 0
-    fsp, need_bv = 0, False
-    code = _K_BODIES.get(body)
-    if code is not None:
-        if body in ("long", "digits"):
-            lo, hi = ct.int_range
-            if body == "digits" and lo != 0:
-                return None
-    elif kind == "boolean":
-        code, dt = _K_BOOL, DT_INT8
-    elif kind == "json":
-        code, dt = _K_UTF8, BYTES
-    elif kind == "time":
-        code, dt, need_bv = _K_UTF8, STRING, True
-    elif kind in _K_TEMPORAL and utc and 0 <= ct.fsp <= 6:
-        code, dt, fsp = _K_TEMPORAL[kind], STRING, ct.fsp
-    elif kind == "bit" and codec.blob_type == "LONG":  # bit(1..63): INT64 digits, as DTS sends them
-        code, dt = _K_BODIES["long"], DT.INT64
-        lo, hi = ct.int_range
-    else:
-        return None  # bit(64), decimal as DOUBLE, temporal outside UTC: the Python codecs only
-    return (name, code, dt, lo, hi, charset, fsp, need_bv)
-
-
 def native_plan(names: list, codecs: list[Codec], utc: bool, lossless: bool = True):
     """A `_speedups.Plan` for the column set, or None (no C extension, or a column it does not cover).
 
@@ -170,96 +124,10 @@ def native_plan(names: list, codecs: list[Codec], utc: bool, lossless: bool = Tr
     """
     if not NATIVE:
         return None
-    columns = [_native_column(name, codec, utc) for name, codec in zip(names, codecs)]
+    columns = [_blob_column(name, codec, utc) for name, codec in zip(names, codecs)]
     if not columns or None in columns:
         return None
-    return speedups.Plan(columns, lossless)
-
-
-# what a Tuple plan makes of a column's value (bridge/native/contract.py's Out): the Blob value, a Decimal of
-# its text, the float32 of a FLOAT field, a temporal's epoch microseconds, bytes as hex
-_O_SAME, _O_DECIMAL, _O_FLOAT32, _O_MICROS, _O_HEX = Out.SAME, Out.DECIMAL, Out.FLOAT32, Out.MICROS, Out.HEX
-
-
-def _tuple_column(name: str, ct, field_type: str, utc: bool, hex_binary: bool):
-    """The Tuple plan column of one column (ct as tuple_encode.column_type reads it, field_type its
-    DataHub type), or None when C does not cover it. The C checks are the Blob plan's, which accept
-    a subset of what TO_TUPLE's converters accept; the value is then made as the converter makes it."""
-    kind = ct.kind
-    lo = hi = 0
-    fsp, need_bv, out, charset = 0, False, _O_SAME, ""
-    if kind in ("integer", "year", "bit"):
-        lo, hi = ct.int_range
-        dt = DT.INT64 if kind == "bit" else ct.canonical_datatype()
-        if field_type == "DECIMAL":  # bigint unsigned: a Decimal (bit(64) is left to Python)
-            if kind == "bit" or lo != 0:
-                return None
-            code, out = _K_BODIES["digits"], _O_DECIMAL
-        else:
-            code = _K_BODIES["long"]
-    elif kind == "boolean":
-        code, dt = _K_BOOL, DT_INT8
-    elif kind == "float":
-        code, dt = _K_BODIES["double"], ct.canonical_datatype()
-        out = _O_FLOAT32 if field_type == "FLOAT" else _O_SAME
-    elif kind == "decimal":
-        code, dt, out = _K_BODIES["decimal"], DECIMAL_DT, _O_DECIMAL
-    elif kind == "text":
-        code, dt, charset = _K_BODIES["text"], STRING, DEFAULT_CHARSET
-    elif kind in ("binary", "bytes"):
-        code, out = _K_BODIES["base64"], (_O_HEX if hex_binary else _O_SAME)
-        dt, charset = (STRING, "binary") if kind == "binary" else (BYTES, "")
-    elif kind == "json":
-        code, dt = _K_UTF8, BYTES
-    elif kind == "time":
-        code, dt, need_bv = _K_UTF8, STRING, True
-    elif kind in _K_TEMPORAL and utc and 0 <= ct.fsp <= 6:
-        code, dt, fsp, out = _K_TEMPORAL[kind], STRING, ct.fsp, _O_MICROS
-    else:
-        return None  # bit(64), temporals outside UTC: TO_TUPLE's converters only
-    return (name, code, dt, lo, hi, charset, fsp, need_bv, out)
-
-
-def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_binary: bool):
-    """A Tuple `_speedups.Plan` for the column set (tuple_encode's column types and field types), or
-    None (no C extension, or a column it does not cover: the whole table is Python's).
-
-    `Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, metas)` gives the Tuple rows
-    of a DML Entry image by image (None for an image TupleEncoder converts in Python), or None for
-    the whole Entry."""
-    if not NATIVE:
-        return None
-    columns = [_tuple_column(n, ct, f, utc, hex_binary) for n, ct, f in zip(names, cts, field_types)]
-    if not columns or None in columns:
-        return None
-    return speedups.Plan(columns, False, Decimal)
-
-
-# charset table modes of the C (bridge/native/contract.py's CharsetMode)
-_CS_UTF8, _CS_CODEC, _CS_CHARMAP = CharsetMode.UTF8, CharsetMode.CODEC, CharsetMode.CHARMAP
-
-
-def charset_table() -> list[tuple]:
-    """values.CHARSETS as `_speedups.set_charsets` takes it: (name, mode, codec, mapping, check) for
-    every charset with a text codec, "" (none on the wire) included; `binary` has none, so its text
-    values stay with Python."""
-    latin1 = MYSQL_LATIN1.decode(bytes(range(256)))[0]  # the decoding table itself
-    out = []
-    for name, codec in CHARSETS.items():
-        if codec is None:
-            continue  # binary
-        check = charset_codec(name)[2]
-        if codec == "utf-8":
-            out.append((name, _CS_UTF8, codec, None, check))
-        elif codec == "mysql-latin1":
-            out.append((name, _CS_CHARMAP, codec, latin1, check))
-        else:
-            out.append((name, _CS_CODEC, codec, None, check))
-    return out
-
-
-if NATIVE:
-    speedups.set_charsets(charset_table())
+    return speedups.Plan([tuple(c)[:-1] for c in columns], lossless)  # a Blob plan's columns have no `out`
 
 
 def known_fields(data: bytes, message: str = "Entry") -> bool:

@@ -27,6 +27,7 @@ from bridge.stream import (
     dts_records_to_assembled,
     entries_to_outputs,
 )
+from bridge.values import SPARK_TYPES, column_is_boolean, parse_column_type, spark_type, tuple_type
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Reassembler, pack_entries
 
@@ -57,19 +58,12 @@ ERROR_COLUMN = ("error", "string")
 KEYS = ("table", "single")
 
 
-# DataHub Tuple field type -> Spark type; DECIMAL takes its precision from the DTS column.
-SPARK_TYPES = {"BIGINT": "bigint", "INTEGER": "int", "SMALLINT": "smallint", "TINYINT": "tinyint",
-               "DOUBLE": "double", "FLOAT": "float", "DECIMAL": "decimal", "BOOLEAN": "boolean",
-               "TIMESTAMP": "timestamp", "STRING": "string"}
-
-
+# DataHub Tuple field type -> Spark type (bridge.values.SPARK_TYPES); a field whose DTS column is known
+# takes the Spark type of the column's row (`spark_type`: DECIMAL with the column's precision).
 FIELD_TYPES_OF_SPARK = {v: k for k, v in SPARK_TYPES.items()}
 
 
 DEFAULT_DECIMAL = (38, 18)  # a DECIMAL field known only from a RecordSchema (Spark's widest)
-
-
-_MAX_PRECISION = 38
 
 
 _OUT_ROWS = 4096  # rows per output batch
@@ -503,17 +497,17 @@ def _op_names():
     return pa.array(["INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE"], pa.string())
 
 
-def _decimal_shape(column: pb.Column | None) -> tuple[int, int]:
-    """Spark (precision, scale) of a DECIMAL Tuple field, from its DTS column when known."""
-    from bridge.values import column_is_boolean, parse_column_type
-    if column is None:
-        return DEFAULT_DECIMAL
-    ct = parse_column_type(column.originalType, column_is_boolean(column))
-    precision, scale = (ct.length, ct.scale or 0) if ct.kind == "decimal" else (20, 0)  # 64-bit unsigned
-    if precision > _MAX_PRECISION:  # wider than Spark holds: keep the integer digits, then the fraction
-        scale = max(0, min(scale, _MAX_PRECISION - (precision - scale)))
-        precision = _MAX_PRECISION
-    return precision, scale
+def _spark_type(field_type: str, column: pb.Column | None) -> str:
+    """The Spark type of a Tuple field: its DTS column's row's, when the column is known and its
+    row gives this field type; else by the field type (DECIMAL: DEFAULT_DECIMAL without a column,
+    a 64-bit unsigned integer's decimal(20,0) with one of another type)."""
+    if column is not None:
+        ct = parse_column_type(column.originalType, column_is_boolean(column))
+        if tuple_type(ct) == field_type:
+            return spark_type(ct)
+    if field_type == "DECIMAL":
+        return "decimal(%d,%d)" % (DEFAULT_DECIMAL if column is None else (20, 0))
+    return SPARK_TYPES[field_type]
 
 
 def _pack_columns(columns) -> bytes | None:
@@ -531,10 +525,7 @@ def _tuple_fields(schema, columns=None) -> list[tuple[str, str, str]]:
     by_name = {c.name: c for c in columns or ()}
     out = []
     for f in load_record_schema(schema)["fields"]:
-        kind = SPARK_TYPES[f["type"]]
-        if kind == "decimal":
-            kind = "decimal(%d,%d)" % _decimal_shape(by_name.get(f["name"]))
-        out.append((f["name"], f["type"], kind))
+        out.append((f["name"], f["type"], _spark_type(f["type"], by_name.get(f["name"]))))
     return out
 
 

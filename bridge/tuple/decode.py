@@ -20,30 +20,33 @@ prefix `datahub:` (`sequenceId` of a row that is not its event's first, a millis
 """
 from __future__ import annotations
 
-import binascii
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from decimal import Context, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-from bridge.blob.encode import ROW_DIGITS, sequence_id
 from bridge.errors import BridgeError, ConversionError, TupleFormatError
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.tuple.encode import (
-    BINARY_TEXT,
     INT_RANGES,
     LEGACY_TIME_COLUMN,
     META_NAMES,
-    ColumnType,
     column_type,
-    float32,
     load_record_schema,
     record_schema,
-    tuple_type,
 )
-from bridge.values import BOOLEAN_PROPERTY, CODECS, KIND_DATATYPES, RESERVED_PREFIX, format_temporal, parse_temporal
+from bridge.values import (
+    BOOLEAN_PROPERTY,
+    FROM_TUPLE,
+    RESERVED_PREFIX,
+    ROW_DIGITS,
+    TUPLE_OP_IMAGES,
+    decimal_text,
+    float32,
+    sequence_id,
+)
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["tuples_to_entries", "TupleDecoder", "FIELD_CHECKS", "FIELD_COLUMNS", "FROM_TUPLE", "OP_IMAGES",
@@ -70,11 +73,7 @@ _MAX_PRECISION, _MAX_SCALE = 65, 30
 
 # (_operation_type_, _before_image_, _after_image_) -> (DMLType, half): the rows DataWorks writes.
 OP_IMAGES: dict[tuple[str, str, str], tuple[int, str]] = {
-    ("I", "N", "Y"): (pb.INSERT, "after"),
-    ("D", "Y", "N"): (pb.DELETE, "before"),
-    ("U", "Y", "N"): (pb.UPDATE, "before"),
-    ("U", "N", "Y"): (pb.UPDATE, "after"),
-}
+    flags: (i.dml_type, i.image) for flags, i in TUPLE_OP_IMAGES.items()}
 
 
 # ---- Tuple values: checks against their field type (`FIELD_CHECKS`) ------------------------------
@@ -133,105 +132,13 @@ FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
     "FLOAT": _check_float, "DECIMAL": _check_decimal, "BOOLEAN": _check_boolean, "STRING": _check_string,
 }
 
-# ---- checked Tuple values -> DTS Data, per kind (`FROM_TUPLE`) -------------------------------------
-
 FromTuple = Callable[[Any], pb.Data]
-_DEC_CONTEXT = Context(prec=200)
-
-
-def _integer_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
-    lo, hi = ct.int_range
-    as_decimal = tuple_type(ct) == "DECIMAL"
-
-    def from_tuple(v):
-        if as_decimal:
-            if v != v.to_integral_value():
-                raise ConversionError(f"{ct.text} value must be a whole number", value=v)
-            v = int(v)
-        if not lo <= v <= hi:
-            raise ConversionError(f"value outside the range of {ct.text}", value=v)
-        return pb.Data(dataType=ct.canonical_datatype(v), sv=str(v))
-    return from_tuple
-
-
-def _float_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
-    dt = ct.canonical_datatype()
-    return lambda v: pb.Data(dataType=dt, sv=repr(v))
-
-
-def decimal_text(value: Decimal, precision: int, scale: int) -> str:
-    """Canonical DTS text of a DECIMAL(precision, scale) value: exactly `scale` fraction digits."""
-    try:
-        q = value.quantize(Decimal((0, (1,), -scale)), context=_DEC_CONTEXT)
-    except InvalidOperation:
-        q = None
-    if q is None or q != value:
-        raise ConversionError(f"value does not fit decimal({precision},{scale})", value=value)
-    text = f"{q:f}"
-    if q == 0:
-        text = text.lstrip("-")
-    if len(text.partition(".")[0].lstrip("-").lstrip("0")) > precision - scale:
-        raise ConversionError(f"value does not fit decimal({precision},{scale})", value=value)
-    return text
-
-
-def _decimal_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
-    precision, scale = ct.length, ct.scale or 0
-    return lambda v: pb.Data(dataType=pb.DECIMAL, sv=decimal_text(v, precision, scale))
-
-
-def _text_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
-    blob = CODECS["text"](ct, options)
-    return lambda v: blob.from_blob(v, "utf8mb4")
-
-
-def _blob_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
-    """boolean, json and time: the Blob codec's way back takes the same Python value."""
-    return CODECS[ct.kind](ct, options).from_blob
-
-
-def _bytes_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
-    decode = BINARY_TEXT[options.tuple_binary][1]
-    dt = KIND_DATATYPES[ct.kind]
-    charset = "binary" if ct.kind == "binary" else ""
-
-    def from_tuple(v):
-        try:
-            return pb.Data(dataType=dt, charset=charset, bv=decode(v))
-        except (ValueError, binascii.Error):
-            raise ConversionError(f"STRING value is not {options.tuple_binary} text", value=v) from None
-    return from_tuple
-
-
-def _temporal_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
-    zone, kind, fsp = options.zone, ct.kind, ct.fsp
-
-    def from_tuple(us):
-        ms, extra = divmod(us, 1000)
-        try:
-            text = format_temporal(ms, kind, fsp, zone, extra)
-            back_ms, back_micros = parse_temporal(text, zone)
-        except (ValueError, OverflowError, OSError):
-            raise ConversionError(f"TIMESTAMP value out of range for {ct.text}", value=us) from None
-        if back_ms * 1000 + back_micros != us:
-            raise ConversionError(f"TIMESTAMP value has no exact {ct.text} text in {options.timezone}", value=us)
-        return pb.Data(dataType=pb.STRING, bv=text.encode("ascii"))
-    return from_tuple
-
-
-# kind -> factory (ct, options) -> from_tuple(checked value) -> Data; None never reaches it.
-FROM_TUPLE: dict[str, Callable[[ColumnType, Options], FromTuple]] = {
-    "integer": _integer_from_tuple, "bit": _integer_from_tuple, "year": _integer_from_tuple,
-    "boolean": _blob_from_tuple, "float": _float_from_tuple, "decimal": _decimal_from_tuple,
-    "text": _text_from_tuple, "binary": _bytes_from_tuple, "bytes": _bytes_from_tuple, "json": _blob_from_tuple,
-    "time": _blob_from_tuple, "date": _temporal_from_tuple, "datetime": _temporal_from_tuple,
-    "timestamp": _temporal_from_tuple,
-}
 
 
 def dts_converter(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> FromTuple:
+    """Tuple value -> Data of a DTS column (its row's `from_tuple`)."""
     ct = column_type(column, options)
-    return FROM_TUPLE[ct.kind](ct, options)
+    return ct.row.from_tuple(ct, options)
 
 
 def _column(name: str, field_type: str, original_type: str | None = None) -> pb.Column:

@@ -1,9 +1,9 @@
 """DTS Entry -> DataHub Tuple rows, and the Tuple side's tables (SPEC sections 2 and 3).
 
-The tables (module-level dicts, each checked by a test for completeness): `TUPLE_TYPES` (kind ->
-DataHub field type, integer widths by `INT_TUPLE_TYPES`), `TO_TUPLE` (kind -> value converter
-factory; `tuple_decode.FROM_TUPLE` is the way back), `META_COLUMNS` (DataWorks meta column -> type
-and extractor) and `ROW_IMAGES` (DMLType -> the rows one row change gives).
+Each column's field type and value converter come from its row of the type table
+(`bridge/values/types.py`: `tuple_type`, the row's `to_tuple`; the per-value converters are in
+`bridge/values/tuples.py`). This module's own tables: `META_COLUMNS` (DataWorks meta column -> type
+and extractor) and `ROW_IMAGES` (DMLType -> the rows one row change gives, from `values.DML_IMAGES`).
 
 A Tuple row is a dict: field name -> Python value (int, float, Decimal, bool, str or None). One DML
 row change gives one row (an update two: U/Y/N then U/N/Y, sharing `_sequence_id_` and
@@ -20,38 +20,39 @@ extension, so a value a field cannot hold exactly is a ConversionError (docs/tup
 """
 from __future__ import annotations
 
-import base64
-import math
-import re
-import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 import orjson
 
-from bridge.blob.encode import ROW_DIGITS, check_dml_event, check_row_images, sequence_id
-from bridge.blob.rows import native_tuple_plan, wire_scan
 from bridge.errors import BridgeError, ConversionError, TupleFormatError
+from bridge.native import wire_scan
 from bridge.options import DEFAULT_OPTIONS, Options, per_options
 from bridge.values import (
-    INT_WIDTHS,
+    BINARY_TEXT,
+    DML_IMAGES,
+    INT_TUPLE_TYPES,
     RESERVED_PREFIX,
+    ROW_DIGITS,
+    TIMESTAMP_RANGE,
+    TO_TUPLE,
+    TUPLE_TYPES,
     ColumnSetCache,
     ColumnType,
-    InvalidDate,
     Substituted,
-    charset_codec,
+    check_dml_event,
+    check_row_images,
     column_is_boolean,
-    format_temporal,
+    float32,
     note_substitution,
     parse_column_type,
-    parse_temporal,
+    sequence_id,
     temporal_as_text,
-    utc_micros,
+    tuple_type,
 )
+from bridge.values.plans import native_tuple_plan
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
@@ -63,51 +64,10 @@ DT = pb.DataType
 _NIL, _NA = int(DT.NIL), int(DT.NA)  # plain ints: the enum wrapper's attribute lookup is a Python call
 FIELD_TYPES = ("BIGINT", "INTEGER", "SMALLINT", "TINYINT", "DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN",
                "TIMESTAMP", "STRING")
-# Epoch microseconds pydatahub accepts for a TIMESTAMP field.
-TIMESTAMP_RANGE = (-62135798400000000, 253402271999000000)
 # field type -> the integers it holds
 INT_RANGES = {"TINYINT": (-(1 << 7), (1 << 7) - 1), "SMALLINT": (-(1 << 15), (1 << 15) - 1),
               "INTEGER": (-(1 << 31), (1 << 31) - 1), "BIGINT": (-(1 << 63), (1 << 63) - 1),
               "TIMESTAMP": TIMESTAMP_RANGE}
-
-# ---- MySQL type -> DataHub field type ----------------------------------------------------------
-
-# integer width -> (signed type, unsigned type): unsigned values widen to the next type that holds them.
-INT_TUPLE_TYPES: dict[int, tuple[str, str]] = {
-    8: ("TINYINT", "SMALLINT"), 16: ("SMALLINT", "INTEGER"), 24: ("INTEGER", "INTEGER"),
-    32: ("INTEGER", "BIGINT"), 64: ("BIGINT", "DECIMAL"),
-}
-
-
-def _integer_type(ct: ColumnType) -> str:
-    return INT_TUPLE_TYPES[INT_WIDTHS.get(ct.family, 64)][ct.unsigned]
-
-
-def _bit_type(ct: ColumnType) -> str:
-    return "DECIMAL" if (ct.length or 1) >= 64 else "BIGINT"
-
-
-def _float_type(ct: ColumnType) -> str:
-    return "FLOAT" if ct.family == "float" else "DOUBLE"
-
-
-# kind (values.FAMILIES) -> field type, or a width/sign rule giving it.
-TUPLE_TYPES: dict[str, str | Callable[[ColumnType], str]] = {
-    "integer": _integer_type, "bit": _bit_type, "year": "SMALLINT", "boolean": "BOOLEAN",
-    "float": _float_type, "decimal": "DECIMAL", "text": "STRING", "binary": "STRING", "bytes": "STRING",
-    "json": "STRING", "time": "STRING", "date": "TIMESTAMP", "datetime": "TIMESTAMP", "timestamp": "TIMESTAMP",
-}
-
-
-def tuple_type(ct: ColumnType) -> str:
-    """The DataHub field type of a column, decided by its definition.
-
-    >>> tuple_type(parse_column_type("int(10) unsigned"))
-    'BIGINT'
-    """
-    rule = TUPLE_TYPES[ct.kind]
-    return rule if isinstance(rule, str) else rule(ct)
-
 
 # ---- meta columns and the rows of one row change -------------------------------------------------
 
@@ -135,171 +95,9 @@ META_NAMES = frozenset(META_COLUMNS) | {LEGACY_TIME_COLUMN}
 
 # DMLType -> (op, before image, after image, which DTS image) for each row one row change gives.
 ROW_IMAGES: dict[int, tuple[tuple[str, str, str, str], ...]] = {
-    pb.INSERT: (("I", "N", "Y", "new"),),
-    pb.UPDATE: (("U", "Y", "N", "old"), ("U", "N", "Y", "new")),
-    pb.DELETE: (("D", "Y", "N", "old"),),
-}
-
-# ---- DTS values -> Tuple values, per kind (`TO_TUPLE`) ------------------------------------------
-
-def float32(v: float, error=ConversionError) -> float:
-    """The float32 a FLOAT field stores for `v` (as DataHub does), or `error` when it overflows."""
-    try:
-        return struct.unpack("<f", struct.pack("<f", v))[0]
-    except OverflowError:
-        raise error("value outside the range of FLOAT", value=v) from None
-
-
-_INT_RE = re.compile(r"-?[0-9]+\Z")
-_DEC_RE = re.compile(r"-?[0-9]+(?:\.[0-9]+)?\Z")
-_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
-ToTuple = Callable[[pb.Data], Any]
-
-
-def _integer_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    lo, hi = ct.int_range
-    as_decimal = tuple_type(ct) == "DECIMAL"
-
-    def to_tuple(d: pb.Data):
-        if not _INT_RE.match(d.sv):
-            raise ConversionError("not an integer", value=d.sv or d.bv)
-        v = int(d.sv)
-        if not lo <= v <= hi:
-            raise ConversionError(f"integer outside the range of {ct.text}", value=d.sv)
-        return Decimal(v) if as_decimal else v
-    return to_tuple
-
-
-def _boolean_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    def to_tuple(d: pb.Data):
-        if d.sv not in ("0", "1"):
-            raise ConversionError("BOOLEAN column value is not 0 or 1", value=d.sv or d.bv)
-        return d.sv == "1"
-    return to_tuple
-
-
-def _float_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    single = tuple_type(ct) == "FLOAT"
-
-    def to_tuple(d: pb.Data):
-        if not _FLOAT_RE.match(d.sv):
-            raise ConversionError("not a finite number", value=d.sv or d.bv)
-        v = float(d.sv)
-        if math.isinf(v):
-            raise ConversionError("value outside the range of DOUBLE", value=d.sv)
-        return float32(v) if single else v
-    return to_tuple
-
-
-def _decimal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    def to_tuple(d: pb.Data):
-        if not _DEC_RE.match(d.sv):
-            raise ConversionError("not a decimal number", value=d.sv or d.bv)
-        return Decimal(d.sv)
-    return to_tuple
-
-
-def _text_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    def to_tuple(d: pb.Data):
-        codec = charset_codec(d.charset)
-        if codec is None:
-            raise ConversionError(f"charset {d.charset!r} has no text decoding", value=d.bv)
-        try:
-            return codec[0](d.bv)[0]
-        except UnicodeDecodeError as exc:
-            raise ConversionError(f"bytes do not decode as {d.charset or 'utf8'} ({exc.reason} at byte "
-                                  f"{exc.start})", value=d.bv) from None
-    return to_tuple
-
-
-# Options.tuple_binary -> (encode bytes to text, decode text to bytes)
-BINARY_TEXT: dict[str, tuple[Callable[[bytes], str], Callable[[str], bytes]]] = {
-    "base64": (lambda b: base64.b64encode(b).decode("ascii"), lambda s: base64.b64decode(s, validate=True)),
-    "hex": (lambda b: b.hex(), bytes.fromhex),
-}
-
-
-def _bytes_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    encode = BINARY_TEXT[options.tuple_binary][0]
-    return lambda d: encode(d.bv)
-
-
-def _utf8_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    """json (BYTES) and time (STRING) columns: UTF-8 text in `bv`."""
-    def to_tuple(d: pb.Data):
-        try:
-            return d.bv.decode("utf-8") if d.bv or not d.sv else d.sv
-        except UnicodeDecodeError:
-            raise ConversionError(f"{ct.kind} bytes are not UTF-8", value=d.bv) from None
-    return to_tuple
-
-
-# UTC text datetime.fromisoformat (C) reads as parse_temporal does; anything else takes parse_temporal
-_UTC_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?: [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?)?(?: \+00:00)?\Z")
-
-
-def _temporal_to_tuple(ct: ColumnType, options: Options) -> ToTuple:
-    """TIMESTAMP (epoch microseconds: every fractional digit MySQL has fits, so
-    Options.temporal_precision never acts here); a zero or invalid date, and a date MySQL takes
-    beyond DataHub's TIMESTAMP range (`9999-12-31 23:59:59` read in UTC), follow Options.zero_dates
-    ("string" reads the column as text instead: `temporal_as_text`)."""
-    zone, kind = options.zone, ct.kind
-    lo, hi = TIMESTAMP_RANGE
-    wall = 10 if kind == "date" else 19
-    utc = options.timezone == "UTC"
-    check_wall = kind != "timestamp" and not utc
-    null_zero_dates = options.zero_dates == "null"
-    zero_reasons: dict = {}  # text -> reason of a zero or invalid date seen before (a few spellings recur)
-
-    def to_tuple(d: pb.Data):
-        text = _ascii_text(d, kind)
-        if text in zero_reasons:
-            if null_zero_dates:
-                raise Substituted(None, zero_reasons[text], "zero_dates", text)
-            raise ConversionError(zero_reasons[text], value=text)
-        if utc and _UTC_TEXT.match(text):
-            us = utc_micros(text[:-7] if text.endswith(" +00:00") else text)
-            if us is not None and lo <= us <= hi:  # else parse_temporal names the error
-                return us
-        try:
-            ms, micros = parse_temporal(text, zone)
-        except InvalidDate as exc:
-            reason = f"{kind} value is a zero or invalid date ({exc}; option zero_dates={options.zero_dates})"
-            if len(zero_reasons) < 64:
-                zero_reasons[text] = reason
-            if null_zero_dates:
-                raise Substituted(None, reason, "zero_dates", text) from None
-            raise ConversionError(reason, value=text) from None
-        except (ValueError, OverflowError) as exc:
-            raise ConversionError(f"{kind} value has no epoch time ({exc})", value=text) from None
-        us = ms * 1000 + micros
-        if not lo <= us <= hi:
-            reason = f"{kind} value outside the TIMESTAMP range (option zero_dates={options.zero_dates})"
-            if null_zero_dates:
-                raise Substituted(None, reason, "out_of_range", text)
-            raise ConversionError(reason, value=text)
-        if check_wall and format_temporal(ms, kind, 0, zone)[:wall] != text[:wall]:
-            raise ConversionError(f"{kind} value does not exist in {options.timezone}", value=text)
-        return us
-    return to_tuple
-
-
-def _ascii_text(d: pb.Data, kind: str) -> str:
-    try:
-        return d.bv.decode("ascii") if d.bv else d.sv
-    except UnicodeDecodeError:
-        raise ConversionError(f"{kind} text is not ASCII", value=d.bv) from None
-
-
-# kind -> factory (ct, options) -> to_tuple(Data) -> Tuple value; NIL and NA never reach it.
-TO_TUPLE: dict[str, Callable[[ColumnType, Options], ToTuple]] = {
-    "integer": _integer_to_tuple, "bit": _integer_to_tuple, "year": _integer_to_tuple,
-    "boolean": _boolean_to_tuple, "float": _float_to_tuple, "decimal": _decimal_to_tuple,
-    "text": _text_to_tuple, "binary": _bytes_to_tuple, "bytes": _bytes_to_tuple, "json": _utf8_to_tuple,
-    "time": _utf8_to_tuple, "date": _temporal_to_tuple, "datetime": _temporal_to_tuple,
-    "timestamp": _temporal_to_tuple,
-}
-
+    dml_type: tuple((i.tuple_op, i.before_flag, i.after_flag, "old" if i.field == "oldColumns" else "new")
+                    for i in images)
+    for dml_type, images in DML_IMAGES.items()}
 
 def column_type(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> ColumnType:
     """The column's type as the Tuple side converts it (under `zero_dates="string"` temporal
@@ -367,7 +165,7 @@ def _build_table(columns, options: Options, native: bool = False) -> _TupleTable
             raise exc.located(column=c.name)
         names.append(c.name)
         cts.append(ct)
-        converters.append(TO_TUPLE[ct.kind](ct, options))
+        converters.append(ct.row.to_tuple(ct, options))
         fields.append({"name": c.name, "type": tuple_type(ct)})
     plan = native and native_tuple_plan(names, cts, [f["type"] for f in fields], options.timezone == "UTC",
                                          options.tuple_binary == "hex")

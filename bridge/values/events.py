@@ -1,0 +1,64 @@
+"""Rules of a DTS event that Blob and Tuple share: sequence ids, the DML event checks every
+converter makes first (in the order docs/decisions.md, "One order of errors", fixes), the Event
+field of each MessageType, and the property prefix the bridge owns.
+
+>>> sequence_id(9, 2)
+'9000002'
+"""
+from __future__ import annotations
+
+from bridge.errors import ConversionError
+from bridge.values.ops import DML_IMAGES
+from bridge.wire import subscribe_pb2 as pb
+
+__all__ = ["ROW_DIGITS", "RESERVED_PREFIX", "EVENT_FIELDS", "sequence_id", "check_dml_event", "check_row_images"]
+
+ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
+_ROW_SCALE = 10 ** ROW_DIGITS
+RESERVED_PREFIX = "datahub:"  # DTS property keys the bridge owns (DataHub-only facts)
+
+# MessageType -> the Event field holding its sub-message.
+EVENT_FIELDS: dict[int, str] = {
+    pb.BEGIN: "beginEvent", pb.COMMIT: "commitEvent", pb.DML: "dmlEvent", pb.DDL: "ddlEvent",
+    pb.ROLLBACK: "rollbackEvent", pb.HEARTBEAT: "heartbeatEvent", pb.CHECKPOINT: "checkpointEvent",
+}
+
+
+def sequence_id(seq_id: int, row: int = 0) -> str:
+    """The sequenceId (Blob) / `_sequence_id_` (Tuple) of row `row` of the event `seq_id` numbers."""
+    return str(seq_id * _ROW_SCALE + row)
+
+
+def check_dml_event(dml: pb.DMLEvent) -> bool:
+    """The event-level rules every converter of a DML event checks first; False for an event
+    without rows (nothing to emit). Raises ConversionError for an unknown DMLType and for more rows
+    than a sequenceId can number.
+
+    The order of a converter's checks is fixed (docs/decisions.md, "One order of errors"): this,
+    then the columns, the SourceType and the timestamp (what the Entry says once), then
+    `check_row_images`, then the values row by row; the C fast path keeps it."""
+    if dml.dmlEventType not in DML_IMAGES:
+        raise ConversionError(f"unknown DMLType {dml.dmlEventType}")
+    if not dml.rows:
+        return False
+    if len(dml.rows) > _ROW_SCALE:
+        raise ConversionError(f"DML event has {len(dml.rows)} rows; at most {_ROW_SCALE} fit a sequenceId")
+    return True
+
+
+# DMLType -> (its op, the RowChange field its row changes must leave empty) for the types of one image
+_WRONG_IMAGE = {t: (images[0].op, "newColumns" if images[0].field == "oldColumns" else "oldColumns")
+                for t, images in DML_IMAGES.items() if len(images) == 1}
+
+
+def check_row_images(dml: pb.DMLEvent, first: int = 0) -> None:
+    """Raises ConversionError for an INSERT row change with a before image or a DELETE one with an
+    after image (rows from `first` on: a streamed Entry's rows before it were checked in C)."""
+    found = _WRONG_IMAGE.get(dml.dmlEventType)
+    if found is not None:
+        op, wrong = found
+        rows = dml.rows
+        for index in range(first, len(rows)):
+            if getattr(rows[index], wrong):
+                raise ConversionError(f"{op} row change {index} carries a "
+                                      f"{'before' if wrong == 'oldColumns' else 'after'} image")

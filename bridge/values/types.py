@@ -1,0 +1,392 @@
+"""Where each MySQL type is mapped: one row per type family, every face reads it from here.
+
+Where is DATETIME mapped? In the `datetime` row of `TYPES` below: the MySQL type names it covers,
+its canonical DTS DataType, its Blob type and codec factory (`bridge/values/codecs.py`), its
+DataHub Tuple field type and its to/from-Tuple converters (`bridge/values/tuples.py`), its
+Spark/Arrow type and the C fast path's value kind (`bridge/native/contract.py`'s `Kind`). The
+per-value work is in the functions the row names (temporal text: `bridge/values/temporal.py`).
+
+The faces look a row up through `type_row(kind)` (or `ColumnType.row`) only:
+`codec_for` / `blob_type` (Blob), `tuple_type` and the TO_TUPLE / FROM_TUPLE views (Tuple),
+`spark_type` (bridge/spark/jobs.py), `native_kind` (bridge/blob/rows.py's C plans and compiled
+images). Adding a MySQL type is one row here plus tests (tests/test_types.py checks that every
+row fills every column and that every face agrees with it); docs/decisions.md, "Each type mapped
+once". A column value of a row's column is either the value itself or a rule: a function of the
+parsed column type (and, for the Blob type, the Options) giving it.
+
+>>> t = parse_column_type("bigint(20) unsigned")
+>>> (t.family, t.unsigned, t.kind, blob_type(t), tuple_type(t), spark_type(t), native_kind(t).name)
+('bigint', True, 'integer', 'STRING', 'DECIMAL', 'decimal(20,0)', 'DIGITS')
+>>> row = type_row("datetime")
+>>> (row.mysql_types, row.blob_type, row.tuple_type, row.spark_type, row.c_kind.name)
+(('datetime',), 'DATE', 'TIMESTAMP', 'timestamp', 'DATETIME')
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any
+
+from bridge.errors import ConversionError
+from bridge.native.contract import Kind
+from bridge.options import DEFAULT_OPTIONS, Options
+from bridge.values import tuples as _tuple
+from bridge.values.charsets import DEFAULT_CHARSET
+from bridge.values.codecs import (
+    Codec,
+    _boolean_codec,
+    _bytes_codec,
+    _decimal_codec,
+    _float_codec,
+    _integer_codec,
+    _json_codec,
+    _temporal_codec,
+    _text_codec,
+    _time_codec,
+)
+from bridge.values.events import RESERVED_PREFIX
+from bridge.wire import subscribe_pb2 as pb
+
+DT = pb.DataType
+BLOB_TYPES = ("BOOLEAN", "DOUBLE", "DATE", "BYTES", "LONG", "STRING")
+_LONG_MAX = (1 << 63) - 1
+
+INT_WIDTHS = {"tinyint": 8, "bool": 8, "boolean": 8, "smallint": 16, "mediumint": 24, "int": 32,
+              "integer": 32, "bigint": 64}
+_SIGNED_DT = {8: DT.INT8, 16: DT.INT16, 24: DT.INT32, 32: DT.INT32, 64: DT.INT64}
+_UNSIGNED_DT = {8: DT.UINT8, 16: DT.UINT16, 24: DT.UINT32, 32: DT.UINT32, 64: DT.UINT64}
+
+# integer width -> (signed Tuple field type, unsigned): unsigned values widen to the next type that holds them.
+INT_TUPLE_TYPES: dict[int, tuple[str, str]] = {
+    8: ("TINYINT", "SMALLINT"), 16: ("SMALLINT", "INTEGER"), 24: ("INTEGER", "INTEGER"),
+    32: ("INTEGER", "BIGINT"), 64: ("BIGINT", "DECIMAL"),
+}
+
+# DataHub Tuple field type -> the Spark SQL type of its values (DECIMAL: precision from the column).
+SPARK_TYPES = {"BIGINT": "bigint", "INTEGER": "int", "SMALLINT": "smallint", "TINYINT": "tinyint",
+               "DOUBLE": "double", "FLOAT": "float", "DECIMAL": "decimal", "BOOLEAN": "boolean",
+               "TIMESTAMP": "timestamp", "STRING": "string"}
+SPARK_MAX_PRECISION = 38  # Spark's widest decimal
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A parsed `Column.originalType`: family, sign, length/precision, scale/fsp."""
+    text: str
+    family: str
+    kind: str
+    unsigned: bool = False
+    length: int | None = None
+    scale: int | None = None
+
+    @property
+    def row(self) -> TypeRow:
+        """The row of `TYPES` that maps this column's kind."""
+        return type_row(self.kind)
+
+    @property
+    def fsp(self) -> int:
+        """Fractional-second digits of a temporal type (its declared precision)."""
+        return self.length or 0
+
+    @property
+    def int_range(self) -> tuple[int, int]:
+        bits = 64 if self.kind == "bit" else INT_WIDTHS.get(self.family, 64)
+        if self.kind == "bit":
+            return 0, (1 << (self.length or 1)) - 1
+        if self.unsigned:
+            return 0, (1 << bits) - 1
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+    @property
+    def wide(self) -> bool:
+        """An integer type whose values pass the signed 64-bit range (bigint unsigned, bit(64)):
+        they travel as exact digits (Blob STRING, Tuple DECIMAL)."""
+        return self.int_range[1] > _LONG_MAX
+
+    def canonical_datatype(self, value: int | None = None) -> int:
+        """The DataType a canonical DTS value of this column has (the row's `datatype`; integers
+        and floats by width and sign, bit(64) above 2**63 - 1 by value)."""
+        kind = self.kind
+        if kind == "integer":
+            bits = INT_WIDTHS.get(self.family, 64)
+            return (_UNSIGNED_DT if self.unsigned else _SIGNED_DT)[bits]
+        if kind == "float":
+            return DT.FLOAT32 if self.family == "float" else DT.FLOAT64
+        if kind == "bit" and value is not None and value > _LONG_MAX:
+            return DT.UINT64
+        return self.row.datatype
+
+
+# ---- rules: a column of a row that depends on the column's definition ---------------------------
+
+def _integer_blob_type(ct: ColumnType, options: Options) -> str:
+    return "STRING" if ct.wide else "LONG"
+
+
+def _decimal_blob_type(ct: ColumnType, options: Options) -> str:
+    return "DOUBLE" if options.decimal == "double" else "STRING"
+
+
+def _integer_tuple_type(ct: ColumnType) -> str:
+    return INT_TUPLE_TYPES[INT_WIDTHS.get(ct.family, 64)][ct.unsigned]
+
+
+def _bit_tuple_type(ct: ColumnType) -> str:
+    return "DECIMAL" if ct.wide else "BIGINT"
+
+
+def _float_tuple_type(ct: ColumnType) -> str:
+    return "FLOAT" if ct.canonical_datatype() == DT.FLOAT32 else "DOUBLE"
+
+
+def _spark_decimal(precision: int, scale: int) -> str:
+    if precision > SPARK_MAX_PRECISION:  # wider than Spark holds: keep the integer digits, then the fraction
+        scale = max(0, min(scale, SPARK_MAX_PRECISION - (precision - scale)))
+        precision = SPARK_MAX_PRECISION
+    return f"decimal({precision},{scale})"
+
+
+def _integer_spark_type(ct: ColumnType) -> str:
+    return _spark_decimal(20, 0) if ct.wide else SPARK_TYPES[_integer_tuple_type(ct)]
+
+
+def _bit_spark_type(ct: ColumnType) -> str:
+    return _spark_decimal(20, 0) if ct.wide else "bigint"
+
+
+def _float_spark_type(ct: ColumnType) -> str:
+    return SPARK_TYPES[_float_tuple_type(ct)]
+
+
+def _decimal_spark_type(ct: ColumnType) -> str:
+    return _spark_decimal(ct.length, ct.scale or 0)
+
+
+def _integer_c_kind(ct: ColumnType) -> Kind:
+    return Kind.DIGITS if ct.wide else Kind.LONG
+
+
+def _bit_c_kind(ct: ColumnType) -> Kind | None:
+    return None if ct.wide else Kind.LONG  # bit(64): its DataType depends on the value, Python's
+
+
+# ---- the table ------------------------------------------------------------------------------------
+
+BlobTypeRule = str | Callable[[ColumnType, Options], str]
+Rule = str | Callable[[ColumnType], Any]
+Factory = Callable[[ColumnType, Options], Callable]
+
+
+@dataclass(frozen=True)
+class TypeRow:
+    """How one MySQL type family travels, on every face. A column holds the value, or a rule:
+    a function of the ColumnType (Blob type: and the Options) that gives it."""
+    kind: str                  # the family's name (ColumnType.kind)
+    mysql_types: tuple         # the MySQL type names (`Column.originalType` without arguments) it covers
+    datatype: int | None       # canonical DTS DataType; None: by width and sign (ColumnType.canonical_datatype)
+    charset: str               # the `Data.charset` a canonical value carries
+    blob_type: BlobTypeRule    # Blob `dataColumn` type
+    codec: Factory             # (ColumnType, Options) -> Codec: Data <-> Blob value (values/codecs.py)
+    tuple_type: Rule           # DataHub Tuple field type
+    to_tuple: Factory          # (ColumnType, Options) -> Data -> Tuple value (values/tuples.py)
+    from_tuple: Factory        # (ColumnType, Options) -> Tuple value -> Data (values/tuples.py)
+    spark_type: Rule           # Spark SQL type of the Tuple field (bridge/spark/jobs.py turns it into Arrow)
+    c_kind: Kind | Callable[[ColumnType], Kind | None] | None  # the C Plan's value kind (None: Python only)
+    need_bv: bool = False      # C: a canonical value's text is in `bv`, never empty (time)
+
+
+_INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean")
+_TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "nchar", "nvarchar")
+_BYTES_TYPES = ("tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring", "polygon",
+                "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection")
+
+# SPEC section 3, docs/mapping.md "Column types"; one row per family, in that page's order.
+TYPES: tuple[TypeRow, ...] = (
+    TypeRow("integer", _INTEGER_TYPES, None, "", _integer_blob_type, _integer_codec,
+            _integer_tuple_type, _tuple._integer_to_tuple, _tuple._integer_from_tuple, _integer_spark_type,
+            _integer_c_kind),
+    # no MySQL type of its own: a tinyint(1) column with the property BOOLEAN_PROPERTY (a DataHub
+    # BOOLEAN); the name, which no column type parses to, keeps the kind among FAMILIES' values
+    TypeRow("boolean", ("boolean-from-datahub",), DT.INT8, "", "BOOLEAN", _boolean_codec,
+            "BOOLEAN", _tuple._boolean_to_tuple, _tuple._blob_from_tuple, "boolean", Kind.BOOL),
+    TypeRow("bit", ("bit",), DT.INT64, "", _integer_blob_type, _integer_codec,
+            _bit_tuple_type, _tuple._integer_to_tuple, _tuple._integer_from_tuple, _bit_spark_type, _bit_c_kind),
+    TypeRow("year", ("year",), DT.INT64, "", "LONG", _integer_codec,
+            "SMALLINT", _tuple._integer_to_tuple, _tuple._integer_from_tuple, "smallint", Kind.LONG),
+    TypeRow("float", ("float", "double", "real", "double precision"), None, "", "DOUBLE", _float_codec,
+            _float_tuple_type, _tuple._float_to_tuple, _tuple._float_from_tuple, _float_spark_type, Kind.DOUBLE),
+    TypeRow("decimal", ("decimal", "numeric", "dec", "fixed"), DT.DECIMAL, "", _decimal_blob_type, _decimal_codec,
+            "DECIMAL", _tuple._decimal_to_tuple, _tuple._decimal_from_tuple, _decimal_spark_type, Kind.DECIMAL),
+    TypeRow("text", _TEXT_TYPES, DT.STRING, DEFAULT_CHARSET, "STRING", _text_codec,
+            "STRING", _tuple._text_to_tuple, _tuple._text_from_tuple, "string", Kind.TEXT),
+    TypeRow("binary", ("binary", "varbinary"), DT.STRING, "binary", "BYTES", _bytes_codec,
+            "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", Kind.BASE64),
+    TypeRow("bytes", _BYTES_TYPES, DT.BYTES, "", "BYTES", _bytes_codec,
+            "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", Kind.BASE64),
+    TypeRow("json", ("json",), DT.BYTES, "", "STRING", _json_codec,
+            "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", Kind.UTF8),
+    TypeRow("date", ("date",), DT.STRING, "", "DATE", _temporal_codec,
+            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.DATE),
+    TypeRow("datetime", ("datetime",), DT.STRING, "", "DATE", _temporal_codec,
+            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.DATETIME),
+    TypeRow("timestamp", ("timestamp",), DT.STRING, "", "DATE", _temporal_codec,
+            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.TIMESTAMP),
+    TypeRow("time", ("time",), DT.STRING, "", "STRING", _time_codec,
+            "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", Kind.UTF8, need_bv=True),
+)
+
+ROW_COLUMNS = tuple(f.name for f in fields(TypeRow))
+_ROWS: dict[str, TypeRow] = {row.kind: row for row in TYPES}
+
+
+def type_row(kind: str) -> TypeRow:
+    """The row of a family: the one lookup every face makes."""
+    return _ROWS[kind]
+
+
+def _names() -> dict[str, str]:
+    return {name: row.kind for row in _ROWS.values() for name in row.mysql_types}
+
+
+# MySQL type name -> family (the kind of its row)
+FAMILIES: dict[str, str] = _names()
+
+
+def rows() -> tuple[TypeRow, ...]:
+    """Every row in use: `TYPES` and any `register`ed since."""
+    return tuple(_ROWS.values())
+
+
+def register(row: TypeRow) -> None:
+    """Add (or replace) a row, e.g. a test's made-up type: the names it covers parse to it, and
+    every face finds it through `type_row`."""
+    _ROWS[row.kind] = row
+    FAMILIES.clear()
+    FAMILIES.update(_names())
+    parse_column_type.cache_clear()
+
+
+def unregister(kind: str) -> None:
+    """Take a `register`ed row out again (a shipped row comes back as `TYPES` has it)."""
+    del _ROWS[kind]
+    _ROWS.update((row.kind, row) for row in TYPES if row.kind not in _ROWS)
+    FAMILIES.clear()
+    FAMILIES.update(_names())
+    parse_column_type.cache_clear()
+
+
+# ---- lookups through the row -------------------------------------------------------------------------
+
+_TYPE_RE = re.compile(r"^\s*([a-zA-Z][a-zA-Z ]*?)\s*(?:\((.*)\))?\s*((?:\s*(?:unsigned|signed|zerofill))*)\s*$",
+                      re.S)
+
+
+@lru_cache(maxsize=4096)
+def parse_column_type(text: str, boolean: bool = False) -> ColumnType:
+    """Parse a MySQL column type as MySQL prints it (`decimal(30,9)`, `int(10) unsigned`, ...)."""
+    m = _TYPE_RE.match(text)
+    family = " ".join(m.group(1).lower().split()) if m else ""
+    kind = FAMILIES.get(family)
+    if kind is None:
+        raise ConversionError("unknown MySQL column type", value=text)
+    if boolean:
+        kind = "boolean"
+    args = m.group(2)
+    length = scale = None
+    if args and family not in ("enum", "set"):
+        parts = [p.strip() for p in args.split(",")]
+        try:
+            length = int(parts[0])
+            scale = int(parts[1]) if len(parts) > 1 else None
+        except ValueError:
+            raise ConversionError("unparsable MySQL column type arguments", value=text) from None
+    if kind == "decimal" and length is None:
+        length, scale = 10, 0
+    if kind == "decimal" and scale is None:
+        scale = 0
+    return ColumnType(text=text, family=family, kind=kind, unsigned="unsigned" in m.group(3).lower(),
+                      length=length, scale=scale)
+
+
+def _apply(rule, *args):
+    return rule(*args) if callable(rule) else rule
+
+
+def blob_type(ct: ColumnType, options: Options = DEFAULT_OPTIONS) -> str:
+    """The Blob value type of a column, decided by its definition, never by one row's value."""
+    return _apply(ct.row.blob_type, ct, options)
+
+
+def tuple_type(ct: ColumnType) -> str:
+    """The DataHub Tuple field type of a column, decided by its definition.
+
+    >>> tuple_type(parse_column_type("int(10) unsigned"))
+    'BIGINT'
+    """
+    return _apply(ct.row.tuple_type, ct)
+
+
+def spark_type(ct: ColumnType) -> str:
+    """The Spark SQL type of a column's Tuple field (`decimal(p,s)` with the column's precision)."""
+    return _apply(ct.row.spark_type, ct)
+
+
+def native_kind(ct: ColumnType) -> Kind | None:
+    """The C Plan's value kind of a column, or None when only Python converts it."""
+    return _apply(ct.row.c_kind, ct)
+
+
+# Property key on a Column that marks a DataHub BOOLEAN carried as tinyint(1).
+BOOLEAN_PROPERTY = RESERVED_PREFIX + "type"
+
+
+def column_is_boolean(column: pb.Column) -> bool:
+    return any(p.key == BOOLEAN_PROPERTY and p.value == "BOOLEAN" for p in column.properties)
+
+
+def codec_for(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> Codec:
+    """The Blob codec of a DTS column (its row's `codec` factory)."""
+    ct = parse_column_type(column.originalType, column_is_boolean(column))
+    return ct.row.codec(ct, options)
+
+
+class _RowView(Mapping):
+    """kind -> one column of the table, read from the rows at each lookup (the per-kind dicts the
+    faces and tests used before the table held every column)."""
+
+    def __init__(self, column: str) -> None:
+        self._column = column
+
+    def __getitem__(self, kind: str):
+        return getattr(_ROWS[kind], self._column)
+
+    def __iter__(self):
+        return iter(list(_ROWS))
+
+    def __len__(self) -> int:
+        return len(_ROWS)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+# kind -> one column of the table: the names the faces imported before the table held them all
+KIND_DATATYPES = _RowView("datatype")
+CODECS = _RowView("codec")
+TUPLE_TYPES = _RowView("tuple_type")
+TO_TUPLE = _RowView("to_tuple")
+FROM_TUPLE = _RowView("from_tuple")
+
+
+# Blob type of a foreign column (no 'dts' extension) -> (originalType, Column properties) of its DTS column.
+FOREIGN_COLUMN_TYPES: dict[str, tuple[str, tuple]] = {
+    "LONG": ("bigint(20)", ()),
+    "DOUBLE": ("double", ()),
+    "BOOLEAN": ("tinyint(1)", ((BOOLEAN_PROPERTY, "BOOLEAN"),)),
+    "STRING": ("longtext", ()),
+    "BYTES": ("longblob", ()),
+    "DATE": ("datetime(3)", ()),
+}
