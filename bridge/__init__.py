@@ -10,43 +10,43 @@ True
 """
 from bridge.blob.decode import BlobDecoder, blob_to_entries, decode_blob
 from bridge.blob.encode import (
-                    BlobEncoder,
-                    encode_blob,
-                    entries_to_blob,
-                    entries_to_blob_lines,
-                    entry_to_blob,
-                    shard_key,
+    BlobEncoder,
+    encode_blob,
+    entries_to_blob,
+    entries_to_blob_lines,
+    entry_to_blob,
+    shard_key,
 )
 from bridge.blob.validation import validate_blob
 from bridge.errors import (
-                    BlobFormatError,
-                    BridgeError,
-                    ConversionError,
-                    DecodeError,
-                    FramingError,
-                    OptionsError,
-                    TupleFormatError,
+    BlobFormatError,
+    BridgeError,
+    ConversionError,
+    DecodeError,
+    FramingError,
+    OptionsError,
+    TupleFormatError,
 )
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.tuple import (
-                    TupleDecoder,
-                    TupleEncoder,
-                    entries_to_tuples,
-                    entry_to_tuples,
-                    load_record_schema,
-                    record_schema,
-                    tuples_to_entries,
+    TupleDecoder,
+    TupleEncoder,
+    entries_to_tuples,
+    entry_to_tuples,
+    load_record_schema,
+    record_schema,
+    tuples_to_entries,
 )
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import (
-                    Assembled,
-                    Reassembler,
-                    pack_entries,
-                    read_dts_json,
-                    read_pb,
-                    split_entries,
-                    write_dts_json,
-                    write_pb,
+    Assembled,
+    Reassembler,
+    pack_entries,
+    read_dts_json,
+    read_pb,
+    split_entries,
+    write_dts_json,
+    write_pb,
 )
 
 __all__ = [

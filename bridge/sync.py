@@ -477,7 +477,7 @@ def make_sink(to: str, writer: DataHubWriter, template: str, source: str, policy
     if to == "blob":
         gate = EntryGate(blob_converter(options), lambda: tuple([] for _ in range(BLOB_COLUMNS)), routing, tables)
         return BlobSink(writer, template, source, policy, gate=gate, **common), gate
-    from bridge.cli.tuple import tuple_converter
+    from bridge.tuple.files import tuple_converter
     gate = EntryGate(tuple_converter(options, None), list, routing, tables)
     return TupleSink(writer, template, source, policy, gate=gate, schema_change=schema_change or "evolve",
                      **common), gate

@@ -21,22 +21,26 @@ from google.protobuf import json_format
 
 from bridge.blob.encode import BlobEncoder, shard_key
 from bridge.cli import observe
-from bridge.cli.base import PROG, UsageError, _one_line
-from bridge.cli.main import (
+from bridge.cli.base import (
     LEDGER_HELP,
+    PROG,
+    UsageError,
     _describe,
     _epilog,
     _Formatter,
+    _one_line,
     add_option_flags,
+    check_output_dir,
     ledger_sink,
     options_from,
     rejects_sink,
     resolve_format,
 )
-from bridge.cli.tuple import SCHEMA_SUFFIX, _tuple_module, _versioned, schema_path, tuple_converter
+from bridge.cli.tuple import SCHEMA_SUFFIX, _tuple_module, _versioned, schema_path
 from bridge.errors import BridgeError, DecodeError
 from bridge.options import Options
 from bridge.stream import ErrorPolicy, Tally
+from bridge.tuple.files import tuple_converter
 from bridge.values import SUBSTITUTIONS
 from bridge.wire.framing import entry_to_json_line, pack_entries, write_pb
 
@@ -96,23 +100,9 @@ def consume_state_path(args) -> str:
     return os.path.join(folder, rest + parts + STATE_SUFFIX)
 
 
-def check_output_dir(template: str, mkdir: bool) -> None:
-    """The directory of -o (the part before any {placeholder}) must exist, unless --mkdir: a
-    mistyped path is an error, not a tree of new directories."""
-    folder = os.path.dirname(template.split("{", 1)[0])
-    if not folder or os.path.isdir(folder):
-        return
-    if not mkdir:
-        raise UsageError(f"the output directory {folder} does not exist (create it, or pass --mkdir)")
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"cannot create {folder}: {err.strerror}") from None
-
-
 class _ResumableFiles:
     """Output files named from a template ({partition}, {table}), appended to, with their
-    committed lengths in a state file (written atomically, see kafka.replace_json).
+    committed lengths in a state file (written atomically, see bridge.stream.state.replace_json).
 
     A file is registered in the state (at its current length, 0 when new) before it is first
     written; `mark(offsets)` records every file's length with the offsets being committed. On
@@ -205,7 +195,7 @@ class _ResumableFiles:
         self._save()
 
     def _save(self) -> None:
-        from bridge.kafka import replace_json
+        from bridge.stream.state import replace_json
         doc = {**self.identity, "partitions": {str(p): off for p, off in sorted(self.offsets.items())},
                "files": self.lengths, "writer": self.extra}
         try:
@@ -614,7 +604,7 @@ class _DeliverState:
         return True
 
     def save(self) -> None:
-        from bridge.kafka import replace_json
+        from bridge.stream.state import replace_json
         doc = {"input": _input_identity(self.input_path), **self.target, "line": self.line, "offset": self.offset,
                "delivered": self.delivered, "rejected": self.rejected, "rejects_length": self.rejects_length}
         try:

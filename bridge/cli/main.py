@@ -22,7 +22,6 @@ import importlib.util
 import os
 import pathlib
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -33,10 +32,33 @@ from bridge.blob.decode import decode_blob
 from bridge.blob.encode import BlobEncoder
 from bridge.blob.validation import iter_blob_errors
 from bridge.cli import observe
-from bridge.cli.base import DEBUG_ENV, PROG, UsageError, _one_line, _Outputs
-from bridge.cli.tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, TupleFiles, _tuple_input, _tuple_module, tuple_converter
-from bridge.errors import BridgeError, DecodeError, OptionsError
-from bridge.options import Options, option_specs
+from bridge.cli.base import (
+    CLI_CHOICES,
+    DEBUG_ENV,
+    EXTENSIONS,
+    FORMATS,
+    FRAMING_NAMES,
+    LEDGER_HELP,
+    OPTION_SIDES,
+    PROG,
+    UsageError,
+    _describe,
+    _epilog,
+    _Formatter,
+    _one_line,
+    _Outputs,
+    add_option_flags,
+    check_output_dir,
+    ledger_sink,
+    options_from,
+    rejects_sink,
+    resolve_format,
+)
+from bridge.cli.kafka import register as register_kafka
+from bridge.cli.sync import register as register_sync
+from bridge.cli.tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, TupleFiles, _tuple_input, _tuple_module
+from bridge.errors import BridgeError, DecodeError
+from bridge.options import Options
 from bridge.stream import (
     ErrorPolicy,
     Tally,
@@ -48,127 +70,14 @@ from bridge.stream import (
     tuple_rows_to_entries,
 )
 from bridge.stream.census import Census, CountingReassembler
+from bridge.tuple.files import tuple_converter
 from bridge.values import SUBSTITUTIONS
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import iter_pb_messages, pack_entries, read_dts_json, read_lines, write_dts_json, write_pb
 
-__all__ = ["main", "build_parser", "EXTENSIONS", "FORMATS", "OPTION_SIDES"]
-
-
-# ---- formats ------------------------------------------------------------------------------------
-
-# File name ending -> (side, framing); the longest matching ending wins.
-EXTENSIONS: dict[str, tuple[str, str]] = {
-    ".pb": ("dts", "pb"),
-    ".dts.jsonl": ("dts", "json"),
-    ".jsonl": ("blob", "jsonl"),
-    ".csv": ("tuple", "csv"),
-    ".parquet": ("tuple", "parquet"),
-}
-# --from / --to name -> (side, framing; None = from the file name, else the side's default).
-FORMATS: dict[str, tuple[str, str | None]] = {
-    "dts": ("dts", None),
-    "dts-json": ("dts", "json"),
-    "blob": ("blob", "jsonl"),
-    "tuple": ("tuple", None),
-}
-DEFAULT_FRAMING = {"dts": "pb", "blob": "jsonl", "tuple": "jsonl"}
-FRAMING_NAMES = {"pb": ".pb (Envelope stream)", "json": "dts-json", "jsonl": "JSON Lines", "csv": "CSV",
-                 "parquet": "Parquet"}
-
-
-def _extension(path: str) -> str | None:
-    name = path.lower()
-    for ext in sorted(EXTENSIONS, key=len, reverse=True):
-        if name.endswith(ext):
-            return ext
-    return None
-
-
-def resolve_format(path: str, name: str | None, flag: str) -> tuple[str, str]:
-    """(side, framing) of a file from its name and the --from/--to flag, which must agree."""
-    ext = _extension(path) if path != "-" else None
-    if name is None:
-        if ext is None:
-            what = "standard input/output" if path == "-" else f"the name {path!r}"
-            raise UsageError(f"cannot tell the format from {what}: pass {flag} {'|'.join(FORMATS)}")
-        return EXTENSIONS[ext]
-    side, framing = FORMATS[name]
-    if ext is not None:
-        ext_side, ext_framing = EXTENSIONS[ext]
-        if ext_side == "blob" and side == "tuple":
-            ext_side = "tuple"  # .jsonl holds Tuple rows when the flag says so
-        if ext_side != side or (framing is not None and framing != ext_framing):
-            raise UsageError(f"{flag} {name} does not fit the file name {path!r} "
-                             f"({ext} is {ext_side} {FRAMING_NAMES[ext_framing]})")
-        framing = ext_framing
-    return side, framing or DEFAULT_FRAMING[side]
-
-
-# ---- options, declared once in bridge.options --------------------------------------------------
-
-# The sides of a conversion an option means something for; given for any other conversion it is
-# a usage error naming the option, never silently ignored. Options not listed apply everywhere.
-OPTION_SIDES: dict[str, frozenset] = {
-    "strict": frozenset({"blob", "tuple"}),
-    "timezone": frozenset({"blob", "tuple"}),
-    "decimal": frozenset({"blob"}),
-    "control_events": frozenset({"blob"}),
-    "system_time": frozenset({"blob"}),
-    "db_version": frozenset({"blob"}),
-    "max_message_bytes": frozenset({"pb"}),  # only Envelope output has a message size
-    "max_line_bytes": frozenset({"lines"}),  # only JSON Lines input (Blob, dts-json, Tuple) has lines
-    "tuple_binary": frozenset({"tuple"}),
-    "source_table": frozenset({"tuple"}),
-    "zero_dates": frozenset({"blob", "tuple"}),  # Blob: strict mode's (lossless keeps every value as sent)
-    "temporal_precision": frozenset({"blob", "tuple"}),
-}
-# Options that act on Blob data in strict mode only (and on Tuple data): the temporal policies.
-STRICT_BLOB_OPTIONS = frozenset({"zero_dates", "temporal_precision"})
-# Spark's PERMISSIVE ("keep") has no file counterpart: a kept record would need an error column.
-CLI_CHOICES = {"on_error": ("fail", "skip")}
-CLI_HELP = {"on_error": "bad records: stop at the first (exit 1), or skip and count them (see --rejects)"}
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_option_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("conversion options (bridge.Options)")
-    for name, type_name, default, choices, text in option_specs():
-        choices = CLI_CHOICES.get(name, choices)
-        text = CLI_HELP.get(name, text)
-        kwargs: dict[str, Any] = {"dest": "opt_" + name, "default": argparse.SUPPRESS}
-        if type_name == "bool":
-            kwargs["action"] = argparse.BooleanOptionalAction
-            kwargs["help"] = f"{text} (default: {'on' if default else 'off'})"
-        else:
-            kwargs["type"] = int if type_name == "int" else str
-            if choices:
-                kwargs["choices"] = choices
-            shown = "" if default is None else f" (default: {default if default != '' else 'none'})"
-            kwargs["help"] = text + shown
-            kwargs["metavar"] = "|".join(choices) if choices else name.split("_")[-1].upper()
-        group.add_argument(_flag(name), **kwargs)
-
-
-def options_from(args: argparse.Namespace, sides: set) -> Options:
-    given = {k[4:]: v for k, v in vars(args).items() if k.startswith("opt_")}
-    for name in given:
-        where = OPTION_SIDES.get(name)
-        if where is not None and not where & sides:
-            raise UsageError(f"option {_flag(name)} has no effect on this conversion "
-                             f"(it applies to {' or '.join(sorted(where))} data)")
-    try:
-        options = Options(**given)
-    except OptionsError as err:
-        raise UsageError(str(err)) from None
-    policies = sorted(STRICT_BLOB_OPTIONS & set(given))
-    if policies and "tuple" not in sides and not options.strict:
-        raise UsageError(f"option {_flag(policies[0])} has no effect without --strict on Blob data "
-                         "(lossless Blob keeps every value as sent)")
-    return options
+# The format and option tables live in bridge.cli.base (every command group reads them); they
+# stay importable from here, where the CLI's readers look for them.
+__all__ = ["main", "build_parser", "EXTENSIONS", "FORMATS", "OPTION_SIDES", "CLI_CHOICES", "options_from"]
 
 
 # ---- input and output streams -------------------------------------------------------------------
@@ -195,31 +104,6 @@ def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int
         policy.tally.envelopes += 1
         policy.tally.input += 1
         policy.reject(err)
-
-
-LEDGER_HELP = ("the loss ledger: one JSON line per value a temporal policy (--zero-dates, --temporal-precision) "
-               "substituted (position, column, kind, value sent, value written); the summary line counts them "
-               "either way")
-
-
-def ledger_sink(out) -> Callable[[dict], None] | None:
-    """Writes each loss-ledger record (a value a temporal policy substituted) as a JSON line."""
-    if out is None:
-        return None
-    return lambda record: out.write(orjson.dumps(record, default=str) + b"\n")
-
-
-def rejects_sink(out, tally: Tally) -> Callable[[dict], None] | None:
-    """Writes each rejection as a JSON line; `records` says how many input records it disposes
-    of (a broken run of segments is one rejection of several Envelopes)."""
-    if out is None:
-        return None
-    counted = [tally.rejected]
-
-    def sink(record: dict) -> None:
-        record["records"], counted[0] = tally.rejected - counted[0], tally.rejected  # policy counts first
-        out.write(orjson.dumps(record, default=str) + b"\n")
-    return sink
 
 
 class Progress:
@@ -368,7 +252,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     _check_convert_args(args, (src_side, src_framing), (dst_side, dst_framing))
     options = options_from(args, {src_side, dst_side} | ({"pb"} if dst_framing == "pb" else set())
                            | ({"lines"} if src_framing in ("json", "jsonl") else set()))
-    from bridge.cli.kafka import check_output_dir  # a mistyped -o is an error, not a tree of new directories
+    # a mistyped -o is an error, not a tree of new directories
     for target in (args.output, args.rejects, args.ledger):
         # a {table} template names a folder of outputs: that folder is made (docs/cli.md)
         if target and target != "-" and "{" not in target:
@@ -577,21 +461,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
 
 
-def _epilog(*examples: str) -> str:
-    return "example:\n" + "\n".join(f"  {e}" for e in examples)
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Keeps the epilog's example lines as written; descriptions are wrapped by `_describe`."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, max_help_position=32)
-
-
-def _describe(text: str) -> str:
-    return textwrap.fill(" ".join(text.split()), width=90)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, formatter_class=_Formatter,
@@ -671,10 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="out", metavar="DIR", help="output directory (default: out)")
     demo.set_defaults(run=cmd_demo)
 
-    from bridge.cli.kafka import register  # the pipeline ends: consume, produce, deliver (docs/kafka.md)
-    register(commands)
-    from bridge.cli.sync import register as register_sync  # Kafka -> DataHub in one process (docs/kafka.md)
-    register_sync(commands)
+    register_kafka(commands)  # the pipeline ends: consume, produce, deliver (docs/kafka.md)
+    register_sync(commands)  # Kafka -> DataHub in one process (docs/kafka.md)
     return parser
 
 

@@ -11,7 +11,18 @@ import sys
 
 import orjson
 
-from bridge.cli.base import PROG, UsageError
+from bridge.cli.base import (
+    LEDGER_HELP,
+    PROG,
+    UsageError,
+    _describe,
+    _epilog,
+    _Formatter,
+    add_option_flags,
+    ledger_sink,
+    options_from,
+    rejects_sink,
+)
 from bridge.cli.kafka import (
     _add_kafka_flags,
     _add_reading_flags,
@@ -21,16 +32,6 @@ from bridge.cli.kafka import (
     _graceful_stop,
     _mirror_reading,
     _watching,
-)
-from bridge.cli.main import (
-    LEDGER_HELP,
-    _describe,
-    _epilog,
-    _Formatter,
-    add_option_flags,
-    ledger_sink,
-    options_from,
-    rejects_sink,
 )
 from bridge.stream import ErrorPolicy, Tally
 

@@ -9,7 +9,6 @@ import io
 import itertools
 import os
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -141,25 +140,6 @@ class TupleFiles:
         for out in self.files:
             out.close()
         return len(self.files)
-
-
-def tuple_converter(options: Options, only: str | None) -> Callable[[pb.Entry], list]:
-    """Entry -> [(table, DTS columns, RecordSchema, row)]; Entries of tables other than `only`
-    give nothing (counted as not emitted)."""
-    encoder = _tuple_module().TupleEncoder(options)
-
-    def convert(entry: pb.Entry) -> list:
-        header = entry.header
-        table = f"{header.schemaName}.{header.tableName}"
-        if only is not None and header.messageType == pb.DML and table != only:
-            return []
-        rows = encoder.convert(entry)
-        if not rows:
-            return []
-        columns = entry.event.dmlEvent.columns
-        schema = encoder.schema(columns)
-        return [(table, columns, schema, row) for row in rows]
-    return convert
 
 
 def _tuple_input(framing: str, path: str, fh, args, max_line_bytes: int | None = None):
