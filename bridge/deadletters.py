@@ -62,7 +62,7 @@ class DeadLetters:
 
     def restore(self) -> dict[int, int]:
         """Cut the file back to its committed length; the offsets committed with it."""
-        from bridge.kafka import replace_json
+        from bridge.stream.state import replace_json
         try:
             with open(self.state_path, "rb") as fh:
                 doc = orjson.loads(fh.read())
@@ -108,7 +108,7 @@ class DeadLetters:
 
     def mark(self, offsets: dict[int, int], halted: dict[str, str]) -> None:
         """After `sync`, before the offsets are stored: the file's length goes with them."""
-        from bridge.kafka import replace_json
+        from bridge.stream.state import replace_json
         with self._lock:
             self.length = self._fh.tell()
         self.offsets = {**self.offsets, **offsets}

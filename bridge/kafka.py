@@ -24,6 +24,7 @@ from typing import Any
 
 from bridge.errors import BridgeError
 from bridge.stream import ErrorPolicy, dts_records_to_entries, entries_to_messages, entries_to_outputs
+from bridge.stream.state import replace_json
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Reassembler, read_pb
 
@@ -211,32 +212,6 @@ class FileOffsets:
         for p, off in commit.items():
             doc["partitions"][str(p)] = {"commit": off, "read": read[p], "at": at}
         replace_json(self.path, doc)
-
-
-def replace_json(path, doc) -> None:
-    """Write a JSON document to `path` atomically and durably: a temporary file next to it,
-    fsynced, renamed over it, and the directory fsynced (a crash leaves the old or the new)."""
-    path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---- consume ------------------------------------------------------------------------------------
