@@ -283,7 +283,7 @@ class DataHubWriter:
             return topic
         _pydatahub()
         try:
-            info = self._call(lambda: self.client.get_topic(self.project, name), "GetTopic")
+            info = self.call(lambda: self.client.get_topic(self.project, name), "GetTopic")
         except DataHubError as err:
             if self.create_topics is None or "NoSuchTopic" not in str(err) and "not exist" not in str(err).lower():
                 raise
@@ -321,7 +321,7 @@ class DataHubWriter:
             if field in have:
                 continue
             try:
-                self._call(lambda: self.client.append_field(self.project, name, field, FieldType(kind.lower())),
+                self.call(lambda: self.client.append_field(self.project, name, field, FieldType(kind.lower())),
                            "AppendField")
             except DataHubError:
                 # appended by another writer in between: done, if with the same type
@@ -333,7 +333,7 @@ class DataHubWriter:
 
     def _refresh_schema(self, topic: _Topic):
         """The Tuple topic's RecordSchema read again (fields other writers appended)."""
-        info = self._call(lambda: self.client.get_topic(self.project, topic.name), "GetTopic")
+        info = self.call(lambda: self.client.get_topic(self.project, topic.name), "GetTopic")
         with self._cv:
             topic.schema = info.record_schema
         return topic.schema
@@ -372,14 +372,14 @@ class DataHubWriter:
             op = lambda: self.client.create_tuple_topic(self.project, name, shards, lifecycle, schema,  # noqa: E731
                                                          "dts-bridge")
         try:
-            self._call(op, "CreateTopic")
+            self.call(op, "CreateTopic")
         except DataHubError as err:
             if "AlreadyExist" not in str(err):
                 raise
-        return self._call(lambda: self.client.get_topic(self.project, name), "GetTopic")
+        return self.call(lambda: self.client.get_topic(self.project, name), "GetTopic")
 
     def _active_shards(self, name: str) -> list[str]:
-        result = self._call(lambda: self.client.list_shard(self.project, name), "ListShard")
+        result = self.call(lambda: self.client.list_shard(self.project, name), "ListShard")
         ids = [s.shard_id for s in result.shards if _state(s) == "ACTIVE"]
         if not ids:
             raise DataHubError(f"topic {self.project}/{name} has no ACTIVE shard")
@@ -508,6 +508,11 @@ class DataHubWriter:
             deadline = time.monotonic() + wait
             for thread in self._threads:
                 thread.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def error(self) -> BaseException | None:
+        """What a worker thread failed with (raised by the next put, flush or stop), else None."""
+        return self._error
 
     def _raise_pending(self) -> None:
         with self._cv:
@@ -720,7 +725,7 @@ class DataHubWriter:
     def _scan(self, topic: _Topic) -> None:
         """Collect the positions of `source`'s records that landed past the committed offsets."""
         landed: set[str] = set()
-        shards = self._call(lambda: self.client.list_shard(self.project, topic.name), "ListShard").shards
+        shards = self.call(lambda: self.client.list_shard(self.project, topic.name), "ListShard").shards
         for shard in shards:
             landed |= self._scan_shard(topic, shard.shard_id)
         with self._cv:
@@ -752,11 +757,29 @@ class DataHubWriter:
             found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
         return found
 
+    def records(self, topic: str, window: int = 1000) -> Iterator:
+        """Every record of `topic`, shard by shard in sequence order, read `window` records at a
+        time (a topic that keeps growing is never held whole in memory)."""
+        info = self.topic(topic)
+        shards = self.call(lambda: self.client.list_shard(self.project, topic), "ListShard").shards
+        for shard in sorted(shards, key=lambda s: (len(s.shard_id), s.shard_id)):
+            latest = self._sequence(info, shard.shard_id, "LATEST")
+            if latest is None:
+                continue
+            start = self._sequence(info, shard.shard_id, "OLDEST") or 0
+            while start <= latest:
+                chunk = self._read(info, shard.shard_id, start, min(window, latest - start + 1))
+                if not chunk:
+                    break
+                yield from chunk
+                last = getattr(chunk[-1], "sequence", None)
+                start = last + 1 if isinstance(last, int) and last >= start else start + len(chunk)
+
     def _sequence(self, topic: _Topic, shard_id: str, kind: str) -> int | None:
         from datahub import exceptions as dx
         from datahub.models import CursorType
         try:
-            result = self._call(lambda: self.client.get_cursor(self.project, topic.name, shard_id,
+            result = self.call(lambda: self.client.get_cursor(self.project, topic.name, shard_id,
                                                                CursorType[kind]), "GetCursor", raw=True)
         except (dx.SeekOutOfRangeException, dx.InvalidCursorException, dx.InvalidParameterException):
             return None  # an empty shard has no cursor
@@ -765,16 +788,16 @@ class DataHubWriter:
 
     def _read(self, topic: _Topic, shard_id: str, start: int, count: int) -> list:
         from datahub.models import CursorType
-        cursor = self._call(lambda: self.client.get_cursor(self.project, topic.name, shard_id, CursorType.SEQUENCE,
+        cursor = self.call(lambda: self.client.get_cursor(self.project, topic.name, shard_id, CursorType.SEQUENCE,
                                                            start), "GetCursor").cursor
         out: list = []
         while len(out) < count:
             want = min(1000, count - len(out))
             if topic.kind == "BLOB":
-                result = self._call(lambda: self.client.get_blob_records(self.project, topic.name, shard_id, cursor,
+                result = self.call(lambda: self.client.get_blob_records(self.project, topic.name, shard_id, cursor,
                                                                          want), "GetRecords")
             else:
-                result = self._call(lambda: self.client.get_tuple_records(self.project, topic.name, shard_id,
+                result = self.call(lambda: self.client.get_tuple_records(self.project, topic.name, shard_id,
                                                                           topic.schema, cursor, want), "GetRecords")
             if not result.records:
                 break
@@ -782,7 +805,10 @@ class DataHubWriter:
             cursor = result.next_cursor
         return out[:count]
 
-    def _call(self, request: Callable[[], Any], name: str, raw: bool = False):
+    def call(self, request: Callable[[], Any], name: str, raw: bool = False):
+        """`request()` (a pydatahub call named `name` in messages) under the writer's retry policy:
+        throttling, timeouts and server errors retried with backoff; any other DataHub error is a
+        DataHubError, or raised as pydatahub raised it with `raw`."""
         import requests
         from datahub import exceptions as dx
         transient = (dx.LimitExceededException, dx.InternalServerException, dx.TimeoutException,

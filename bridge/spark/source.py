@@ -479,7 +479,7 @@ def _classes():
     from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
-    from bridge.spark import KAFKA_SCHEMA
+    from bridge.spark.jobs import KAFKA_SCHEMA
 
     class KafkaRange(InputPartition):
         def __init__(self, partition: int, start: int, end: int) -> None:

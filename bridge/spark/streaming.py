@@ -19,7 +19,7 @@ from bridge.errors import FramingError, OptionsError
 from bridge.native import split_items, valid_entries
 from bridge.spark.jobs import SparkTally, _arrow_type, _FromDts, _pandas_column
 from bridge.wire import subscribe_pb2 as pb
-from bridge.wire.framing import Assembled, LazyEntries, Reassembler, _Buffer, _ShardKey, encode_varint
+from bridge.wire.framing import Assembled, LazyEntries, Reassembler, encode_varint
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
@@ -73,34 +73,26 @@ def load_state(state, partition, lazy: bool) -> tuple[Reassembler, dict]:
     if state is None:
         return reassembler, opened
     last, sharded, ps, open_, waiting = state
-    if last is not None:
-        reassembler._last_offset[partition] = last
-    if sharded:
-        reassembler._sharded.add(partition)
-    for shard, seq in ps or ():
-        reassembler._ps[(partition, shard)] = seq
-    for shard, total, first, next_index, opened_ms, chunks in open_ or ():
-        key = partition if shard is None else _ShardKey(partition, shard)
-        reassembler._open[key] = _Buffer(total=total, first_offset=first, next_index=next_index,
-                                         chunks=[bytes(c) for c in chunks])
+    reassembler.restore_partition(
+        partition, last, sharded, ps or (),
+        [(shard, total, first, next_index, [bytes(c) for c in chunks])
+         for shard, total, first, next_index, _, chunks in open_ or ()],
+        [_assembled(bytes(data), partition, first, last_offset, segments, lazy)
+         for first, last_offset, segments, data in waiting or ()])
+    for _, _, first, _, opened_ms, _ in open_ or ():
         opened[first] = opened_ms
-    for first, last_offset, segments, data in waiting or ():
-        reassembler._waiting.setdefault(partition, []).append(
-            _assembled(bytes(data), partition, first, last_offset, segments, lazy))
     return reassembler, opened
 
 
 def dump_state(reassembler: Reassembler, partition, opened: dict, now_ms: int) -> tuple:
     """The key's state (STATE_SCHEMA) after a micro-batch; `opened` gains the Entries opened in it."""
-    ps = [(shard, seq) for (p, shard), seq in reassembler._ps.items() if p == partition]
+    last, sharded, ps, buffers, waiting = reassembler.partition_state(partition)
     open_ = []
-    for key, buf in reassembler._open.items():
+    for shard, buf in buffers:
         opened.setdefault(buf.first_offset, now_ms)
-        open_.append((key.shard if isinstance(key, _ShardKey) else None, buf.total, buf.first_offset,
-                      buf.next_index, opened[buf.first_offset], list(buf.chunks)))
-    waiting = [(a.first_offset, a.last_offset, a.segments, _entries_bytes(a))
-               for a in reassembler._waiting.get(partition, ())]
-    return (reassembler._last_offset.get(partition), partition in reassembler._sharded, ps, open_, waiting)
+        open_.append((shard, buf.total, buf.first_offset, buf.next_index, opened[buf.first_offset], list(buf.chunks)))
+    waiting = [(a.first_offset, a.last_offset, a.segments, _entries_bytes(a)) for a in waiting]
+    return (last, sharded, ps, open_, waiting)
 
 
 # ---- bounded state -------------------------------------------------------------------------------
@@ -119,27 +111,26 @@ class OpenLimits:
     def settle(self, topic, reassembler: Reassembler, policy) -> Iterator[Assembled]:
         tally = policy.tally
         partitions = set()
-        for key, buf in list(reassembler._open.items()):
-            partition = key.partition if isinstance(key, _ShardKey) else key
-            last = reassembler._last_offset.get(partition, buf.first_offset)
+        for partition, shard, buf in reassembler.open_buffers():
+            last = reassembler.last_offset(partition)
+            last = buf.first_offset if last is None else last
             self.opened.setdefault(buf.first_offset, self.now_ms)
             reason = self._past_limit(buf, last)
             if reason is None:
                 continue
-            del reassembler._open[key]
+            reassembler.drop_open(partition, shard)
             self.opened.pop(buf.first_offset, None)
             err = FramingError(f"dead letter: Entries {reason}, {buf.next_index} of {buf.total} segments held",
-                               partition=partition, offset=buf.first_offset,
-                               shard=key.shard if isinstance(key, _ShardKey) else None, last_offset=last)
+                               partition=partition, offset=buf.first_offset, shard=shard, last_offset=last)
             err.located(topic=topic)
             err.count = len(buf.chunks)
             tally.input += err.count
             policy.reject(err, None, err.count)
             partitions.add(partition)
-        for partition in partitions & reassembler._sharded:  # Entries waiting behind a dead letter go on
-            yield from reassembler._in_order(partition, [])
+        for partition in partitions:  # Entries waiting behind a dead letter go on
+            yield from reassembler.release(partition)
 
-    def _past_limit(self, buf: _Buffer, last: int) -> str | None:
+    def _past_limit(self, buf, last: int) -> str | None:
         if self.max_open_offsets is not None and last - buf.first_offset >= self.max_open_offsets:
             return (f"unfinished {last - buf.first_offset} offsets after its first segment "
                     f"(max_open_offsets {self.max_open_offsets})")

@@ -9,7 +9,7 @@ an Entries cut by a micro-batch boundary comes whole, once). Given such rows,
 oversized policy) into Tuple topics by a `{db}_{table}` template or Blob topics (one, or
 `{db}`), and writes dead letters to a DataHub Blob topic through the same idempotent writer.
 
-`TablesTask` is one task's work (a `spark_datahub._Task` for Entry rows): per source (Kafka topic)
+`TablesTask` is one task's work (a `RowsTask`, bridge/spark/task.py, for Entry rows): per source (Kafka topic)
 one DataHubWriter, one sink and gate, one dead-letter writer. pyspark is never imported here.
 
 >>> entries_schema("PERMISSIVE")
@@ -28,7 +28,7 @@ import orjson
 from bridge.datahub.sink import ATTR_EPOCH, ATTR_TOPIC, DataHubError, DataHubWriter, OversizedRecord, Position
 from bridge.errors import BridgeError, ConversionError
 from bridge.spark.jobs import POSITION_COLUMNS, _ddl, _FromDts, _with_error
-from bridge.spark.sink import _SETTLE_SECONDS, _Task
+from bridge.spark.task import SETTLE_SECONDS, RowsTask, conversion_options
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["ENTRY_COLUMNS", "entries_schema", "TablesTask", "TopicDeadLetters", "earlier_halts", "export_dead_letters"]
@@ -103,31 +103,12 @@ class TopicDeadLetters:
 LETTER_WINDOW = 1000  # records of the dead-letter topic read (and held) at a time: GetRecords' most
 
 
-def _letter_records(writer: DataHubWriter, topic: str):
-    """Every record of the dead-letter topic, shard by shard in sequence order, a window at a time
-    (the topic grows with every halted table's traffic: never a whole shard in memory)."""
-    info = writer.topic(topic)
-    shards = writer._call(lambda: writer.client.list_shard(writer.project, topic), "ListShard").shards
-    for shard in sorted(shards, key=lambda s: (len(s.shard_id), s.shard_id)):
-        latest = writer._sequence(info, shard.shard_id, "LATEST")
-        if latest is None:
-            continue
-        start = writer._sequence(info, shard.shard_id, "OLDEST") or 0
-        while start <= latest:
-            window = writer._read(info, shard.shard_id, start, min(LETTER_WINDOW, latest - start + 1))
-            if not window:
-                break
-            yield from window
-            last = getattr(window[-1], "sequence", None)
-            start = last + 1 if isinstance(last, int) and last >= start else start + len(window)
-
-
 def earlier_halts(writer: DataHubWriter, topic: str, source: str, epoch: int) -> dict[str, str]:
     """Under halt-table, the tables halted before micro-batch `epoch`: every table with a dead
     letter of `source` from an earlier micro-batch (each letter halts its table). Read from the
     dead-letter topic itself, so a replayed micro-batch starts from the same halts."""
     halted: dict[str, str] = {}
-    for record in _letter_records(writer, topic):
+    for record in writer.records(topic, LETTER_WINDOW):
         attrs = record.attributes or {}
         mark = attrs.get(ATTR_EPOCH, "")
         if attrs.get(ATTR_TOPIC) != source or not mark.isdigit() or int(mark) >= epoch:
@@ -146,7 +127,7 @@ def export_dead_letters(client, project: str, topic: str, path: str) -> int:
     count = 0
     try:
         with open(path, "wb") as out:
-            for record in _letter_records(writer, topic):
+            for record in writer.records(topic, LETTER_WINDOW):
                 out.write(bytes(record.blob_data) + b"\n")
                 count += 1
     finally:
@@ -159,7 +140,7 @@ def _check_letter_topic(writer: DataHubWriter, topic: str) -> None:
     first dead letter (a missing one is created, with createTopics, when the first letter comes)."""
     from datahub import exceptions as dx
     try:
-        info = writer._call(lambda: writer.client.get_topic(writer.project, topic), "GetTopic", raw=True)
+        info = writer.call(lambda: writer.client.get_topic(writer.project, topic), "GetTopic", raw=True)
     except dx.ResourceNotFoundException:
         return
     kind = str(getattr(info.record_type, "value", info.record_type)).upper()
@@ -175,7 +156,6 @@ class _Pipeline:
 
     def __init__(self, task: TablesTask, source: str) -> None:
         from bridge import sync
-        from bridge.spark.sink import conversion_options
         from bridge.stream import ErrorPolicy
         opts, epoch = task.config.options, task.epoch
         self.writer = task.new_writer(source)
@@ -200,8 +180,8 @@ class _Pipeline:
         return [self.writer] + ([self.letters.writer] if self.letters is not None else [])
 
 
-class TablesTask(_Task):
-    """One task of the whole-database mode (a `spark_datahub._Task`, its writers made by
+class TablesTask(RowsTask):
+    """One task of the whole-database mode (a `RowsTask`, its writers made by
     `new_writer`): rows of `dts_entries` put in arrival order, each source's Entries through
     `bridge.sync.deliver`."""
 
@@ -242,7 +222,7 @@ class TablesTask(_Task):
             try:
                 deliver(self._entries(source, run, line.raw, line.policy), line.sink, line.gate, line.policy)
             except BridgeError as err:  # a missing topic, a collision: named by the Entry being written
-                if not any(err is w._error for w in line.writers()):  # a writer thread's names its records
+                if not any(err is w.error for w in line.writers()):  # a writer thread's names its records
                     err.located(**self.where, topic=source)
                 raise
 
@@ -271,7 +251,7 @@ class TablesTask(_Task):
     def stop(self) -> None:
         for line in self.pipelines.values():
             for writer in line.writers():
-                writer.stop(wait=_SETTLE_SECONDS)
+                writer.stop(wait=SETTLE_SECONDS)
 
     def report(self) -> dict:
         counts = dict(self.counts, epoch=self.epoch, offsets=self.offsets, written=0, skipped=0, dead_letters=0,

@@ -380,6 +380,47 @@ class Reassembler:
         err.count = len(buf.chunks) + extra
         return err
 
+    # ---- the state a streaming job keeps between micro-batches (bridge/spark/streaming.py) -----
+
+    def partition_state(self, partition) -> tuple:
+        """(last offset, sharded, [(shard, ps)], [(shard or None, open buffer)], [waiting Assembled])."""
+        return (self._last_offset.get(partition), partition in self._sharded,
+                [(shard, seq) for (p, shard), seq in self._ps.items() if p == partition],
+                [(key.shard if isinstance(key, _ShardKey) else None, buf) for key, buf in self._open.items()
+                 if _partition_of(key) == partition],
+                list(self._waiting.get(partition, ())))
+
+    def restore_partition(self, partition, last, sharded, ps, open_, waiting) -> None:
+        """The inverse of `partition_state`; `open_` holds (shard, total, first offset, next index, chunks)."""
+        if last is not None:
+            self._last_offset[partition] = last
+        if sharded:
+            self._sharded.add(partition)
+        for shard, seq in ps:
+            self._ps[(partition, shard)] = seq
+        for shard, total, first, next_index, chunks in open_:
+            key = partition if shard is None else _ShardKey(partition, shard)
+            self._open[key] = _Buffer(total=total, first_offset=first, next_index=next_index, chunks=chunks)
+        if waiting:
+            self._waiting.setdefault(partition, []).extend(waiting)
+
+    def open_buffers(self) -> list[tuple[object, str | None, _Buffer]]:
+        """(partition, shard or None, buffer) of every open Entries."""
+        return [(_partition_of(key), key.shard if isinstance(key, _ShardKey) else None, buf)
+                for key, buf in self._open.items()]
+
+    def last_offset(self, partition) -> int | None:
+        return self._last_offset.get(partition)
+
+    def drop_open(self, partition, shard: str | None) -> None:
+        """Forget an open Entries (the caller made it a dead letter); `release` then hands out what
+        waited behind it."""
+        del self._open[partition if shard is None else _ShardKey(partition, shard)]
+
+    def release(self, partition) -> list:
+        """The complete Entries of a TDSQL (sharded) partition no open Entries holds back any more."""
+        return self._in_order(partition, []) if partition in self._sharded else []
+
 
 class _ShardKey(NamedTuple):
     partition: object
