@@ -80,7 +80,7 @@ METHOD = """
   `benchmarks/work/`, git-ignored); `dts-bridge convert X.pb -o - --to blob` with standard output
   to `/dev/null`, in its own process, peak RSS from `/usr/bin/time -v` (or `getrusage` of a fresh
   wrapper process); rows/s is rows over the wall time, process start-up included.
-- **(h) value shapes** (`benchmarks/shapes.py`, issue 18): one workload per shape of value DTS
+- **(h) value shapes** (`benchmarks/shapes.py`; docs/performance.md, "Value shapes (h)"): one workload per shape of value DTS
   really sends, `--shape-rows` rows each: the canonical table; its temporals as STRING with a
   charset (utf8mb4 or binary, per Entry); its datetime as DATETIME(6) with microseconds; its text
   in gbk; its Entries with header properties; and the realistic mix

@@ -1,4 +1,4 @@
-"""(h) The value-shape matrix (issue 18): one workload per shape of value DTS really sends.
+"""(h) The value-shape matrix (docs/performance.md, "Value shapes (h)"): one workload per shape of value DTS really sends.
 
 Each shape is a list of Entry encodings (the bytes a consumer has after unpacking Entries). The
 first five start from the benchmarks' own table (`workload.py`) and change one thing in it, so a
@@ -119,7 +119,7 @@ MATRIX_CASES: dict[str, tuple[str, Callable, str]] = {
                     "naive_blob_to_dts"),
 }
 BASELINES = {"naive_dts_to_blob": cases.naive_dts_to_blob, "naive_blob_to_dts": cases.naive_blob_to_dts}
-TARGET = 8  # every DTS -> Blob cell, as a ratio to the naive baseline (issue 18)
+TARGET = 8  # every DTS -> Blob cell, as a ratio to the naive baseline (docs/performance.md, "Targets")
 BLOB_CELLS = ("entry_to_blob", "entries_to_blob_lines", "convert_lines")
 
 

@@ -1,4 +1,4 @@
-"""DataHub Blob messages -> DTS Entries (SPEC sections 2 to 4).
+"""DataHub Blob messages -> DTS Entries (docs/mapping.md).
 
 * `decode_blob` reports bad JSON and bad envelope shapes as BlobFormatError naming the line.
 * Messages in every documented DataWorks shape convert to DTS and back to equal documents; their
@@ -165,7 +165,7 @@ SHAPES = {
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_dataworks_shapes_round_trip(name):
-    """SPEC law 2 with the default (lossless) options: Blob -> DTS -> Blob is the same document."""
+    """Law 2 (tests/test_laws.py) with the default (lossless) options: Blob -> DTS -> Blob is the same document."""
     messages = SHAPES[name]
     for msg in messages:
         bridge.validate_blob(msg)
@@ -847,7 +847,7 @@ def test_a_dml_part_of_the_dts_extension_on_another_message_is_an_error():
 
 
 def test_unknown_fields_come_back_and_a_before_half_holds_only_its_image_s():
-    """SPEC section 1: unknown protobuf fields survive DTS -> Blob -> DTS (in `dts.unknown`, by the
+    """Unknown protobuf fields survive DTS -> Blob -> DTS (in `dts.unknown`, by the
     message holding them); an update's before half carries its image's, the after half the row's
     own, and a before half naming the row itself is not what the bridge writes."""
     e = _update_of_one_row()

@@ -1,4 +1,4 @@
-"""DTS Entry -> DataHub Blob messages (SPEC sections 2 and 3).
+"""DTS Entry -> DataHub Blob messages (docs/mapping.md).
 
 * Golden files: every committed sample stream (`samples/*.pb`) converted in lossless and strict
   mode, rendered one line per message in the compact expected-row style of Flink's CDC formats
@@ -6,7 +6,7 @@
   message (`NAME.blob.jsonl`, for every sample but `large`, whose bytes are mostly base64 blobs);
   tests/test_blob_decode.py decodes those files back to the samples. Regenerate with `UPDATE_GOLDEN=1`, then review the diff against the
   SPEC by hand: the files are expectations, not recordings.
-* One test per value rule of SPEC section 3, on edge values.
+* One test per value rule of docs/mapping.md, on edge values.
 * Every op, and the errors an Entry the converter cannot handle raises.
 
 Golden line format (values are JSON):
@@ -297,7 +297,7 @@ def S(text: str, charset="") -> pb.Data:
     return pb.Data(dataType=pb.STRING, bv=text.encode("ascii"), charset=charset)
 
 
-# ---- SPEC section 3, one rule at a time --------------------------------------------------------
+# ---- docs/mapping.md, one rule at a time ---------------------------------------------------------
 
 def test_nil_is_null_and_na_is_left_out():
     e = insert([("id", "int(11)", True), ("a", "varchar(8)"), ("b", "varchar(8)"), ("c", "datetime")],
@@ -601,7 +601,7 @@ def test_non_canonical_spellings_travel_raw_and_strict_keeps_the_value():
         assert one_value(type_text, data, STRICT)[0] == value
 
 
-# Column definition -> Blob type (SPEC section 3), for every MySQL type family.
+# Column definition -> Blob type (docs/mapping.md, "Column types"), for every MySQL type family.
 SCHEMA_TYPES = [
     ("tinyint(4)", "LONG"), ("tinyint(1)", "LONG"), ("smallint(5) unsigned", "LONG"), ("mediumint(9)", "LONG"),
     ("int(11)", "LONG"), ("int(10) unsigned", "LONG"), ("bigint(20)", "LONG"), ("bigint(20) unsigned", "STRING"),

@@ -334,7 +334,7 @@ def test_dts_json_input_accounts_for_every_line(run, tmp_path, target):
     assert failed.code == 1 and "line 6" in failed.error_line()
 
 
-# ---- issue 21, 4: a line over --max-line-bytes, and an Entry whose lines are never all held --------
+# ---- a line over --max-line-bytes (docs/decisions.md, "Streams and accounting"), and an Entry whose lines are never all held ---
 
 def _long_lines(run, kind: str, tmp_path) -> tuple[list[bytes], pathlib.Path]:
     """Good lines of one JSON Lines input kind, and the path to write them to."""
@@ -918,7 +918,7 @@ def test_output_into_a_missing_directory_is_an_error_unless_mkdir(run, tmp_path)
     assert made.code == reference.code == 0 and target.read_bytes() == (tmp_path / "here.jsonl").read_bytes()
 
 
-# ---- temporal policies (issue 18): zero dates and fractional seconds -----------------------------
+# ---- temporal policies (docs/cli.md): zero dates and fractional seconds --------------------------
 
 def _realistic_zero_dates() -> int:
     """Zero dates in the DML row images of samples/realistic, counted from the file itself."""

@@ -1,5 +1,5 @@
-"""The wire contract of SPEC section 1, checked against the committed proto and generated module,
-against an independent encoder compiled from the SPEC table, and against the shared strategies."""
+"""The wire contract (tests/support/wire_spec.py's transcription), checked against the committed proto and generated module,
+against an independent encoder compiled from that transcription, and against the shared strategies."""
 import io
 import json
 import math
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> SimpleNamespace:
-    """Message classes compiled from the SPEC table alone, in their own descriptor pool."""
+    """Message classes compiled from the transcription alone, in their own descriptor pool."""
     return compile_spec(tmp_path_factory.mktemp("spec_check"))
 
 
@@ -36,7 +36,7 @@ def test_generated_module_matches_the_committed_proto(tmp_path):
             f"bridge/wire/{name} is stale: run `make proto`"
 
 
-# ---- (c) enums and messages are exactly the SPEC's -----------------------------------------
+# ---- (c) enums and messages are exactly the transcription's --------------------------------------
 
 @pytest.mark.parametrize("name", sorted(SPEC_ENUMS))
 def test_enum_members_are_the_specs(name):
@@ -130,7 +130,7 @@ def as_dict(message) -> dict:
 
 
 def rich_entries(spec) -> list:
-    """Every event kind, DML of each type with values of every DataType, built from the SPEC classes."""
+    """Every event kind, DML of each type with values of every DataType, built from the transcription's classes."""
     def header(message_type, seq_id):
         return dict(version=1, sourceType="MYSQL", messageType=message_type, timestamp=2**32 - 1,
                     serverId=-(2**63), fileName="mysql-bin.000042", position=2**64 - 1,
@@ -230,14 +230,14 @@ def test_generated_streams_cross_between_the_two_encoders(spec, entry_list, segm
 def test_unknown_enum_numbers_and_fields_survive_reassembly():
     entry = pb.Entry(header=pb.Header(version=1, messageType=42, sourceType=9))
     entry.event.dmlEvent.rows.add().newColumns.add(dataType=99, sv="x")
-    unknown = varint(20 << 3) + varint(5)  # field 20, varint 5: in no message of the SPEC
+    unknown = varint(20 << 3) + varint(5)  # field 20, varint 5: in no message of the wire format
     data = b"\x0a" + varint(len(entry.SerializeToString() + unknown)) + entry.SerializeToString() + unknown
     [whole] = Reassembler().feed(0, 0, pb.Envelope(version=1, total=1, data=data).SerializeToString())
     assert whole.entries.SerializeToString() == data
     assert whole.entries.items[0].event.dmlEvent.rows[0].newColumns[0].dataType == 99
 
 
-# ---- the shared strategies generate what SPEC section 1 describes --------------------------
+# ---- the shared strategies generate what the wire format describes (docs/mapping.md, "Column types") ---
 
 EVENT_OF = {pb.BEGIN: "beginEvent", pb.COMMIT: "commitEvent", pb.DML: "dmlEvent", pb.DDL: "ddlEvent",
             pb.ROLLBACK: "rollbackEvent", pb.HEARTBEAT: "heartbeatEvent", pb.CHECKPOINT: "checkpointEvent"}
@@ -261,7 +261,7 @@ def temporal_pattern(family: str, fsp: int) -> str:
 
 
 def check_value(type_text: str, data: pb.Data):
-    """Assert `data` is a canonical value of a column of `type_text` (SPEC section 1)."""
+    """Assert `data` is a canonical value of a column of `type_text` (docs/mapping.md, "Column types")."""
     t = parse_mysql_type(type_text)
     family = t.family
     if data.dataType == pb.NIL or data.dataType == pb.NA:

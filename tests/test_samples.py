@@ -1,6 +1,6 @@
 """The committed sample streams: deterministic, complete and internally consistent.
 
-The checks on values restate SPEC section 1 independently of the generator, so a wrong sample
+The checks on values restate the value encoding (docs/mapping.md) independently of the generator, so a wrong sample
 fails here rather than teaching the converters a wrong format.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ REGENERATE = "python -c \"from bridge.samples import write_samples; write_sample
 EVENT_FIELD = {pb.BEGIN: "beginEvent", pb.COMMIT: "commitEvent", pb.DML: "dmlEvent", pb.DDL: "ddlEvent",
                pb.ROLLBACK: "rollbackEvent", pb.HEARTBEAT: "heartbeatEvent", pb.CHECKPOINT: "checkpointEvent"}
 
-# SPEC section 1: MySQL type family -> DataType (signed, unsigned).
+# docs/mapping.md, "Column types": MySQL type family -> DataType (signed, unsigned).
 INTEGER_TYPES = {"tinyint": (pb.INT8, pb.UINT8), "smallint": (pb.INT16, pb.UINT16),
                  "mediumint": (pb.INT32, pb.UINT32), "int": (pb.INT32, pb.UINT32),
                  "bigint": (pb.INT64, pb.UINT64)}
@@ -269,7 +269,7 @@ def test_ddl_statements_cover_every_kind(streams):
     assert any("`" in s for s in sql) and any("TrUnCaTe" in s for s in sql)
 
 
-# ---- realistic: a subscription as DTS writes it (issue 18) ----------------------------------------
+# ---- realistic: a subscription as DTS writes it (samples/README.md) ------------------------------
 
 def _shapes(entries) -> set:
     """The value shapes of a stream's row images (documented in samples/README.md, `realistic`)."""

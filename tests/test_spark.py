@@ -494,7 +494,7 @@ def test_tuple_to_dts_bad_rows(spark):
     assert tally.value.balanced() and tally.value.input == len(rows)
 
 
-# ---- one bad Entry under each mode (issue 21, point 2) ---------------------------------------------
+# ---- one bad Entry under each mode (docs/spark.md, "Bad records: `mode`") ------------------------
 
 ORDERS = [("id", "bigint(20)", True), ("name", "varchar(32)", False), ("price", "decimal(10,2)", False)]
 

@@ -362,7 +362,7 @@ def test_valid_entries_refuses_what_protobuf_refuses(case):
     assert _parses(data) == (case in ("group", "varint-65-bits"))
 
 
-# ---- one bad Entry: the mode decides, with the sink as without it (issue 21, point 2) -------------------------
+# ---- one bad Entry: the mode decides, with the sink as without it (docs/spark.md, "Bad records: `mode`") -------------------------
 
 def _bad_source_type(entry: pb.Entry) -> str:
     entry.header.sourceType = 4

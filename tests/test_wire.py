@@ -1,4 +1,4 @@
-"""Envelope framing (split, pack, reassemble) and the `.pb` / dts-json streams (SPEC sections 1, 5)."""
+"""Envelope framing (split, pack, reassemble) and the `.pb` / dts-json streams (proto/subscribe.proto; docs/cli.md, "File formats")."""
 import gc
 import io
 import itertools

@@ -1,4 +1,4 @@
-"""DataHub Blob messages -> DTS Entries (SPEC sections 2 and 4).
+"""DataHub Blob messages -> DTS Entries (docs/mapping.md).
 
 Messages written by the bridge carry the `"dts"` extension and rebuild their Entries exactly:
 the rows of one DML event are regrouped, BEGIN/COMMIT/DDL/heartbeat/checkpoint/rollback entries
@@ -100,7 +100,7 @@ def check_shape(msg, *, line: int | None = None, source: str | None = None) -> N
         raise BlobFormatError("unknown op", value=op, line=line, source=source)
     seq = payload.get("sequenceId")
     if seq is None and op == "MHEARTBEAT" and "sequenceId" not in payload:
-        pass  # DataWorks heartbeats carry no sequenceId (SPEC section 2)
+        pass  # DataWorks heartbeats carry no sequenceId (docs/mapping.md, "Message kinds")
     elif not isinstance(seq, str) or not seq.isdigit() or not seq.isascii():
         raise BlobFormatError("sequenceId must be a string of digits", value=seq, line=line, source=source)
     stamp = payload.get("timestamp")

@@ -1,4 +1,4 @@
-"""DTS Entry -> DataHub Blob messages (SPEC sections 2 to 4).
+"""DTS Entry -> DataHub Blob messages (docs/mapping.md).
 
 One Entry gives zero or more messages: a DML event one per row change (an update two, sharing a
 sequenceId), every other kind one, checkpoints and rollbacks one only in lossless mode. In lossless
@@ -171,7 +171,7 @@ def _plain_properties(header: pb.Header, raw: bytes) -> list | None | bool:
 _VERSION_BYTES = FORMAT_VERSION.encode()
 
 
-# ---- unknown protobuf fields: they survive DTS -> Blob -> DTS (SPEC section 1) -------------------
+# ---- unknown protobuf fields: they survive DTS -> Blob -> DTS (docs/mapping.md, "The lossless `dts` extension")
 
 # messages whose `properties` the extension splits into plain pairs and DataHub facts (which are
 # rebuilt from their values): a pair's index in a path counts the plain pairs only

@@ -1,4 +1,4 @@
-"""Compiled row-image converters: one Python function per column set, built once (STYLE lesson 6).
+"""Compiled row-image converters: one Python function per column set, built once (docs/performance.md, "What made (b) and (d) fast").
 
 The generated function converts a row image whose every value is canonical in one straight run,
 without per-value dispatch: each column's check and conversion is inlined for its kind. Anything

@@ -508,7 +508,7 @@ def _mariadb() -> list[pb.Entry]:
 
 
 def _realistic() -> list[pb.Entry]:
-    """A subscription as DTS writes it (issue 18): the documented value shapes (`REAL_ORDERS`), a gbk
+    """A subscription as DTS writes it (samples/README.md, `realistic`): the documented value shapes (`REAL_ORDERS`), a gbk
     table, zero dates, NULL both ways on the wire, header properties on every Entry."""
     b = Binlog(REAL_HOST, seed=505)
     b.ddl("CREATE DATABASE IF NOT EXISTS `mall` DEFAULT CHARACTER SET utf8mb4", schema="mall", session_db="")

@@ -1,7 +1,7 @@
 """Values for the sample streams: how DTS encodes one MySQL value as `Data`, value generators,
 the Col / Table / Change building blocks (FULL and MINIMAL row images), and the edge rows.
 
-The encoder here is the generator's own reading of SPEC section 1 ("Value encoding"), kept apart
+The encoder here is the generator's own reading of the value encoding (docs/mapping.md, "Column types"), kept apart
 from the converters' tables on purpose: the samples are an independent witness of the format,
 so a mistake in one side's mapping shows up as a test failure instead of agreeing with itself.
 
@@ -474,7 +474,7 @@ CHARSET_EDGE_ROWS: list[dict] = [
 ]
 
 
-# ---- the shapes a real subscription carries (issue 18) ---------------------------------------------
+# ---- the shapes a real subscription carries (docs/performance.md, "Value shapes (h)") ------------
 # What Tencent's documentation and public consumers show DTS sending, one column per shape: text as
 # STRING with charset utf8/utf8mb4/gbk/latin1 in `bv`; temporals as STRING, with a charset and
 # without; TIMESTAMP as "... +00:00"; DATETIME(6); NULL as an empty Data and as NIL written out;

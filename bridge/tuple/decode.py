@@ -1,4 +1,4 @@
-"""DataHub Tuple rows -> DTS Entries (SPEC sections 2 and 4).
+"""DataHub Tuple rows -> DTS Entries (docs/tuple.md).
 
 Each Tuple row (an update: each pair of rows) becomes one DML Entry holding one row change: the
 Tuple side does not say how rows were grouped into binlog events. Update halves (U/Y/N and U/N/Y)

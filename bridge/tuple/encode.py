@@ -1,4 +1,4 @@
-"""DTS Entry -> DataHub Tuple rows, and the Tuple side's tables (SPEC sections 2 and 3).
+"""DTS Entry -> DataHub Tuple rows, and the Tuple side's tables (docs/tuple.md).
 
 Each column's field type and value converter come from its row of the type table
 (`bridge/values/types.py`: `tuple_type`, the row's `to_tuple`; the per-value converters are in

@@ -388,7 +388,7 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
 
 
 class ColumnSetCache:
-    """Objects built once per column set and reused across rows and batches (STYLE lesson 6).
+    """Objects built once per column set and reused across rows and batches (docs/performance.md, "What made (b) and (d) fast").
 
     Comparing a table's columns with the copy kept from its previous entry runs in C; only a
     column set that changed pays for building a hashable key.

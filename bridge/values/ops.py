@@ -1,5 +1,5 @@
 """DataHub words for DTS events: MessageType -> op, DMLType -> ops and the images they carry,
-DDL statement -> op, SourceType -> dbType (SPEC section 3), each one table.
+DDL statement -> op, SourceType -> dbType (docs/mapping.md, "Message kinds"), each one table.
 
 >>> [i.op for i in DML_IMAGES[pb.UPDATE]], OP_IMAGES["DELETE"].image
 (['UPDATE_BEFOR', 'UPDATE_AFTER'], 'before')
@@ -40,7 +40,7 @@ class OpImage(NamedTuple):
 _BEFORE, _AFTER = ("before", "oldColumns"), ("after", "newColumns")
 
 # DMLType -> what each of its row changes gives, in order: the one op -> image table, which Blob
-# encode and decode, Tuple encode and decode, the census and the C plan setup read (SPEC section 2).
+# encode and decode, Tuple encode and decode, the census and the C plan setup read (docs/mapping.md, "Envelope fields").
 DML_IMAGES: dict[int, tuple[OpImage, ...]] = {
     pb.INSERT: (OpImage(pb.INSERT, "INSERT", *_AFTER, "I", "N", "Y"),),
     pb.UPDATE: (OpImage(pb.UPDATE, "UPDATE_BEFOR", *_BEFORE, "U", "Y", "N"),

@@ -203,7 +203,7 @@ _TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", 
 _BYTES_TYPES = ("tinyblob", "blob", "mediumblob", "longblob", "geometry", "point", "linestring", "polygon",
                 "multipoint", "multilinestring", "multipolygon", "geometrycollection", "geomcollection")
 
-# SPEC section 3, docs/mapping.md "Column types"; one row per family, in that page's order.
+# docs/mapping.md "Column types"; one row per family, in that page's order.
 TYPES: tuple[TypeRow, ...] = (
     TypeRow("integer", _INTEGER_TYPES, None, "", _integer_blob_type, _integer_codec,
             _integer_tuple_type, _tuple._integer_to_tuple, _tuple._integer_from_tuple, _integer_spark_type,

@@ -186,7 +186,7 @@ def tdsql_headers(headers) -> tuple[str | None, str | None]:
 
 
 class Reassembler:
-    """Rebuilds Entries from Envelopes fed per partition in offset order (SPEC section 1).
+    """Rebuilds Entries from Envelopes fed per partition in offset order (proto/subscribe.proto: `Envelope`).
 
     `feed` returns a list whose items are either an `Assembled` Entries or a `FramingError` /
     `DecodeError` describing what went wrong; the caller's error policy decides what to do with

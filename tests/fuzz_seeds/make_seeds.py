@@ -1,4 +1,4 @@
-"""Writes the seed inputs of this folder (issue 21's hostile inputs); see README.md.
+"""Writes the seed inputs of this folder (hostile inputs: docs/decisions.md, "The C fast path"); see README.md.
 
     .venv/bin/python tests/fuzz_seeds/make_seeds.py
 

@@ -3,7 +3,7 @@
 Two things live here:
 
 * DTS Entries the Blob format can carry. The shared strategies draw `Header.timestamp` from the
-  whole uint32 range, but a Blob `eventTime` is 13-digit epoch milliseconds (SPEC section 2), so
+  whole uint32 range, but a Blob `eventTime` is 13-digit epoch milliseconds (docs/mapping.md, "Envelope fields"), so
   `timestamp * 1000` must be >= 10**12: `blob_entries()` and friends map every timestamp into
   [10**9, 2**32) (`blob_time`). Everything else is the shared strategies' canonical Entry.
 * DataWorks-shaped ("foreign") Blob messages, written the way DataWorks' real-time sync writes

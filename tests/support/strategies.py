@@ -1,7 +1,7 @@
 """Hypothesis strategies for canonical Tencent DTS messages, shared by every round-trip test.
 
 "Canonical" is what a well-behaved DTS producer emits, and what the bridge's lossless round trips
-(SPEC section 4, law 1) must give back byte for byte once re-encoded:
+(law 1, tests/test_laws.py) must give back byte for byte once re-encoded:
 
 * Entry: `header.version == 1`; `header.messageType` names the event and exactly that one event
   sub-message is present (empty ones through `SetInParent()`); no unknown fields or enum numbers.
@@ -64,7 +64,7 @@ MYSQL_CHARSETS = {
     "ascii": ("ascii", 0x7F),
 }
 
-# Tuple meta columns (SPEC section 2) are never data column names.
+# Tuple meta columns (docs/tuple.md, "Meta columns") are never data column names.
 _META_COLUMNS = {"_sequence_id_", "_operation_type_", "_execute_time_", "_excute_time_",
                  "_before_image_", "_after_image_", "_source_table_"}
 
@@ -523,7 +523,7 @@ def checkpoint_entries(draw) -> pb.Entry:
 
 # ---- DDL statements ------------------------------------------------------------------------
 
-# Statement templates by the Blob op SPEC section 3 expects for them. Upper-case words are
+# Statement templates by the Blob op docs/mapping.md ("DDL statement -> op") expects for them. Upper-case words are
 # keywords (their case is varied); {t}/{u} are table names, {c} a column, {i} an index, {d} a
 # database name.
 DDL_OPS: dict[str, tuple[str, ...]] = {
