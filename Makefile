@@ -23,7 +23,7 @@ $(JARS_STAMP): $(STAMP) tools/jars/pom.xml tools/jars/fetch.py
 	$(PY) tools/jars/fetch.py $(JARS)
 	touch $(JARS_STAMP)
 
-$(STAMP): pyproject.toml setup.py bridge/native/_speedups.c
+$(STAMP): pyproject.toml setup.py $(wildcard bridge/native/src/*.c bridge/native/src/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
@@ -48,23 +48,37 @@ bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[dev,bench]"
 	$(PY) -m benchmarks
 
-# The C extension built with AddressSanitizer and UBSan into build/sanitize (the .venv build stays
-# as it is), loaded in place of it by the tests that reach the C path; any report fails the run.
-# ASan must come first in the process, hence the preload (docs/decisions.md, "The C fast path").
+# The C extension (every unit of bridge/native/src) built with AddressSanitizer and UBSan into
+# build/sanitize (the .venv build stays as it is), loaded in place of it by the tests that reach the
+# C path and by a short run of the fuzz target; any report fails the run. ASan must come first in
+# the process, hence the preload (docs/decisions.md, "The C fast path", "The Python <-> C contract").
 SANITIZE := build/sanitize
-SANITIZE_TESTS := tests/test_speedups.py tests/test_spark_sink.py tests/test_blob_decode.py tests/test_laws.py
+SANITIZE_TESTS := tests/test_speedups.py tests/test_native_contract.py tests/test_spark_sink.py \
+  tests/test_blob_decode.py tests/test_laws.py
+SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 HYPOTHESIS_PROFILE=quick \
+  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)"
 
 sanitize: $(STAMP)
-	mkdir -p $(SANITIZE)
+	mkdir -p $(SANITIZE)/corpus
 	gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
 	  -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
-	  bridge/native/_speedups.c -o $(SANITIZE)/_speedups.so
-	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 HYPOTHESIS_PROFILE=quick \
-	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	$(PY) -c 'import importlib.util as u, sys; s = u.spec_from_file_location("bridge.native._speedups", sys.argv[1]); \
+	  bridge/native/src/*.c -o $(SANITIZE)/_speedups.so
+	$(SANITIZE_ENV) $(PY) -c 'import importlib.util as u, sys; s = u.spec_from_file_location("bridge.native._speedups", sys.argv[1]); \
 	  m = u.module_from_spec(s); s.loader.exec_module(m); sys.modules[s.name] = m; import bridge, pytest; \
 	  assert bridge.native.speedups is m, "the sanitized build is not the one in use"; \
 	  sys.exit(pytest.main(sys.argv[2:]))' $(SANITIZE)/_speedups.so -q --capture=sys -p no:cacheprovider $(SANITIZE_TESTS)
+	$(SANITIZE_ENV) BRIDGE_SPEEDUPS_SO=$(SANITIZE)/_speedups.so $(PY) tests/fuzz/fuzz_native.py \
+	  -max_total_time=$(SANITIZE_FUZZ_SECONDS) $(SANITIZE)/corpus tests/fuzz_seeds
+SANITIZE_FUZZ_SECONDS ?= 60
+
+# The fuzz target (atheris, coverage-guided over the Python modules it instruments): the C path
+# against the pure-Python path on Entries built from the fuzz bytes; a difference or a crash stops
+# it with the input saved as crash-* (docs/decisions.md, "The Python <-> C contract").
+FUZZ_SECONDS ?= 600
+.PHONY: fuzz
+fuzz: $(STAMP)
+	mkdir -p build/fuzz-corpus
+	$(PY) tests/fuzz/fuzz_native.py -max_total_time=$(FUZZ_SECONDS) build/fuzz-corpus tests/fuzz_seeds
 
 # Regenerate the committed protobuf module (tests check it is current).
 proto: $(STAMP)

@@ -1,4 +1,4 @@
-"""The C fast path (bridge/native/_speedups.c) against the Python path, which is the reference.
+"""The C fast path (bridge/native/src/, built as bridge.native._speedups) against the Python path, the reference.
 
 `BlobEncoder.convert(entry)` is the Python path; `convert(entry, raw)` reads plain row images off
 the wire in C (`Plan.rows`), and `convert_lines(entry, raw)` writes whole JSON lines in C

@@ -1,4 +1,4 @@
-"""The optional C extension (bridge/native/_speedups.c), loaded once; every fast path asks `NATIVE` first.
+"""The optional C extension (bridge/native/src/*.c, built as `_speedups`), loaded once; every fast path asks `NATIVE` first.
 
 Without the extension (a machine without a C compiler) or with BRIDGE_PURE_PYTHON=1 in the
 environment, the Python paths do all the work and give the same output.

@@ -1,0 +1,266 @@
+/* Blob -> DTS: one image's dataColumn values -> the Data of a RowChange field, on the wire (Plan.encode). */
+#include "speedups.h"
+
+int bridge_put_varint(Buf *b, uint64_t v) {
+    if (!bridge_buf_grow(b, 10)) return 0;
+    do {
+        uint8_t byte = v & 0x7f;
+        v >>= 7;
+        b->p[b->n++] = byte | (v ? 0x80 : 0);
+    } while (v);
+    return 1;
+}
+
+/* a Data's dataType field (two bytes: every DataType is below 128) */
+static int put_datatype(Buf *b, int dt) {
+    return bridge_put_varint(b, TAG(F_DATA_DATATYPE, WT_VARINT)) && bridge_put_varint(b, (uint64_t)dt);
+}
+
+/* a length-delimited field; proto3 leaves an empty one out */
+static int put_len_field(Buf *b, uint32_t field, const void *p, Py_ssize_t n) {
+    if (n == 0) return 1;
+    return bridge_put_varint(b, TAG(field, WT_LEN)) && bridge_put_varint(b, (uint64_t)n) && buf_put(b, p, n);
+}
+
+static void civil_from_days(long long z, long long *y, unsigned *m, unsigned *d) {
+    z += 719468;
+    const long long era = (z >= 0 ? z : z - 146096) / 146097;
+    const unsigned doe = (unsigned)(z - era * 146097);
+    const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    const unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (long long)yoe + era * 400 + (*m <= 2);
+}
+
+static inline char *put2(char *o, unsigned v) {
+    o[0] = (char)('0' + v / 10);
+    o[1] = (char)('0' + v % 10);
+    return o + 2;
+}
+/* MySQL text of epoch milliseconds in UTC (format_temporal); 0 outside years 1..9999 */
+static int format_temporal(const Col *c, long long ms, char *out, Py_ssize_t *len) {
+    if (ms < -62135596800000LL || ms > 253402300799999LL) return 0;
+    long long secs = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+    int millis = (int)(ms - secs * 1000);
+    long long days = secs >= 0 ? secs / 86400 : -((-secs + 86399) / 86400);
+    unsigned sod = (unsigned)(secs - days * 86400);
+    long long y;
+    unsigned m, d;
+    civil_from_days(days, &y, &m, &d);
+    if (y < 1 || y > 9999) return 0;
+    char *o = put2(put2(out, (unsigned)(y / 100)), (unsigned)(y % 100));
+    *o++ = '-';
+    o = put2(o, m);
+    *o++ = '-';
+    o = put2(o, d);
+    if (c->kind != K_DATE) {
+        *o++ = ' ';
+        o = put2(o, sod / 3600);
+        *o++ = ':';
+        o = put2(o, sod / 60 % 60);
+        *o++ = ':';
+        o = put2(o, sod % 60);
+        if (c->fsp) {
+            /* the first fsp digits of the microseconds, as "%06d" % (millis * 1000) */
+            char frac[6] = {(char)('0' + millis / 100), (char)('0' + millis / 10 % 10), (char)('0' + millis % 10),
+                            '0', '0', '0'};
+            *o++ = '.';
+            memcpy(o, frac, (size_t)c->fsp);
+            o += c->fsp;
+        }
+        if (c->kind == K_TIMESTAMP) {
+            memcpy(o, " +00:00", 7);
+            o += 7;
+        }
+    }
+    *len = o - out;
+    return 1;
+}
+
+/* strict, canonical standard base64 (what b64decode(validate=True) and the re-encoding check
+ * accept); 0 for anything else, which the Python codec then judges */
+static int base64_decode(const uint8_t *p, Py_ssize_t n, Buf *out) {
+    static int8_t rev[256];
+    static int ready = 0;
+    if (!ready) {
+        memset(rev, -1, sizeof(rev));
+        for (int i = 0; i < 64; i++) rev[(uint8_t)bridge_B64[i]] = (int8_t)i;
+        ready = 1;
+    }
+    if (n % 4) return 0;
+    if (!bridge_buf_grow(out, n / 4 * 3)) return -1;
+    for (Py_ssize_t i = 0; i < n; i += 4) {
+        int pad = 0;
+        int8_t v[4];
+        for (int k = 0; k < 4; k++) {
+            uint8_t ch = p[i + k];
+            if (ch == '=' && i + 4 == n && k >= 2) {
+                if (k == 2 && p[i + 3] != '=') return 0;
+                pad++;
+                v[k] = 0;
+            } else {
+                v[k] = rev[ch];
+                if (v[k] < 0) return 0;
+            }
+        }
+        uint32_t x = ((uint32_t)v[0] << 18) | ((uint32_t)v[1] << 12) | ((uint32_t)v[2] << 6) | (uint32_t)v[3];
+        if (pad == 2 && (v[1] & 15)) return 0; /* padding bits must be zero */
+        if (pad == 1 && (v[2] & 3)) return 0;
+        out->p[out->n++] = (uint8_t)(x >> 16);
+        if (pad < 2) out->p[out->n++] = (uint8_t)(x >> 8);
+        if (pad < 1) out->p[out->n++] = (uint8_t)x;
+    }
+    return 1;
+}
+
+/* the Data body of one non-null value (the codec's from_blob); 1 done, 0 not plain, -1 error */
+static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp) {
+    int dt = c->dt;
+    char text[64];
+    Py_ssize_t len;
+    switch (c->kind) {
+    case K_LONG: {
+        if (!PyLong_CheckExact(v)) return 0;
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        len = bridge_int_text(x, text);
+        return put_datatype(d, dt) && put_len_field(d, F_DATA_SV, text, len) ? 1 : -1;
+    }
+    case K_DIGITS:
+    case K_DECIMAL: {
+        if (!PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v)) return 0;
+        const uint8_t *s = PyUnicode_1BYTE_DATA(v);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+        Span sv = {s, n};
+        Canon canon;
+        DataView view = {0};
+        view.sv = sv;
+        view.cs.p = view.bv.p = (const uint8_t *)"";
+        if (c->kind == K_DECIMAL) {
+            if (!bridge_check_decimal(c, &view, &canon)) return 0;
+        } else {
+            /* -?[0-9]+ written as str(int(value)): no sign on zero, no leading zeros */
+            const uint8_t *q = s, *end = s + n;
+            int neg = 0;
+            if (q < end && *q == '-') {
+                neg = 1;
+                q++;
+            }
+            if (q == end || end - q > 40) return 0;
+            for (const uint8_t *r = q; r < end; r++)
+                if (*r < '0' || *r > '9') return 0;
+            while (end - q > 1 && *q == '0') q++;
+            if (*q == '0') neg = 0;
+            len = 0;
+            if (neg) text[len++] = '-';
+            memcpy(text + len, q, (size_t)(end - q));
+            len += end - q;
+            sv.p = (const uint8_t *)text;
+            sv.n = len;
+        }
+        return put_datatype(d, dt) && put_len_field(d, F_DATA_SV, sv.p, sv.n) ? 1 : -1;
+    }
+    case K_DOUBLE: {
+        if (!PyFloat_CheckExact(v)) return 0;
+        char *r = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (r == NULL) return -1;
+        int ok = put_datatype(d, dt) && put_len_field(d, F_DATA_SV, r, (Py_ssize_t)strlen(r));
+        PyMem_Free(r);
+        return ok ? 1 : -1;
+    }
+    case K_BOOL:
+        if (v != Py_True && v != Py_False) return 0;
+        return put_datatype(d, dt) && put_len_field(d, F_DATA_SV, v == Py_True ? "1" : "0", 1)
+               ? 1 : -1;
+    case K_TEXT:
+    case K_UTF8:
+    case K_BASE64: {
+        if (!PyUnicode_CheckExact(v)) return 0;
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(v, &n);
+        if (u == NULL) {
+            PyErr_Clear(); /* surrogates: the codec reports them */
+            return 0;
+        }
+        const char *bv = u;
+        if (c->kind == K_BASE64) {
+            tmp->n = 0;
+            int rc = base64_decode((const uint8_t *)u, n, tmp);
+            if (rc <= 0) return rc;
+            bv = (const char *)tmp->p;
+            n = tmp->n;
+        }
+        return put_datatype(d, dt) && put_len_field(d, F_DATA_CHARSET, c->charset, c->charset_len)
+               && put_len_field(d, F_DATA_BV, bv, n) ? 1 : -1;
+    }
+    default: { /* temporal */
+        if (!PyLong_CheckExact(v)) return 0;
+        int overflow;
+        long long ms = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (ms == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (!format_temporal(c, ms, text, &len)) return 0;
+        return put_datatype(d, dt) && put_len_field(d, F_DATA_BV, text, len) ? 1 : -1;
+    }
+    }
+}
+
+/* Plan.encode(values, field) -> the Data of one image as RowChange field `field` (1 oldColumns,
+ * 2 newColumns) on the wire, for `row.MergeFromString`: each column's value as its codec's
+ * from_blob gives it (None: NIL; absent: NA), with the default charset; None when any value is
+ * not plain (a type the codec rejects, surrogates, out of range...) or a key names no column. */
+PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "encode(values: dict, field: int)");
+        return NULL;
+    }
+    PyObject *values = args[0];
+    long field = PyLong_AsLong(args[1]);
+    if (field == -1 && PyErr_Occurred()) return NULL;
+    if (field != F_ROWCHANGE_OLDCOLUMNS && field != F_ROWCHANGE_NEWCOLUMNS) {
+        PyErr_SetString(PyExc_ValueError, "field is 1 (oldColumns) or 2 (newColumns)");
+        return NULL;
+    }
+    Buf out = {NULL, 0, 0}, d = {NULL, 0, 0}, tmp = {NULL, 0, 0};
+    PyObject *result = NULL;
+    Py_ssize_t found = 0;
+    uint64_t tag = TAG(field, WT_LEN);
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        const Col *c = &self->cols[i];
+        PyObject *v = PyDict_GetItemWithError(values, c->name);
+        if (v == NULL) {
+            if (PyErr_Occurred()) goto done;
+            if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, 2) || !put_datatype(&out, DT_NA)) goto done;
+            continue;
+        }
+        if (!c->dup) found++; /* a key counts once, however many columns share its name */
+        if (v == Py_None) {
+            if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, 0)) goto done; /* NIL: an empty Data */
+            continue;
+        }
+        d.n = 0;
+        int rc = encode_value(c, v, &d, &tmp);
+        if (rc < 0) goto done;
+        if (rc == 0) goto none;
+        if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, (uint64_t)d.n) || !buf_put(&out, d.p, d.n)) goto done;
+    }
+    if (found != PyDict_GET_SIZE(values)) goto none;
+    result = PyBytes_FromStringAndSize((const char *)out.p, out.n);
+    goto done;
+none:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(out.p);
+    PyMem_Free(d.p);
+    PyMem_Free(tmp.p);
+    return result;
+}
