@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from google.protobuf.message import DecodeError as ProtobufDecodeError
@@ -315,6 +315,15 @@ class _TableCodec:
         return self.foreign_default and nrows == 1 and ext_header == _DEFAULT_HEADER
 
 
+class _Layout(NamedTuple):
+    """What every form of a plain DML Entry's output shares (BlobEncoder._wire_layout)."""
+    cached: _WireTable
+    dml_type: int
+    nrows: int
+    stamp: dict
+    ext_header: dict | None  # dts.header (None: strict)
+
+
 def _column_length(columns: tuple[list, ...]) -> int:
     return len(columns[0])
 
@@ -458,7 +467,7 @@ class BlobEncoder:
         rows.first to rows.stop (the Entry-level checks made once, by the first such call)."""
         mtype = header.messageType
         if mtype == _DML and raw is not None and NATIVE and rows is None:
-            out = self._dml_wire(entry, header, raw)
+            out = self._plain(entry, header, raw, "messages")
             if out is not None:
                 return out
         if mtype not in EVENT_FIELDS:
@@ -509,17 +518,18 @@ class BlobEncoder:
 
     def _dml(self, entry: pb.Entry, header: pb.Header, raw: bytes | None = None, rows: _Rows | None = None
              ) -> list[dict]:
+        """The messages of a DML Entry, every value converted in Python (`_messages`); with `rows`
+        (stream_lines), those of its rows rows.first to rows.stop."""
         dml = entry.event.dmlEvent
         if not check_dml_event(dml):
             self.not_emitted["DML without rows"] += 1
             return []
-        ops = DML_OPS[dml.dmlEventType]
         table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
         lossless = self.options.lossless
         plain_props, facts = _split_props(header.properties)
         source = self._source(header, facts)
         schema = {"dataColumn": table.schema_columns, "primaryKey": table.primary_key, "source": source}
-        entry_stamp = self._timestamp(header, facts)
+        stamp = self._timestamp(header, facts)
         if rows is None:
             check_row_images(dml)
             unknown = _unknown_parts(unknown_fields(entry, raw)) if lossless else None
@@ -540,35 +550,61 @@ class BlobEncoder:
             if ev_plain:
                 ext_base["event"] = {"properties": ev_plain}
             ext_base["columns"] = table.ext_columns
-        out = []
-        nrows = len(dml.rows)
+        return self._messages(entry, header, table, schema, dml.dmlEventType, first, stop, stamp, ext_base,
+                              facts, unknown)
+
+    def _messages(self, entry: pb.Entry, header: pb.Header, table: _TableCodec, schema: dict, dml_type: int,
+                  first: int, stop: int, stamp: dict, ext_base: dict | None, facts: dict = _NO_FACTS,
+                  unknown: tuple | None = None, images: list | None = None) -> list[dict]:
+        """The one Python writer of DML messages: the message dicts of rows `first` to `stop` of a
+        DML Entry, one per op of its DML type (values.DML_IMAGES), in order.
+
+        `images` (C's `Plan.rows` of a plain Entry) gives each image as its dataColumn dict, as
+        (dataColumn, raws, charsets) when its values need the extension, or None: converted here
+        (`_image`), as every image is without it. `facts` (the header's DataHub facts) and each
+        row's properties shape the messages of foreign Entries (a plain Entry has neither);
+        `ext_base` is the extension every message shares (None: strict), `unknown` the unknown
+        fields it carries (`_unknown_parts`)."""
+        lossless = ext_base is not None
+        ops = DML_IMAGES[dml_type]
+        all_rows = entry.event.dmlEvent.rows
+        nrows = len(all_rows)
+        # an extension saying only header, columns and row is left out when it says nothing new
+        quiet = lossless and table.plain_extension_redundant(nrows, ext_base["header"])
         seq_base = header.seqId * _ROW_SCALE
-        all_rows = dml.rows
+        plain = images is not None  # C's scan found no row properties
+        out: list = []
+        n = 0
         for index in range(first, stop):
-            row = all_rows[index]
-            if row.properties:
+            row = None if plain else all_rows[index]
+            row_plain = own_facts = None
+            if row is not None and row.properties:
                 row_plain, own_facts = _split_props(row.properties)
-            else:
-                row_plain, own_facts = None, None
             row_facts = {**facts, **own_facts} if own_facts else facts
-            row_schema = schema
+            row_schema, row_stamp = schema, stamp
             if own_facts:
                 row_schema = {**schema, "source": self._source(header, row_facts)}
-            seq = row_facts.get("sequenceId") if row_facts else None
-            seq = seq or str(seq_base + index)
-            stamp = self._timestamp(header, row_facts) if own_facts else entry_stamp
+                row_stamp = self._timestamp(header, row_facts)
+            seq = (row_facts.get("sequenceId") if row_facts else None) or str(seq_base + index)
             for op in ops:
-                image_name, field_name = OP_IMAGES[op][2:4]
-                datas = getattr(row, field_name)
-                half_facts, msg_stamp, msg_schema = row_facts, stamp, row_schema
-                if row_facts and op == "UPDATE_BEFOR" and any(k.startswith("before.") for k in row_facts):
+                half_facts, msg_stamp, msg_schema = row_facts, row_stamp, row_schema
+                if row_facts and op.op == "UPDATE_BEFOR" and any(k.startswith("before.") for k in row_facts):
                     half_facts = _before_facts(row_facts)
                     msg_stamp = self._timestamp(header, half_facts)
                     msg_schema = {**schema, "source": self._source(header, half_facts)}
-                values, raws, charsets = self._image(table, datas, lossless)
-                payload = {image_name: {"dataColumn": values}, "op": op, "sequenceId": seq,
-                           "timestamp": msg_stamp}
-                msg = {"schema": msg_schema, "payload": payload}
+                values = images[n] if plain else None
+                n += 1
+                raws = charsets = None
+                empty = False
+                if type(values) is tuple:  # values that need the extension (lossless)
+                    values, raws, charsets = values
+                elif values is None:  # no C image, or C was not sure: the codecs decide
+                    datas = getattr(row if row is not None else all_rows[index], op.field)
+                    values, raws, charsets = self._image(table, datas, lossless)
+                    empty = not datas
+                msg = {"schema": msg_schema,
+                       "payload": {op.image: {"dataColumn": values}, "op": op.op, "sequenceId": seq,
+                                   "timestamp": msg_stamp}}
                 if half_facts:
                     self._version(msg, half_facts)
                     _apply_shape_facts(msg, half_facts)
@@ -583,13 +619,13 @@ class BlobEncoder:
                         ext["charsets"] = charsets
                     if raws:
                         ext["values"] = raws
-                    if not datas:
+                    if empty:
                         ext["image"] = "empty"  # no Data at all, unlike an image of NA values
                     if unknown is not None:
-                        patch = _row_unknown(*unknown, index, op)
+                        patch = _row_unknown(*unknown, index, op.op)
                         if patch:
                             ext["unknown"] = patch
-                    if not (len(ext) == 3 and table.plain_extension_redundant(nrows, ext["header"])):
+                    if not (quiet and len(ext) == 3):
                         msg["dts"] = ext
                 out.append(msg)
             if row_facts and row_facts.get("op") == "UPDATE":
@@ -631,126 +667,93 @@ class BlobEncoder:
             return {"eventTime": event_time, "checkpointTime": event_time}
         return self._timestamp(header, _NO_FACTS)
 
-    def _dml_wire(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> list[dict] | None:
-        """`_dml` for a plain Entry (see `_wire_table`), its row images read off the wire in C.
-        None: use `_dml`, which gives the same messages (tests/test_speedups.py)."""
+    def _layout(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> _Layout | None:
+        """What every form of a plain DML Entry's output shares (see `_plain`), or None: not plain."""
         found = self._wire_table(entry, header, raw)
         if found is None:
             return None
         cached, dml_type, nrows, props = found
-        table, schema = cached.table, cached.schema
-        ops = DML_OPS[dml_type]
+        ext_header = _wire_header(header, props) if self.options.lossless else None
+        return _Layout(cached, dml_type, nrows, self._wire_stamp(header), ext_header)
+
+    def _plain(self, entry: pb.Entry, header: pb.Header, raw: bytes, form: str):
+        """The output of a plain DML Entry (`_wire_table`) in one of its forms, its row images read
+        off the wire in C, or None (not plain, or an image C leaves to Python where the form has no
+        Python half): the same as the dict path's (tests/test_speedups.py).
+
+        "messages": the message dicts (C builds them when every image is plain, else
+        `_messages` writes them around C's images); "lines": the JSON lines, written in C from
+        per-table templates (the bytes orjson gives for the same dicts); "columns": the lines
+        and shard keys as `convert_columns` gives them."""
+        layout = self._layout(entry, header, raw)
+        if layout is None:
+            return None
+        cached, dml_type, nrows, stamp = layout.cached, layout.dml_type, layout.nrows, layout.stamp
+        table, native = cached.table, cached.table.native
         lossless = self.options.lossless
-        ext_header = quiet = None
-        if lossless:
-            ext_header = _wire_header(header, props)
-            quiet = table.plain_extension_redundant(nrows, ext_header)
-            ext_columns = table.ext_columns
-        stamp = self._wire_stamp(header)
+        ext_header = layout.ext_header
         seq_id = header.seqId
-        # every image plain: C builds the message dicts themselves
-        out = table.native.messages(raw, dml_type, schema, _IMAGE_KEYS[dml_type], ops,
-                                    str(seq_id).encode() if seq_id else b"", bool(seq_id), stamp, FORMAT_VERSION,
-                                    ext_header, table.ext_columns, quiet, nrows)
-        if out is not None:
-            return out
-        images = table.native.rows(raw, dml_type)
-        if images is None:
-            return None
-        seq_base = seq_id * _ROW_SCALE
-        out = []
-        n = 0
-        rows = None
-        for index in range(nrows):
-            seq = str(seq_base + index)
-            for op in ops:
-                values = images[n]
-                n += 1
-                raws = charsets = None
-                empty = False
-                if type(values) is tuple:  # values that need the extension (lossless)
-                    values, raws, charsets = values
-                elif values is None:  # the C path was not sure: the Python path decides
-                    if rows is None:
-                        rows = entry.event.dmlEvent.rows
-                    datas = getattr(rows[index], OP_IMAGES[op].field)
-                    values, raws, charsets = self._image(table, datas, lossless)
-                    empty = not datas
-                msg = {"schema": schema,
-                       "payload": {OP_IMAGES[op].image: {"dataColumn": values}, "op": op, "sequenceId": seq,
-                                   "timestamp": stamp},
-                       "version": FORMAT_VERSION}
-                if lossless:
-                    ext = {"header": ext_header, "columns": ext_columns, "row": [index, nrows]}
-                    if charsets:
-                        ext["charsets"] = charsets
-                    if raws:
-                        ext["values"] = raws
-                    if empty:
-                        ext["image"] = "empty"
-                    if not quiet or len(ext) != 3:
-                        msg["dts"] = ext
-                out.append(msg)
-        return out
-
-    def _dml_lines(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> list[bytes] | None:
-        """The JSON lines of `_dml_wire`'s messages, written in C from per-table templates (the
-        bytes orjson gives for the same dicts: one orjson.dumps per part, joined); None when any
-        image is not plain, and then `convert_lines` takes the dict path."""
-        found = self._wire_lines(entry, header, raw, False)
-        return None if found is None else found[0]
-
-    def _dml_columns(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> tuple[list, ...] | None:
-        """`_columns` of a plain DML Entry from the C lines and shard keys; None: the dict path."""
-        found = self._wire_lines(entry, header, raw, True)
-        if found is None:
-            return None
-        (lines, shards), cached, ops, event_time = found
+        if form == "messages":
+            quiet = lossless and table.plain_extension_redundant(nrows, ext_header)
+            out = native.messages(raw, dml_type, cached.schema, _IMAGE_KEYS[dml_type], DML_OPS[dml_type],
+                                  str(seq_id).encode() if seq_id else b"", bool(seq_id), stamp, FORMAT_VERSION, ext_header, table.ext_columns,
+                                  quiet if lossless else None, nrows)
+            if out is not None:  # every image plain: C built the message dicts themselves
+                return out
+            images = native.rows(raw, dml_type)
+            if images is None:
+                return None
+            ext_base = {"header": ext_header, "columns": table.ext_columns} if lossless else None
+            return self._messages(entry, header, table, cached.schema, dml_type, 0, nrows, stamp, ext_base,
+                                  images=images)
+        args = self._lines_args(layout, raw, seq_id)
+        lines = native.lines(*args, cached.key_indexes) if form == "columns" else native.lines(*args)
+        if lines is None or form == "lines":
+            return lines
+        lines, shards = lines
+        ops = DML_OPS[dml_type]
         source = cached.schema["source"]
         n, k = len(lines), len(ops)
-        seq_base = header.seqId * _ROW_SCALE
+        seq_base = seq_id * _ROW_SCALE
         seqs = [str(seq_base + i) for i in range(n // k)]
         if k > 1:  # an update's two messages share their row's sequenceId
             seqs = [seq for seq in seqs for _ in range(k)]
         fallback = cached.table_shard  # no key value: the table's name, as shard_key gives it
         return (seqs, list(ops) * (n // k), [source.get("dbName")] * n, [source.get("tableName")] * n,
-                [shard or fallback for shard in shards], [event_time] * n, lines)
+                [shard or fallback for shard in shards], [stamp["eventTime"]] * n, lines)
 
-    def _wire_lines(self, entry: pb.Entry, header: pb.Header, raw: bytes, keys: bool):
-        """(C lines, or (lines, shard keys) with `keys`; the table's cache entry; the ops; eventTime)."""
-        found = self._wire_layout(entry, header, raw)
-        if found is None:
-            return None
-        cached, dml_type, stamp, args = found
-        native = cached.table.native
-        out = native.lines(*args, cached.key_indexes) if keys else native.lines(*args)
-        return None if out is None else (out, cached, DML_OPS[dml_type], stamp["eventTime"])
+    def _dml_lines(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> list[bytes] | None:
+        return self._plain(entry, header, raw, "lines")
+
+    def _dml_columns(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> tuple[list, ...] | None:
+        return self._plain(entry, header, raw, "columns")
 
     def _wire_layout(self, entry: pb.Entry, header: pb.Header, raw: bytes):
         """(the table's cache entry, dmlEventType, timestamp, the arguments of `Plan.lines`) of a plain
         DML Entry, or None."""
-        found = self._wire_table(entry, header, raw)
-        if found is None:
+        layout = self._layout(entry, header, raw)
+        if layout is None:
             return None
-        cached, dml_type, nrows, props = found
-        table = cached.table
-        pre, post = cached.templates(dml_type)
-        stamp = self._wire_stamp(header)
-        head = b"\",\"timestamp\":" + orjson.dumps(stamp) + b"},\"version\":\"" + _VERSION_BYTES + b"\""
+        return layout.cached, layout.dml_type, layout.stamp, self._lines_args(layout, raw, header.seqId)
+
+    def _lines_args(self, layout: _Layout, raw: bytes, seq_id: int) -> tuple:
+        """The arguments of `Plan.lines` for a plain DML Entry: the bytes around each dataColumn,
+        sequenceId and row index, from the table's templates."""
+        cached, nrows = layout.cached, layout.nrows
+        pre, post = cached.templates(layout.dml_type)
+        head = b"\",\"timestamp\":" + orjson.dumps(layout.stamp) + b"},\"version\":\"" + _VERSION_BYTES + b"\""
         quiet_tail = head + b"}"
-        if self.options.lossless:
-            ext_header = _wire_header(header, props)
-            loud_tail = (head + b",\"dts\":{\"header\":" + orjson.dumps(ext_header) + cached.ext_columns_json
-                         + b",\"row\":[")
+        if layout.ext_header is not None:
+            loud_tail = (head + b",\"dts\":{\"header\":" + orjson.dumps(layout.ext_header)
+                         + cached.ext_columns_json + b",\"row\":[")
             nrows_text = str(nrows).encode()
             # a redundant extension is left out, unless an image's values need one after all
-            quiet = table.plain_extension_redundant(nrows, ext_header)
+            quiet = cached.table.plain_extension_redundant(nrows, layout.ext_header)
             post_seq = (quiet_tail, loud_tail) if quiet else loud_tail
         else:
             post_seq, nrows_text = quiet_tail, None
-        seq_id = header.seqId
-        args = (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id), post_seq, nrows_text)
-        return cached, dml_type, stamp, args
+        return (raw, layout.dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id), post_seq,
+                nrows_text)
 
     def _pieces(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> Iterator[list[bytes]]:
         """The lines of a DML Entry in pieces of rows, in order, each of about _PIECE_BYTES: C writes
