@@ -23,7 +23,7 @@ from typing import Any
 from bridge.blob.decode import BlobDecoder
 from bridge.errors import BridgeError, LineTooLongError
 from bridge.options import DEFAULT_OPTIONS, Options
-from bridge.values import SUBSTITUTION_NOTES, SUBSTITUTIONS
+from bridge.values import SUBSTITUTION_NOTES, SUBSTITUTIONS, Decoder
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Assembled, Reassembler, Redelivered, ResumedTail, entry_from_json_line
 
@@ -267,7 +267,7 @@ def entries_to_messages(entries: Iterable[tuple], convert: Callable[..., list],
             yield {**where, "row": index}, item
 
 
-def decoder_entries(records: Iterable[tuple[dict, Any, Any]], decoder, policy: ErrorPolicy,
+def decoder_entries(records: Iterable[tuple[dict, Any, Any]], decoder: Decoder, policy: ErrorPolicy,
                     feed: Callable[[Any, dict], list], parse: Callable[[Any, dict], Any] | None = None
                     ) -> Iterator[tuple[dict, pb.Entry, Any]]:
     """(where, raw, extra) records -> (where, Entry, extra) through a stateful decoder (BlobDecoder,
@@ -303,8 +303,8 @@ def decoder_entries(records: Iterable[tuple[dict, Any, Any]], decoder, policy: E
     tally.converted = base + fed
 
 
-def _drain(decoder) -> list:
-    evicted = getattr(decoder, "evicted", None)
+def _drain(decoder: Decoder) -> list:
+    evicted = decoder.evicted
     if not evicted:
         return []
     out = list(evicted)

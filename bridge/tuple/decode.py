@@ -190,7 +190,8 @@ class TupleDecoder:
         self.rows = 0
         self.entries = 0
         self._pending: OrderedDict = OrderedDict()
-        self._expired: list = []
+        # update halves pushed out of the pairing window: errors for the caller to report (values.Decoder)
+        self.evicted: list[BridgeError] = []
         self._table = _split_table(table) if isinstance(table, str) else tuple(table or ("", ""))
         types = {f["name"]: f["type"] for f in self.schema["fields"]}
         self._time_field = "_execute_time_" if "_execute_time_" in types else LEGACY_TIME_COLUMN
@@ -257,11 +258,11 @@ class TupleDecoder:
 
     def finish(self) -> list[BridgeError]:
         """Errors for every update half left without its partner (each with `.count` = 1)."""
-        errors = self._expired
+        errors = self.evicted
         for (seq, _), half in self._pending.items():
             errors.append(_unpaired(seq, half, "at end of input"))
         self._pending = OrderedDict()
-        self._expired = []
+        self.evicted = []
         return errors
 
     # -- per row -------------------------------------------------------------------------------
@@ -291,7 +292,7 @@ class TupleDecoder:
             self._pending[key] = _Half(half, values, meta, number)
             if len(self._pending) > self.max_pending:
                 (old_seq, _), old = self._pending.popitem(last=False)
-                self._expired.append(_unpaired(old_seq, old, f"within {self.max_pending} rows"))
+                self.evicted.append(_unpaired(old_seq, old, f"within {self.max_pending} rows"))
             return []
         if other.half == half:
             self._pending[key] = other

@@ -9,7 +9,7 @@ One module per job:
 - `bridge/values/ops.py`: MessageType -> op (`OPS_BY_MESSAGE_TYPE`), DMLType -> ops and images
   (`DML_IMAGES`), DDL keywords -> op (`DDL_OPS`), SourceType -> dbType (`SOURCE_TYPES`).
 - `bridge/values/events.py`: what Blob and Tuple share about an event (sequence ids, the DML
-  event checks, the Event field of each MessageType).
+  event checks, the Event field of each MessageType) and the `Decoder` protocol both decoders keep.
 
 Every name the faces use is importable from `bridge.values` itself.
 
@@ -47,6 +47,7 @@ from bridge.values.events import (
     EVENT_FIELDS,
     RESERVED_PREFIX,
     ROW_DIGITS,
+    Decoder,
     check_dml_event,
     check_row_images,
     sequence_id,
@@ -106,7 +107,7 @@ __all__ = [
     "BYTES", "DECIMAL_DT", "DECIMAL_TEXT", "DT", "FLOAT_TEXT", "INT_TEXT", "NA", "NIL", "STRING",
     "SUBSTITUTION_NOTES", "SUBSTITUTIONS", "Codec", "ColumnSetCache", "Inexact", "Substituted", "data_to_raw",
     "discard_substitutions", "note_substitution", "raw_to_data",
-    "EVENT_FIELDS", "RESERVED_PREFIX", "ROW_DIGITS", "check_dml_event", "check_row_images", "sequence_id",
+    "EVENT_FIELDS", "RESERVED_PREFIX", "ROW_DIGITS", "Decoder", "check_dml_event", "check_row_images", "sequence_id",
     "CONTROL_MESSAGE_TYPES", "DDL_DEFAULT_OP", "DDL_OP_NAMES", "DDL_OPS", "DML_IMAGES", "DML_OPS", "OP_IMAGES",
     "OPS_BY_MESSAGE_TYPE", "SOURCE_TYPES", "SOURCE_TYPES_BY_NAME", "TUPLE_OP_IMAGES", "OpImage", "ddl_op",
     "TEMPORAL_KINDS", "InvalidDate", "format_temporal", "parse_temporal", "temporal_as_text", "utc_micros",

@@ -7,11 +7,14 @@ field of each MessageType, and the property prefix the bridge owns.
 """
 from __future__ import annotations
 
-from bridge.errors import ConversionError
+from typing import Protocol
+
+from bridge.errors import BridgeError, ConversionError
 from bridge.values.ops import DML_IMAGES
 from bridge.wire import subscribe_pb2 as pb
 
-__all__ = ["ROW_DIGITS", "RESERVED_PREFIX", "EVENT_FIELDS", "sequence_id", "check_dml_event", "check_row_images"]
+__all__ = ["ROW_DIGITS", "RESERVED_PREFIX", "EVENT_FIELDS", "sequence_id", "check_dml_event", "check_row_images",
+           "Decoder"]
 
 ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
 _ROW_SCALE = 10 ** ROW_DIGITS
@@ -62,3 +65,22 @@ def check_row_images(dml: pb.DMLEvent, first: int = 0) -> None:
             if getattr(rows[index], wrong):
                 raise ConversionError(f"{op} row change {index} carries a "
                                       f"{'before' if wrong == 'oldColumns' else 'after'} image")
+
+
+class Decoder(Protocol):
+    """What the stream layer (`bridge.stream.decoder_entries`) asks of a decoder that rebuilds
+    Entries from DataHub records: `BlobDecoder` (messages) and `TupleDecoder` (rows) both are one.
+    Each has its own `feed` (a record in, the Entries it completes out); besides that:
+
+    - `pending`: records fed but not yet part of a returned Entry (update halves, open events);
+    - `evicted`: errors for records pushed out of the pairing window (`max_pending`), each with
+      `.count`, the records it stands for; the caller reports them and clears the list;
+    - `finish()`: at end of input, `evicted` and an error for everything still pending.
+    """
+
+    evicted: list[BridgeError]
+
+    @property
+    def pending(self) -> int: ...
+
+    def finish(self) -> list[BridgeError]: ...
