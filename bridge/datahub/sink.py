@@ -757,7 +757,7 @@ class DataHubWriter:
             found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
         return found
 
-    def records(self, topic: str, window: int = 1000) -> Iterator:
+    def read_topic(self, topic: str, window: int = 1000) -> Iterator:
         """Every record of `topic`, shard by shard in sequence order, read `window` records at a
         time (a topic that keeps growing is never held whole in memory)."""
         info = self.topic(topic)

@@ -108,7 +108,7 @@ def earlier_halts(writer: DataHubWriter, topic: str, source: str, epoch: int) ->
     letter of `source` from an earlier micro-batch (each letter halts its table). Read from the
     dead-letter topic itself, so a replayed micro-batch starts from the same halts."""
     halted: dict[str, str] = {}
-    for record in writer.records(topic, LETTER_WINDOW):
+    for record in writer.read_topic(topic, LETTER_WINDOW):
         attrs = record.attributes or {}
         mark = attrs.get(ATTR_EPOCH, "")
         if attrs.get(ATTR_TOPIC) != source or not mark.isdigit() or int(mark) >= epoch:
@@ -127,7 +127,7 @@ def export_dead_letters(client, project: str, topic: str, path: str) -> int:
     count = 0
     try:
         with open(path, "wb") as out:
-            for record in writer.records(topic, LETTER_WINDOW):
+            for record in writer.read_topic(topic, LETTER_WINDOW):
                 out.write(bytes(record.blob_data) + b"\n")
                 count += 1
     finally:
