@@ -339,6 +339,8 @@ def _plant(tree: pathlib.Path, module: str, code: str) -> None:
      "bridge.values -> bridge.stream"),  # upward, from inside a function
     ("bridge.datahub.sink", "from bridge.kafka import KafkaError", "bridge.datahub.sink -> bridge.kafka"),  # siblings
     ("bridge.helpers", "X = 1", "bridge.helpers"),  # a module given no layer
+    ("bridge.wire.framing", "def planted():\n    import pyspark\n    return pyspark",
+     "bridge.wire.framing -> pyspark"),  # the core importing pyspark
 ])
 def test_lint_imports_catches_a_planted_import(copy_tree, module, code, expected):
     tree = copy_tree()
