@@ -1,17 +1,24 @@
-"""Hypothesis profiles and the import path for the shared strategies module.
+"""Hypothesis profiles, the import path of tests/support/, and the fixtures several test modules share.
 
 `HYPOTHESIS_PROFILE=quick` (the default, `make test`) runs a few dozen derandomized examples per
 property, so two runs of the suite see the same inputs; `HYPOTHESIS_PROFILE=deep`
 (`make test-deep`) runs 10,000 random examples per property.
+
+Test modules share code only through tests/support/ (`from support.strategies import ...`) and the
+fixtures here, never by importing each other (tests/test_layout_tests.py checks it).
 """
 import os
+import shutil
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
-# tests/ is not a package: make `from strategies import ...` work under any import mode.
+# tests/ is not a package: make `from support.strategies import ...` work under any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture: one real broker)
 
 settings.register_profile(
     "quick", max_examples=40, deadline=None, derandomize=True, database=None,
@@ -30,6 +37,20 @@ SLOW_FIRST = ("test_spark_pipeline.py", "test_spark_tables_kill.py", "test_sync.
               "test_spark_datahub.py")
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """The local[2] Spark session with the `dts-kafka` source and the `datahub` sink registered (a
+    module that needs other settings defines its own `spark`)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17")
+    pytest.importorskip("pyspark")
+    import bridge.spark as bs
+    session = bs.local_session("bridge-tests")
+    session.sparkContext.setLogLevel("OFF")  # expected task failures would print Java stack traces
+    bs.register(session)
+    return session
+
+
 def pytest_collection_modifyitems(config, items):
     """Slow files first (SLOW_FIRST, a stable sort: each file's own order is kept); `deep` tests
     (long kill loops, many rounds) run only under HYPOTHESIS_PROFILE=deep (make test-deep)."""
@@ -37,7 +58,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     if os.environ.get("HYPOTHESIS_PROFILE") == "deep":
         return
-    import pytest
     skip = pytest.mark.skip(reason="long-running: make test-deep")
     for item in items:
         if "deep" in item.keywords:

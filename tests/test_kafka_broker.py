@@ -17,8 +17,6 @@ pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 

@@ -10,7 +10,6 @@ import datetime
 import json
 import os
 import pathlib
-import shutil
 import time
 
 import orjson
@@ -37,16 +36,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIXED = ROOT / "samples" / "mixed.pb"
 SHARDS = ["0", "1", "2"]
 TOPIC = "dts"
-
-
-@pytest.fixture(scope="session")
-def spark():
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17")
-    session = bs.local_session("bridge-tests")
-    session.sparkContext.setLogLevel("OFF")  # expected task failures would print Java stack traces
-    bs.register(session)
-    return session
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""End-to-end Spark Structured Streaming pipeline tests (issue 16, point 5 and "Done when"), on real
+"""End-to-end Spark Structured Streaming pipeline tests (docs/spark.md, "Streaming: exact across micro-batches"), on real
 parts: a real Apache Kafka broker (tests/support/kafka_broker.py), Spark's own `kafka` source (the
 spark-sql-kafka-0-10 jars in .cache/jars/spark-kafka/) and `dts-kafka`, `dts_to_blob` /
 `dts_to_tuple` on the stream with a small `maxOffsetsPerTrigger` (so that micro-batch boundaries
@@ -55,25 +55,20 @@ from bridge import shard_key  # noqa: E402
 from bridge.datahub.sink import make_client, shard_for, tuple_shard_key  # noqa: E402
 from bridge.wire.framing import Reassembler, pack_entries, read_pb, write_pb  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
+from support.landing import short  # noqa: E402
+from support.pipeline import ENV, ROOT, bridge_cli, fault_summary, run_bridge, text_or_none  # noqa: E402
 from support.spark_driver import (  # noqa: E402
-    ENV,
     JOBS,
     PROJECT,
-    ROOT,
     Driver,
-    _cli,
     _java,
     _landed_count,
-    _run,
-    _short,
     _split_ranges,
     _two_task_name,
     chaos,
     checkpoint_cuts,
     commits,
     compare,
-    fault_summary,
     kill_loop,
     landed,
     spark_task_of,
@@ -133,7 +128,7 @@ class Topic:
 
 
 @pytest.fixture(scope="module")
-def clean_topic(kafka_broker, tmp_path_factory) -> Topic:  # noqa: F811
+def clean_topic(kafka_broker, tmp_path_factory) -> Topic:
     """Partition 0: samples/large.pb (21 Envelopes; Entries of 4, 6 and 4 segments). Partition 1:
     mixed.pb packed into 2 KB Envelopes (16), then large.pb packed into 8 KB ones (11): 48 offsets,
     every Entries split across Envelopes somewhere. Produced with `dts-bridge produce`."""
@@ -146,7 +141,7 @@ def clean_topic(kafka_broker, tmp_path_factory) -> Topic:  # noqa: F811
     records: dict[int, list[bytes]] = {}
     for partition, paths in files.items():
         for path in paths:
-            proc = _run(_cli("produce", str(path), "--brokers", kafka_broker.bootstrap, "--topic", name,
+            proc = run_bridge(bridge_cli("produce", str(path), "--brokers", kafka_broker.bootstrap, "--topic", name,
                              "--partition", str(partition)))
             assert proc.returncode == 0, f"dts-bridge produce {path} failed: {proc.stderr}"
             records.setdefault(partition, []).extend(raw for _, _, raw in read_pb(path))
@@ -157,7 +152,7 @@ def clean_topic(kafka_broker, tmp_path_factory) -> Topic:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def dirty_topic(kafka_broker) -> Topic:  # noqa: F811
+def dirty_topic(kafka_broker) -> Topic:
     """Partition 0: large.pb without its 9th record (a middle segment of the 6-segment Entries);
     partition 1: a record that is no Envelope, then large.pb. Produced one record per request."""
     from confluent_kafka import Producer
@@ -175,7 +170,7 @@ def dirty_topic(kafka_broker) -> Topic:  # noqa: F811
 
 def convert_blob(path: pathlib.Path, tmp_path: pathlib.Path) -> list[bytes]:
     out = tmp_path / f"expected-{path.stem}-{uuid.uuid4().hex[:6]}.jsonl"
-    proc = _run(_cli("convert", str(path), "-o", str(out), "--to", "blob", "--no-progress"))
+    proc = run_bridge(bridge_cli("convert", str(path), "-o", str(out), "--to", "blob", "--no-progress"))
     assert proc.returncode == 0, f"dts-bridge convert {path} failed: {proc.stderr}"
     return out.read_bytes().splitlines()
 
@@ -184,7 +179,7 @@ def convert_tuple(path: pathlib.Path, tmp_path: pathlib.Path, table: str) -> tup
     """The Tuple file conversion of one table: (schema document, rows)."""
     folder = tmp_path / f"tuple-{path.stem}-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
-    proc = _run(_cli("convert", str(path), "-o", str(folder / "{table}.jsonl"), "--to", "tuple",
+    proc = run_bridge(bridge_cli("convert", str(path), "-o", str(folder / "{table}.jsonl"), "--to", "tuple",
                      "--on-error", "skip", "--no-progress"))
     assert proc.returncode in (0, 1), f"dts-bridge convert --to tuple {path} failed: {proc.stderr}"
     side = folder / f"{table}.schema.json"
@@ -236,32 +231,28 @@ def _blob_pipeline(tmp_path, broker, topic: Topic, *, source: str, kills: int, s
 
 # ---- 1. dts-kafka -> Blob -> datahub, killed twice ---------------------------------------------------
 
-def test_blob_dts_kafka_killed_and_restarted(kafka_broker, clean_topic, tmp_path):  # noqa: F811
+def test_blob_dts_kafka_killed_and_restarted(kafka_broker, clean_topic, tmp_path):
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="dts-kafka", kills=1, seed=SEED)
 
 
 @pytest.mark.deep
-def test_blob_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):  # noqa: F811
+def test_blob_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="dts-kafka", kills=6, seed=SEED + 1)
 
 
 # ---- 2. Spark's own kafka source -> Blob -> datahub ----------------------------------------------------
 
 @pytest.mark.deep  # make test keeps Spark's own kafka source in the micro-batch boundary test (4.) for time
-def test_blob_spark_kafka_source_killed_and_restarted(kafka_broker, clean_topic, tmp_path):  # noqa: F811
+def test_blob_spark_kafka_source_killed_and_restarted(kafka_broker, clean_topic, tmp_path):
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="kafka", kills=1, seed=SEED + 2)
 
 
 @pytest.mark.deep
-def test_blob_spark_kafka_source_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):  # noqa: F811
+def test_blob_spark_kafka_source_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="kafka", kills=4, seed=SEED + 3)
 
 
 # ---- 3. dts-kafka -> Tuple -> datahub ---------------------------------------------------------------
-
-def _text(value):
-    return None if value is None else str(value)
-
 
 def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int) -> None:
     _java()
@@ -280,7 +271,7 @@ def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int) ->
             keys = [c["name"] for c in doc["dtsColumns"] if c.get("isKey")]
             for row in rows:
                 expected[(shard_for(tuple_shard_key(row, TABLE, keys), shard_ids), partition)].append(
-                    [_text(row.get(f)) for f in fields])
+                    [text_or_none(row.get(f)) for f in fields])
     assert fields and {p for _, p in expected} == {0, 1} and len({s for s, _ in expected}) == 2, expected.keys()
     total = sum(len(v) for v in expected.values())
     name = TABLE.replace(".", "_")
@@ -301,7 +292,7 @@ def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int) ->
         schema = client.get_topic(PROJECT, name).record_schema
         assert [f.name for f in schema.field_list] == fields, context
         assert [s["shard_id"] for s in server.shards(PROJECT, name) if s["state"] == "ACTIVE"] == shard_ids
-        got, positions = landed(server, name, topic.name, lambda r: [_text(v) for v in r["values"]],
+        got, positions = landed(server, name, topic.name, lambda r: [text_or_none(v) for v in r["values"]],
                                  tmp_path / "landed.jsonl")
         compared = compare(name, got, positions, expected, context)
         assert len(killed) == kills and all(k["landed_in_run"] > 0 for k in killed), context
@@ -313,12 +304,12 @@ def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int) ->
               f"ends inside split Entries, faults {faults}, {time.monotonic() - began:.1f} s]\n  " + "\n  ".join(log))
 
 
-def test_tuple_dts_kafka_killed_and_restarted(kafka_broker, clean_topic, tmp_path):  # noqa: F811
+def test_tuple_dts_kafka_killed_and_restarted(kafka_broker, clean_topic, tmp_path):
     _tuple_pipeline(tmp_path, kafka_broker, clean_topic, kills=1, seed=SEED + 4)
 
 
 @pytest.mark.deep
-def test_tuple_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):  # noqa: F811
+def test_tuple_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):
     _tuple_pipeline(tmp_path, kafka_broker, clean_topic, kills=4, seed=SEED + 5)
 
 
@@ -333,7 +324,7 @@ def _by_partition(rows) -> dict:
 
 
 def test_micro_batch_boundaries_inside_entries_lose_nothing_in_any_mode(kafka_broker, clean_topic, dirty_topic,
-                                                                     tmp_path):  # noqa: F811
+                                                                     tmp_path):
     """Streaming dts_to_blob with maxOffsetsPerTrigger on Spark's `kafka` source and on dts-kafka,
     FAILFAST on the clean topic, PERMISSIVE and DROPMALFORMED on the dirty one: the micro-batches'
     rows, in batch order, equal the batch conversion of the same topic per Kafka partition (error
@@ -373,8 +364,8 @@ def test_micro_batch_boundaries_inside_entries_lose_nothing_in_any_mode(kafka_br
                     first = next((i for i, (h, w) in enumerate(zip(have, want)) if h != w), min(len(have), len(want)))
                     pytest.fail(f"{what} partition {p}: the stream gave {len(have)} rows, the batch conversion "
                                 f"{len(want)}; first difference at #{first}:\n  stream: "
-                                f"{_short(have[first]) if first < len(have) else '(end)'}\n  batch:  "
-                                f"{_short(want[first]) if first < len(want) else '(end)'}\n"
+                                f"{short(have[first]) if first < len(have) else '(end)'}\n  batch:  "
+                                f"{short(want[first]) if first < len(want) else '(end)'}\n"
                                 f"micro-batch ends {dict(cuts)} inside split Entries {inside}")
             assert got["stream_tally"] == got["batch_tally"], (what, got["stream_tally"], got["batch_tally"])
             tally = got["stream_tally"]

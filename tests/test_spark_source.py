@@ -7,9 +7,7 @@ One local[2] session serves every test (getOrCreate, as tests/test_spark.py); re
 as produced, in offset order per partition, never sorted.
 """
 import logging
-import os
 import pathlib
-import shutil
 import uuid
 
 import pytest
@@ -23,7 +21,6 @@ from bridge import pb  # noqa: E402
 from bridge.errors import OptionsError  # noqa: E402
 from bridge.spark.source import DataLossError, SourceOptions, _admit, _read_range, _split  # noqa: E402
 from bridge.wire.framing import tdsql_headers  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
 
 SAMPLES_DIR = pathlib.Path(__file__).resolve().parent.parent / "samples"
 
@@ -45,18 +42,6 @@ def _delete_before(broker, topic: str, partition: int, offset: int) -> None:
     admin = broker.admin()  # kept: a collected AdminClient never completes its futures
     for future in admin.delete_records([TopicPartition(topic, partition, offset)], operation_timeout=20).values():
         assert future.result(30).low_watermark == offset
-
-
-@pytest.fixture(scope="module")
-def spark():
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17")
-    pytest.importorskip("pyspark")
-    import bridge.spark as bs
-    session = bs.local_session("bridge-tests")
-    session.sparkContext.setLogLevel("OFF")  # expected task failures would print Java stack traces
-    bs.register(session)
-    return session
 
 
 def _reader(spark, broker, topic, **options):

@@ -24,7 +24,6 @@ pytest.importorskip("pandas")
 
 import bridge.spark as bs  # noqa: E402
 from bridge.spark import streaming as st  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture; skips without its jars)
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "samples")
 TOPIC = "dts"

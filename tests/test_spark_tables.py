@@ -1,13 +1,13 @@
-"""A whole database into DataHub from Spark (issue 20, the Spark side): `bridge.spark.dts_entries`
+"""A whole database into DataHub from Spark (docs/spark.md, "A whole database"): `bridge.spark.dts_entries`
 and the `datahub` sink's whole-database mode (bridge/spark/tables.py, docs/spark.md "A whole
 database"), on the real Kafka broker (`dts-kafka`) and the stand-in DataHub.
 
-The input is tests/test_sync_tables.py's stream (CREATE, ALTER ADD / DROP / RENAME / MODIFY COLUMN
-of shop.orders, a poisoned table bad.poison, a 2 MB row in shop.big), packed into Envelopes of 300
+The input is the sync tests' whole-database stream (tests/support/table_stream.py: CREATE, ALTER ADD /
+DROP / RENAME / MODIFY COLUMN of shop.orders, a poisoned table bad.poison, a 2 MB row in shop.big), packed into Envelopes of 300
 bytes (the 2 MB Entry into 512 KB ones, under the broker's 1 MB) so that many Entries are split,
 and produced into both partitions of one Kafka topic: two Spark tasks then convert the same tables, evolve the same topics
 and write the same shards at once. What lands is put beside `dts-bridge convert --to tuple` of the
-very file, per (DataHub shard, Kafka partition), in order (test_sync_tables.expected_topics
+very file, per (DataHub shard, Kafka partition), in order (support.table_stream.expected_topics
 applies the policy), and the dead-letter topic must hold exactly the Entries the policy leaves out,
 once per Kafka partition.
 
@@ -41,10 +41,6 @@ pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
-from test_spark_datahub import spark  # noqa: E402,F401  (its session fixture)
-from test_spark_pipeline import _split_ranges, _two_task_name, checkpoint_cuts, straddling_cuts  # noqa: E402
-from test_sync import PROJECT, ROOT, _cli, _run, convert_tuple  # noqa: E402
-from test_sync_tables import build_stream, check_topics, expected_dead  # noqa: E402
 
 import bridge.spark as bs  # noqa: E402
 from bridge.datahub.sink import (  # noqa: E402
@@ -62,7 +58,10 @@ from bridge.sync import topic_name  # noqa: E402
 from bridge.wire import subscribe_pb2 as pb  # noqa: E402
 from bridge.wire.framing import pack_entries, write_pb  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
+from support.pipeline import ENV, ROOT, bridge_cli, run_bridge  # noqa: E402
+from support.spark_driver import _split_ranges, _two_task_name, checkpoint_cuts, kill_loop, straddling_cuts  # noqa: E402
+from support.sync_runs import PROJECT, convert_tuple  # noqa: E402
+from support.table_stream import build_stream, check_topics, expected_dead  # noqa: E402
 
 LETTERS = "dead_letters"
 PARTITIONS = (0, 1)
@@ -88,7 +87,7 @@ def stream(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def kafka_topic(kafka_broker, stream):  # noqa: F811
+def kafka_topic(kafka_broker, stream):
     """The stream in both partitions of a topic whose partitions run in two Spark tasks."""
     from confluent_kafka import Producer
     envelopes = stream[0]
@@ -187,7 +186,7 @@ def test_task_function_two_partitions_at_once(stream, tmp_path):
         assert sum(r["skipped"] for r in reports.values()) == 0
         assert exported == sum(r["dead_letters"] for r in reports.values()) > 0, (exported, reports)
         assert all(r["evolved"] for r in reports.values()), reports
-        proc = _run(_cli("replay", "--from-dlq", str(tmp_path / "letters.jsonl"), "--to", "tuple", "--datahub-endpoint",
+        proc = run_bridge(bridge_cli("replay", "--from-dlq", str(tmp_path / "letters.jsonl"), "--to", "tuple", "--datahub-endpoint",
                          server.endpoint, "--project", PROJECT, "--datahub-topic", "{db}_{table}", "--schema-change",
                          "lenient", "--on-error", "skip", "--json"))
         replay = json.loads(proc.stdout)
@@ -268,7 +267,7 @@ def start_query(spark, broker, topic: str, server, checkpoint, log, trigger: dic
 
 
 @pytest.mark.deep  # make test has the streaming whole database killed and restarted (test_spark_tables_kill.py)
-def test_streaming_stopped_mid_run_and_restarted(spark, kafka_broker, kafka_topic, stream, tmp_path):  # noqa: F811
+def test_streaming_stopped_mid_run_and_restarted(spark, kafka_broker, kafka_topic, stream, tmp_path):
     """dts-kafka with maxOffsetsPerTrigger -> dts_entries -> writeStream datahub (Tuple, evolve,
     dlq): stopped once records landed, restarted from the checkpoint to the end. Every table's
     topic equals the file conversion per (shard, partition), in order, and its RecordSchema the
@@ -307,7 +306,7 @@ def test_streaming_stopped_mid_run_and_restarted(spark, kafka_broker, kafka_topi
 
 
 @pytest.mark.deep  # another query, 15 s: make test keeps to evolve (the same TupleSink runs lenient in test_sync_tables)
-def test_streaming_lenient_deep(spark, kafka_broker, kafka_topic, stream, tmp_path):  # noqa: F811
+def test_streaming_lenient_deep(spark, kafka_broker, kafka_topic, stream, tmp_path):
     """The same stream under lenient, in larger micro-batches: qty's new type goes to qty__string
     (a STRING field appended when first needed), every other row lands."""
     log = tmp_path / "commits.jsonl"
@@ -401,7 +400,7 @@ print("finished", flush=True)
 
 
 class TablesDriver:
-    """DRIVER as a subprocess with one config (tests/test_spark_pipeline.kill_loop's interface)."""
+    """DRIVER as a subprocess with one config (support.spark_driver.kill_loop's interface)."""
 
     def __init__(self, tmp_path, **cfg) -> None:
         self.tmp_path, self.cfg, self.runs = tmp_path, cfg, 0
@@ -412,7 +411,6 @@ class TablesDriver:
         import subprocess
         import sys
 
-        from test_spark_pipeline import ENV, ROOT
         self.runs += 1
         config, log = self.tmp_path / f"driver-{self.runs}.json", self.tmp_path / f"driver-{self.runs}.log"
         when = {"availableNow": True} if trigger == "availableNow" else {"processingTime": trigger}
@@ -424,11 +422,10 @@ class TablesDriver:
 
 
 @pytest.mark.deep  # three Spark drivers, minutes: make test-deep
-def test_driver_killed_with_sigkill_and_restarted_deep(kafka_broker, kafka_topic, stream, tmp_path):  # noqa: F811
+def test_driver_killed_with_sigkill_and_restarted_deep(kafka_broker, kafka_topic, stream, tmp_path):
     """The whole driver (Python, JVM, Python workers) killed with SIGKILL twice inside micro-batches
     (lenient + dlq, chaos faults off), then run to the end from its checkpoint: every table and the
     dead letters exactly as the file conversion says, nothing twice."""
-    from test_spark_pipeline import kill_loop
     with StandInDataHub() as server:
         server.faults.delay("PutRecordsByShard", seconds=0.05)  # a window to kill in
         driver = TablesDriver(tmp_path, brokers=kafka_broker.bootstrap, topic=kafka_topic, max_offsets=60,
@@ -449,7 +446,7 @@ def test_driver_killed_with_sigkill_and_restarted_deep(kafka_broker, kafka_topic
         print(f"\n[{len(kills)} SIGKILLs in {driver.runs} runs; {done}]\n  " + "\n  ".join(log))
 
 
-# ---- review of issue 20's Spark side: defects found, each with its test ----------------------------
+# ---- review of the whole-database Spark side: defects found, each with its test ------------------
 
 @pytest.fixture(scope="module")
 def small_envelopes():
@@ -674,7 +671,7 @@ def test_a_dead_letter_too_large_for_datahub_leaves_the_entry_out(tmp_path):
         assert "left out" in got[0]["error"] and "3145" in got[0]["error"], got[0]
         path = tmp_path / "letters.jsonl"
         bs.export_dead_letters(client, PROJECT, LETTERS, str(path))
-        proc = _run(_cli("replay", "--from-dlq", str(path), "--to", "tuple", "--datahub-endpoint", server.endpoint,
+        proc = run_bridge(bridge_cli("replay", "--from-dlq", str(path), "--to", "tuple", "--datahub-endpoint", server.endpoint,
                          "--project", PROJECT, "--datahub-topic", "{db}_{table}", "--on-error", "skip", "--rejects",
                          str(tmp_path / "rejects.jsonl"), "--json"))
         replay = json.loads(proc.stdout)  # the header-only Entry converts to nothing: not emitted

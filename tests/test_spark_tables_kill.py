@@ -1,4 +1,4 @@
-"""A whole database from Spark, killed with SIGKILL and restarted (issue 20, point 6, the Spark side),
+"""A whole database from Spark, killed with SIGKILL and restarted (docs/decisions.md, "The Spark whole-database kill test"),
 written apart from the implementation: a real Spark driver process (tests/pipeline_jobs/driver.py,
 kind "database": `dts-kafka` with a small `maxOffsetsPerTrigger` -> `bridge.spark.dts_entries` ->
 `writeStream.format("datahub")` in whole-database mode, with a checkpoint) on the real Kafka broker
@@ -46,29 +46,24 @@ pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
-from test_sync_tables import BIG_BYTES, build_stream  # noqa: E402
-
 from bridge.datahub.sink import make_client  # noqa: E402
 from bridge.wire import subscribe_pb2 as pb  # noqa: E402
 from bridge.wire.framing import pack_entries  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
+from support.pipeline import CHAOS_OPS, bridge_cli, fault_summary, run_bridge  # noqa: E402
 from support.spark_driver import (  # noqa: E402
-    CHAOS_OPS,
     PROJECT,
     Driver,
-    _cli,
     _java,
-    _run,
     _split_ranges,
     _two_task_name,
     chaos,
     checkpoint_cuts,
     commits,
-    fault_summary,
     kill_loop,
     straddling_cuts,
 )
+from support.table_stream import BIG_BYTES, build_stream  # noqa: E402
 
 SEED = int(os.environ.get("SPARK_TABLES_KILL_SEED", "1729"))
 PARTITIONS = (0, 1)
@@ -92,7 +87,7 @@ class Input:
 
 
 @pytest.fixture(scope="module")
-def produced(kafka_broker) -> Input:  # noqa: F811
+def produced(kafka_broker) -> Input:
     """build_stream's Entries in 300-byte Envelopes (the 2 MB Entry alone in 512 KB ones, under the
     broker's 1 MB), every Envelope to partition 0 and to partition 1, in order."""
     from confluent_kafka import Producer
@@ -189,7 +184,7 @@ def _tables(server, source: str, skip: str | None) -> tuple[dict, dict]:
 def sync_oracle(broker, topic: str, tmp_path, schema_change: str, table_error: str) -> Landed:
     letters_path = tmp_path / "sync-letters.jsonl"
     with StandInDataHub() as server:
-        proc = _run(_cli("sync", "--brokers", broker.bootstrap, "--topic", topic, "--partitions", "0",
+        proc = run_bridge(bridge_cli("sync", "--brokers", broker.bootstrap, "--topic", topic, "--partitions", "0",
                          "--offsets-file", str(tmp_path / "sync-offsets.json"), "--from-beginning",
                          "--datahub-endpoint", server.endpoint, "--project", PROJECT, "--to", "tuple",
                          "--datahub-topic", "{db}_{table}", "--shards", "2", "--batch-size", "8",
@@ -367,7 +362,7 @@ def full_chaos(server, seed: int) -> None:
     chaos(server, seed, KILL_OPS)
 
 
-def test_evolve_dlq_killed_and_restarted(kafka_broker, produced, tmp_path):  # noqa: F811
+def test_evolve_dlq_killed_and_restarted(kafka_broker, produced, tmp_path):
     _run_policy(kafka_broker, produced, tmp_path, schema_change="evolve", table_error="dlq", kills=1, seed=SEED,
                 faults=light_chaos)
 
@@ -375,6 +370,6 @@ def test_evolve_dlq_killed_and_restarted(kafka_broker, produced, tmp_path):  # n
 @pytest.mark.deep
 @pytest.mark.parametrize("schema_change, table_error", [("lenient", "dlq"), ("ignore", "halt-table"),
                                                         ("evolve", "halt-table")])
-def test_policies_killed_and_restarted_deep(kafka_broker, produced, tmp_path, schema_change, table_error):  # noqa: F811
+def test_policies_killed_and_restarted_deep(kafka_broker, produced, tmp_path, schema_change, table_error):
     _run_policy(kafka_broker, produced, tmp_path, schema_change=schema_change, table_error=table_error, kills=3,
                 seed=SEED + 1, faults=full_chaos)

@@ -25,6 +25,9 @@ from bridge.errors import BridgeError
 from bridge.samples.values import REAL_ORDERS, REAL_SUPPLIERS, realistic_entries
 from bridge.values import SUBSTITUTION_NOTES
 from bridge.wire.framing import encode_varint
+from support.native_paths import assert_outcomes, assert_same
+from support.native_paths import is_error as _is_error
+from support.native_paths import outcome as _outcome
 from support.strategies import dml_entries, mysql_columns, with_unknown_fields
 
 OPTIONS = [bridge.DEFAULT_OPTIONS, bridge.Options(strict=True), bridge.Options(timezone="Asia/Shanghai"),
@@ -40,53 +43,6 @@ def test_extension_is_built():
         pytest.skip("BRIDGE_PURE_PYTHON switches the C path off on purpose")
     from bridge.native import _speedups  # noqa: F401  (ImportError fails the test)
     assert blob_rows.NATIVE
-
-
-def _outcome(call):
-    try:
-        return call()
-    except BridgeError as exc:
-        return ("error", type(exc).__name__, str(exc))
-
-
-def _is_error(outcome) -> bool:
-    return isinstance(outcome, tuple) and len(outcome) == 3 and outcome[0] == "error"
-
-
-def assert_outcomes(got, expected, what: str) -> None:
-    """`got == expected`, saying plainly when only one side raised (and what it raised)."""
-    if _is_error(got) != _is_error(expected):
-        raiser, other = ("the C path", "the Python path") if _is_error(got) else ("the Python path", "the C path")
-        error = got if _is_error(got) else expected
-        pytest.fail(f"{what}: only {raiser} raised {error[1]}: {error[2]} ({other} gave a result)")
-    assert got == expected, what
-
-
-def _record(msg: dict) -> tuple:
-    payload, source = msg["payload"], msg["schema"].get("source") or {}
-    return (payload["sequenceId"], payload["op"], source.get("dbName"), source.get("tableName"),
-            bridge.shard_key(msg), payload["timestamp"]["eventTime"], orjson.dumps(msg))
-
-
-def assert_same(raw: bytes, options=bridge.DEFAULT_OPTIONS, encoders=None) -> list:
-    """The four ways through the encoder agree on one Entry; returns the Python path's messages."""
-    python, wire, lines, records = encoders or (bridge.BlobEncoder(options) for _ in range(4))
-    entry = pb.Entry.FromString(raw)
-    expected = _outcome(lambda: python.convert(entry))
-    got = _outcome(lambda: wire.convert(pb.Entry.FromString(raw), raw))
-    assert_outcomes(got, expected, "convert(entry, raw)")
-    expected_lines = expected if _is_error(expected) else [orjson.dumps(m) for m in expected]
-    got_lines = _outcome(lambda: lines.convert_lines(pb.Entry.FromString(raw), raw))
-    assert_outcomes(got_lines, expected_lines, "convert_lines(entry, raw)")
-    expected_records = expected if _is_error(expected) else [_record(m) for m in expected]
-    got_columns = _outcome(lambda: records.convert_columns(pb.Entry.FromString(raw), raw))
-    got_records = got_columns if _is_error(got_columns) else list(zip(*got_columns))
-    assert_outcomes(got_records, expected_records, "convert_columns(entry, raw)")
-    if not _is_error(got_columns):
-        assert all(isinstance(column, list) for column in got_columns)
-    counts = {(e.entries, e.emitted) for e in (python, wire, lines, records)}
-    assert len(counts) == 1
-    return expected
 
 
 # ---- adversarial values ---------------------------------------------------------------------------
@@ -512,7 +468,7 @@ def test_stream_gives_each_entrys_own_bytes(path):
             assert raw is None
 
 
-# ---- issue 21: what fuzzing the C path against the Python path found -------------------------------
+# ---- what fuzzing the C path against the Python path found (docs/decisions.md, "The C fast path") -------------------------------
 
 _SOURCE = {"dbType": "MySQL", "dbName": "d", "schemaName": "d", "tableName": "t"}
 _STAMP = {"eventTime": 1_700_000_000_000, "checkpointTime": 1_700_000_000_000}
@@ -719,7 +675,7 @@ def test_a_streamed_entry_goes_from_c_to_python_at_the_first_row_c_is_not_sure_o
     assert firsts and firsts[0] == 3  # rows 0..2 from C, then Python (twice over: check, then write)
 
 
-# ---- the fuzz seeds of issue 21 (tests/fuzz_seeds/README.md), through both paths -------------------
+# ---- the fuzz seeds (tests/fuzz_seeds/README.md), through both paths -------------------
 
 SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_seeds")
 _SEED_ROWS = 20  # a seed's Entry of more rows is compared on its first rows (they repeat one another)
@@ -808,7 +764,7 @@ def test_the_long_line_seed_is_one_rejected_record_read_past():
     assert record["kind"] == "LineTooLongError" and record["line"] == 1 and record["raw_truncated_from"] == 100_000_001
 
 
-# ---- issue 18: the shapes DTS really sends take the C path and give what Python gives -------------
+# ---- the shapes DTS really sends (docs/decisions.md, "The C fast path on what DTS really sends") take the C path and give what Python gives -------------
 
 _SHAPE_CHARSETS = sorted(cs for cs, codec in values_table.CHARSETS.items() if codec is not None)
 _TEMPORALS = {"date": 0, "datetime": 0, "datetime(3)": 3, "datetime(6)": 6, "timestamp": 0, "timestamp(3)": 3,
@@ -953,21 +909,6 @@ def test_entries_to_blob_lines_names_what_does_not_parse():
         bridge.entries_to_blob_lines(b"\x0a\x05\x01")
     with pytest.raises(bridge.DecodeError, match="Entry 1 does not parse"):
         bridge.entries_to_blob_lines([_plain_entry().SerializeToString(), b"\x0a\x05\x01"])
-
-
-def test_the_readme_python_example_runs():
-    """README.md's "From Python" block runs as written, and its fast form gives entry_to_blob's bytes."""
-    import re
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    section = readme[readme.index("## From Python"):readme.index("## From the shell")]
-    scope: dict = {}
-    exec(compile(re.search(r"```python\n(.*?)```", section, re.S).group(1), "README.md", "exec"), scope)  # noqa: S102
-    envelopes = [pb.Envelope.FromString(value) for _, _, value in bridge.read_pb("samples/mixed.pb")]
-    assert {env.total for env in envelopes} == {1}  # so each Envelope's data is one whole Entries
-    assert scope["lines"] == [orjson.dumps(m) for env in envelopes for e in pb.Entries.FromString(env.data).items
-                              for m in bridge.BlobEncoder().convert(e)]
-    assert scope["same"] == [orjson.dumps(m) for m in scope["messages"]]
-    assert scope["entries"] == [scope["entry"]]
 
 
 @needs_native

@@ -1,4 +1,4 @@
-"""End-to-end tests of `dts-bridge sync` (SPEC section 6, issue 17 point 7) on real parts: a real
+"""End-to-end tests of `dts-bridge sync` (docs/kafka.md, "`dts-bridge sync`") on real parts: a real
 Apache Kafka broker (tests/support/kafka_broker.py), `dts-bridge sync` as a real subprocess, and
 the stand-in DataHub (tests/support/datahub_standin.py) that the real pydatahub client inside
 `sync` talks to over HTTP, with chaos faults on (5xx, throttling, lost answers after apply,
@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import pathlib
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 
@@ -44,7 +42,7 @@ pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 pytestmark = pytest.mark.datahub
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 
 from bridge import shard_key  # noqa: E402
 from bridge.datahub.sink import make_client, shard_for, tuple_shard_key  # noqa: E402
@@ -52,272 +50,36 @@ from bridge.sync import topic_name  # noqa: E402
 from bridge.wire import subscribe_pb2 as pb  # noqa: E402
 from bridge.wire.framing import Assembled, Reassembler, pack_entries, read_pb, split_entries, write_pb  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
-from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture)
-from support.landing import compare  # noqa: E402,F401  (test_sync_tables imports it from here)
+from support.landing import compare  # noqa: E402
+from support.pipeline import CHAOS_OPS, ROOT, bridge_cli, dts_pos, fault_summary, run_bridge, text_or_none  # noqa: E402
+from support.sync_runs import (  # noqa: E402
+    PROJECT,
+    SEED,
+    Sync,
+    chaos,
+    committed_offsets,
+    convert_blob,
+    convert_tuple,
+    end_offsets,
+    entries_of,
+    envelope_count,
+    kill_loop,
+    landed_by_shard_partition,
+    no_traceback,
+    produce,
+    repack,
+    unique_name,
+    warm_group_coordinator,
+)
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-PROJECT = "dts"
-SEED = int(os.environ.get("SYNC_TEST_SEED", "1729"))
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), DATAHUB_ACCESS_ID="test-id", DATAHUB_ACCESS_KEY="test-secret")
-# every operation may fail: writes (PutRecordsByShard), the tail reads of a restart and the
-# answer-less-attempt check (GetCursor, GetRecords), ListShard, GetTopic, CreateTopic
-CHAOS_OPS = ("PutRecords", "PutRecordsByShard", "GetCursor", "GetRecords", "ListShard", "GetTopic", "CreateTopic")
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "bridge", *args]
-
-
-def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
-
-
-# ---- streams ---------------------------------------------------------------------------------
-
-def entries_of(path: pathlib.Path) -> list:
-    """The Entry messages of a .pb file, in order (every Envelope reassembles)."""
-    reassembler, out = Reassembler(), []
-    for number, _, raw in read_pb(path):
-        for item in reassembler.feed(0, number, raw):
-            assert isinstance(item, Assembled), f"{path}: {item}"
-            out.extend(item.entries.items)
-    assert reassembler.finish() == []
-    return out
-
-
-def repack(src: pathlib.Path, dest: pathlib.Path, max_message_bytes: int, times: int = 1) -> pathlib.Path:
-    """The Entries of `src` (`times` over) packed again under a smaller Kafka message limit, as
-    the DTS producer packs them: more Envelopes (more commit points) and more Entries split into
-    segments."""
-    entries = entries_of(src) * times
-    with open(dest, "wb") as out:
-        write_pb(out, pack_entries(entries, max_message_bytes))
-    return dest
-
-
-def envelope_count(path: pathlib.Path) -> int:
-    return sum(1 for _ in read_pb(path))
-
-
-def produce(broker, topic: str, path: pathlib.Path, partition: int) -> None:
-    proc = _run(_cli("produce", str(path), "--brokers", broker.bootstrap, "--topic", topic,
-                     "--partition", str(partition)))
-    assert proc.returncode == 0, f"dts-bridge produce {path.name} failed: {proc.stderr}"
-
-
-def convert_blob(path: pathlib.Path, tmp_path: pathlib.Path) -> list[bytes]:
-    out = tmp_path / f"expected-{path.stem}-{uuid.uuid4().hex[:6]}.jsonl"
-    proc = _run(_cli("convert", str(path), "-o", str(out), "--to", "blob"))
-    assert proc.returncode == 0, f"dts-bridge convert {path} failed: {proc.stderr}"
-    lines = out.read_bytes().splitlines()
-    assert lines, path
-    return lines
-
-
-def convert_tuple(path: pathlib.Path, tmp_path: pathlib.Path) -> dict[str, list[tuple[dict, list[dict]]]]:
-    """{table: [(schema document, rows), ...] per version file, in version order}."""
-    folder = tmp_path / f"tuple-{path.stem}-{uuid.uuid4().hex[:6]}"
-    folder.mkdir()
-    proc = _run(_cli("convert", str(path), "-o", str(folder / "{table}.jsonl"), "--to", "tuple",
-                     "--on-error", "skip"))
-    assert proc.returncode in (0, 1), f"dts-bridge convert --to tuple {path} failed: {proc.stderr}"
-    out: dict[str, list] = {}
-    schemas = sorted(folder.glob("*.schema.json"), key=lambda p: _version_of(p.name))
-    for side in schemas:
-        doc = json.loads(side.read_text())
-        data = side.with_name(side.name[:-len(".schema.json")] + ".jsonl")
-        rows = [json.loads(line) for line in data.read_text().splitlines()]
-        out.setdefault(doc["table"], []).append((doc, rows))
-    assert out, path
-    return out
-
-
-def _version_of(name: str) -> tuple:
-    stem = name[:-len(".schema.json")]
-    base, _, last = stem.rpartition(".")
-    if base and last.startswith("v") and last[1:].isdigit():
-        return (base, int(last[1:]))
-    return (stem, 1)
-
-
-# ---- what landed against what must land --------------------------------------------------------
-
-def _pos(record: dict) -> tuple[int, int, int, int]:
-    text = record["attributes"].get("dts.pos", "")
-    parts = text.split(":")
-    assert len(parts) == 4 and all(p.isdigit() for p in parts), f"record without a dts.pos attribute: {record}"
-    return tuple(int(p) for p in parts)
-
-
-def landed_by_shard_partition(server, topic: str, source: str, value) -> tuple[dict, dict]:
-    """{(shard, partition): [value(record)]} and the same with positions, in shard sequence order."""
-    got: dict = collections.defaultdict(list)
-    positions: dict = collections.defaultdict(list)
-    for record in server.records(PROJECT, topic):
-        assert record["attributes"].get("dts.topic") == source, \
-            f"{topic} shard {record['shard']} seq {record['sequence']}: dts.topic is " \
-            f"{record['attributes'].get('dts.topic')!r}, not {source!r}"
-        pos = _pos(record)
-        got[(record["shard"], pos[0])].append(value(record))
-        positions[(record["shard"], pos[0])].append(pos)
-    return got, positions
-
-
-def committed_offsets(broker, topic: str, group: str, partitions) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=15)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in got}
-
-
-def end_offsets(broker, topic: str, partitions) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("g-watermarks")})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1] for p in partitions}
-    finally:
-        consumer.close()
-
-
-def warm_group_coordinator(broker, topic: str) -> None:
-    """Wait until the broker's group coordinator answers (a fresh broker answers NOT_COORDINATOR
-    for a moment; see test_first_sync_on_a_fresh_broker...)."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("g-warm")})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                consumer.committed([TopicPartition(topic, 0)], timeout=5)
-                return
-            except Exception:  # noqa: BLE001 - KafkaException while the coordinator loads
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-    finally:
-        consumer.close()
-
-
-def landed_count(server) -> int:
-    """Records DataHub acknowledged so far (every topic of the stand-in)."""
-    return sum(r.get("records") or 0 for r in list(server.requests)
-               if r.get("op") in ("PutRecords", "PutRecordsByShard")
-               and (r.get("status") == 200 or "chaos-ack-lost" in (r.get("faults") or ())))
-
-
-# ---- sync as a subprocess ----------------------------------------------------------------------
-
-class Sync:
-    """Starts `dts-bridge sync` with fixed arguments; each run's stdout/stderr go to files."""
-
-    def __init__(self, tmp_path: pathlib.Path, broker, topic: str, group: str, server, *extra: str) -> None:
-        self.tmp_path, self.runs = tmp_path, 0
-        self.args = _cli("sync", "--brokers", broker.bootstrap, "--topic", topic, "--group", group,
-                         "--from-beginning", "--datahub-endpoint", server.endpoint, "--project", PROJECT,
-                         "--max-retries", "30", "--status-interval", "0", "--json", *extra)
-
-    def start(self, *more: str) -> tuple[subprocess.Popen, pathlib.Path, pathlib.Path]:
-        self.runs += 1
-        out = self.tmp_path / f"sync-run-{self.runs}.out"
-        err = self.tmp_path / f"sync-run-{self.runs}.err"
-        with open(out, "wb") as fo, open(err, "wb") as fe:
-            proc = subprocess.Popen([*self.args, *more], cwd=ROOT, env=ENV, stdout=fo, stderr=fe,
-                                    stdin=subprocess.DEVNULL)
-        return proc, out, err
-
-    def run(self, *more: str, timeout: float = 180) -> tuple[int, dict, str]:
-        proc, out, err = self.start(*more)
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(f"sync run {self.runs} did not end within {timeout} s: {err.read_text()[-3000:]}")
-        text = out.read_text()
-        report = json.loads(text) if text.strip() else {}
-        return code, report, err.read_text()
-
-
-def no_traceback(err_text: str, what: str) -> None:
-    assert "Traceback" not in err_text, f"{what} printed a traceback:\n{err_text[-4000:]}"
-
-
-def kill_loop(sync: Sync, server, *, kills: int, seed: int, stages: list, produce_stage, max_delay: float,
-              max_step: int, log: list, ok_codes: tuple = (0,)) -> list[dict]:
-    """SIGKILL `sync` at seeded random points until `kills` runs were killed; before each restart
-    the next stage of data (if any) is produced. Kill points: the first run early (once its first
-    few records landed), then at random either after a random delay or after a
-    random number of further records landed (plus a small random delay), so that kills fall
-    during writes, during the restart's tail scan (catch-up) and between them."""
-    rng = random.Random(seed)
-    done: list[dict] = []
-    stages = list(stages)
-    attempt = 0
-    while len(done) < kills:
-        attempt += 1
-        assert attempt <= kills * 4, f"only {len(done)} of {kills} kills after {attempt - 1} runs: {log}"
-        if attempt > 1 and stages:
-            produce_stage(stages.pop(0))
-        before = landed_count(server)
-        proc, out, err = sync.start()
-        started = time.monotonic()
-        if attempt == 1:  # early: right after the first run's first records landed
-            mode, delay, threshold = "early", rng.uniform(0.0, 0.1), before + rng.randint(1, 8)
-        elif rng.random() < 0.5:
-            mode, delay, threshold = "time", rng.uniform(0.2, max_delay), None
-        else:
-            mode, delay, threshold = "landed", rng.uniform(0.0, 0.3), before + rng.randint(1, max_step)
-        while proc.poll() is None:
-            now = time.monotonic()
-            if now - started > 60:
-                break
-            if threshold is None and now - started >= delay:
-                break
-            if threshold is not None and landed_count(server) >= threshold:
-                time.sleep(delay)
-                break
-            time.sleep(0.01)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-            at = landed_count(server)
-            done.append(dict(run=sync.runs, mode=mode, after=round(time.monotonic() - started, 2),
-                             landed_in_run=at - before))
-            log.append(f"run {sync.runs}: SIGKILL ({mode}) after {done[-1]['after']} s, "
-                       f"{at - before} records acknowledged during the run, {at} in all")
-        else:
-            log.append(f"run {sync.runs}: ended by itself with {proc.returncode} before the kill ({mode})")
-            text = out.read_text()
-            # exit 1 is fine only for a run that completed and counted rejected records (--on-error skip)
-            finished = proc.returncode == 0 or (text.strip() and json.loads(text).get("rejected", 0) > 0)
-            assert proc.returncode in ok_codes and finished, \
-                f"sync run {sync.runs} failed with {proc.returncode}: {err.read_text()[-3000:]}\n" + "\n".join(log)
-        no_traceback(err.read_text(), f"sync run {sync.runs}")
-    for stage in stages:
-        produce_stage(stage)
-    return done
-
-
-def chaos(server, seed: int, scale: float = 1.0) -> None:
-    server.faults.chaos(seed, p_5xx=0.06 * scale, p_throttle=0.08 * scale, p_reset=0.04 * scale,
-                        p_ack_lost=0.06 * scale, p_delay=0.2, max_delay=0.08, op=CHAOS_OPS)
-
-
-def fault_summary(server) -> dict:
-    return dict(collections.Counter(kind for _, kind in server.faults.injected))
-
 
 # ---- Blob --------------------------------------------------------------------------------------
 
 def _blob_kill_loop(kafka_broker, tmp_path, *, kills: int, seed: int, layout: dict, stages: list,
                     max_delay: float, max_step: int, chaos_scale: float):
     began = time.monotonic()
-    topic = kafka_broker.create_topic(_name("sync-blob"), partitions=2)
+    topic = kafka_broker.create_topic(unique_name("sync-blob"), partitions=2)
     warm_group_coordinator(kafka_broker, topic)
     shards = ["0", "1", "2"]
     expected_lines: dict[int, list[bytes]] = {0: [], 1: []}
@@ -400,10 +162,6 @@ def test_sync_blob_kill_loop_deep(kafka_broker, tmp_path):
 
 # ---- Tuple -------------------------------------------------------------------------------------
 
-def _text(value):
-    return None if value is None else str(value)
-
-
 def check_tuple_topics(server, source: str, converted: dict, context: str, shards: int = 2) -> tuple[int, int, dict]:
     """Every table's topic against the Tuple file conversion: {table: [(partition, versions)]} in
     production order. Returns (rows compared, (topic, shard, partition) groups, {table: topic})."""
@@ -437,9 +195,9 @@ def check_tuple_topics(server, source: str, converted: dict, context: str, shard
                 keys = [c["name"] for c in doc["dtsColumns"] if c.get("isKey")]
                 for row in rows:
                     shard = shard_for(tuple_shard_key(row, table, keys), shard_ids)
-                    expected[(shard, partition)].append([_text(row.get(f)) for f in fields])
+                    expected[(shard, partition)].append([text_or_none(row.get(f)) for f in fields])
         got, positions = landed_by_shard_partition(server, name, source,
-                                                   lambda r: [_text(v) for v in r["values"]])
+                                                   lambda r: [text_or_none(v) for v in r["values"]])
         compared += compare(name, got, positions, expected, f"table {table}; {context}")
         pairs += len(expected)
     return compared, pairs, topics
@@ -448,7 +206,7 @@ def check_tuple_topics(server, source: str, converted: dict, context: str, shard
 def _tuple_kill_loop(kafka_broker, tmp_path, *, kills: int, seed: int, layout: list, stages: list,
                      max_delay: float, max_step: int, chaos_scale: float):
     began = time.monotonic()
-    topic = kafka_broker.create_topic(_name("sync-tuple"), partitions=2)
+    topic = kafka_broker.create_topic(unique_name("sync-tuple"), partitions=2)
     warm_group_coordinator(kafka_broker, topic)
     # table -> [(partition, [(schema document, rows) per version])] in production order
     converted: dict[str, list] = collections.defaultdict(list)
@@ -551,7 +309,7 @@ def test_sigterm_drains_commits_and_a_rerun_writes_nothing_new(kafka_broker, tmp
     """SIGTERM while records are being written: exit 0, and everything written before the stop is
     committed (the next run finds nothing of its re-read already landed); SIGTERM once everything
     landed: the committed offsets are the ends of the partitions; a rerun writes nothing."""
-    topic = kafka_broker.create_topic(_name("sync-term"), partitions=2)
+    topic = kafka_broker.create_topic(unique_name("sync-term"), partitions=2)
     warm_group_coordinator(kafka_broker, topic)
     files = [(repack(SAMPLES / "mixed.pb", tmp_path / "mixed-800.pb", 800), 0),
              (repack(SAMPLES / "types.pb", tmp_path / "types-800.pb", 800), 0),
@@ -693,7 +451,7 @@ def test_tdsql_interleaved_shards_and_a_redelivery(kafka_broker, tmp_path):
     k = next(i for i, r in enumerate(records) if r["shard"] == "s1" and 0 < r["index"] < r["total"] - 1
              and i > 10)
     stream = records[:k + 4] + [records[k]] + records[k + 4:]
-    topic = kafka_broker.create_topic(_name("sync-tdsql"), partitions=1)
+    topic = kafka_broker.create_topic(unique_name("sync-tdsql"), partitions=1)
     warm_group_coordinator(kafka_broker, topic)
     produce_tdsql(kafka_broker, topic, stream)
     with StandInDataHub() as server:
@@ -707,7 +465,7 @@ def test_tdsql_interleaved_shards_and_a_redelivery(kafka_broker, tmp_path):
         assert "dropped 1 redelivered" in err, err[-2000:]
         assert report["rejected"] == 0 and report["held_segments"] == 0, report
         got = [r["data"] for r in server.records(PROJECT, "one")]
-        positions = [_pos(r) for r in server.records(PROJECT, "one")]
+        positions = [dts_pos(r) for r in server.records(PROJECT, "one")]
         compare("one", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
                 f"TDSQL stream of {len(stream)} records (seed {SEED}), redelivered: #{k} (s1 ps {records[k]['ps']})")
         # positions: the offset of each Entries' first segment; the output is in that order
@@ -727,7 +485,7 @@ def test_tdsql_ps_gap_is_an_error_naming_partition_shard_and_both_numbers(kafka_
     first_gap = min((lost_s1, lost_s2), key=records.index)
     expected = expected_tdsql_lines(records, groups, tmp_path,
                                     leave_out={("s2", lost_s2["group"]), ("s1", lost_s1["group"])})
-    topic = kafka_broker.create_topic(_name("sync-tdsql-gap"), partitions=1)
+    topic = kafka_broker.create_topic(unique_name("sync-tdsql-gap"), partitions=1)
     warm_group_coordinator(kafka_broker, topic)
     produce_tdsql(kafka_broker, topic, stream)
     with StandInDataHub() as server:
@@ -763,7 +521,7 @@ def test_tdsql_ps_gap_is_an_error_naming_partition_shard_and_both_numbers(kafka_
         assert report["rejected"] >= 1 and code == 1, \
             f"a ps gap under skip must be counted (rejected) and reported, got exit {code}, {report}"
         got = [r["data"] for r in server.records(PROJECT, "skip")]
-        positions = [_pos(r) for r in server.records(PROJECT, "skip")]
+        positions = [dts_pos(r) for r in server.records(PROJECT, "skip")]
         compare("skip", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
                 f"TDSQL gaps: s2 lost ps {lost_s2['ps']} (a whole Entries), s1 lost ps {lost_s1['ps']} "
                 f"(segment {lost_s1['index']} of {lost_s1['total']}); rejects: {lines}")
@@ -776,7 +534,7 @@ def test_tdsql_gap_of_whole_entries_under_skip_is_counted_and_reported(kafka_bro
     lost = next(r for r in records[len(records) // 3:] if r["shard"] == "s2" and r["total"] == 1)
     stream = [r for r in records if r is not lost]
     expected = expected_tdsql_lines(records, groups, tmp_path, leave_out={("s2", lost["group"])})
-    topic = kafka_broker.create_topic(_name("sync-tdsql-gap1"), partitions=1)
+    topic = kafka_broker.create_topic(unique_name("sync-tdsql-gap1"), partitions=1)
     warm_group_coordinator(kafka_broker, topic)
     produce_tdsql(kafka_broker, topic, stream)
     with StandInDataHub() as server:
@@ -787,7 +545,7 @@ def test_tdsql_gap_of_whole_entries_under_skip_is_counted_and_reported(kafka_bro
         code, report, err = sync.run()
         no_traceback(err, "sync --on-error skip")
         got = [r["data"] for r in server.records(PROJECT, "skip")]
-        positions = [_pos(r) for r in server.records(PROJECT, "skip")]
+        positions = [dts_pos(r) for r in server.records(PROJECT, "skip")]
         compare("skip", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
                 f"TDSQL gap: s2 lost ps {lost['ps']} (a whole Entries)")
         lines = [json.loads(line) for line in rejects.read_text().splitlines()]
@@ -816,7 +574,7 @@ def test_first_sync_on_a_fresh_broker(tmp_path):
             if attempt == 2 or "--cluster-id" not in str(err):
                 raise
     with broker, StandInDataHub() as server:
-        topic = broker.create_topic(_name("sync-fresh"), partitions=1)
+        topic = broker.create_topic(unique_name("sync-fresh"), partitions=1)
         produce(broker, topic, SAMPLES / "mixed.pb", 0)
         server.create_topic(PROJECT, "blob", shard_count=1)
         sync = Sync(tmp_path, broker, topic, "g-fresh", server, "--to", "blob", "--datahub-topic", "blob",
@@ -839,7 +597,7 @@ def test_restart_after_crashes_that_advanced_partitions_unevenly(kafka_broker, t
        has to look past partition 1's committed records to partition 0's), not write them again.
     (The deep kill loop found the same duplicates without --partitions; rule 3 of docs/kafka.md's
     tail-scan invariant now prevents that path, but not this one.)"""
-    topic = kafka_broker.create_topic(_name("sync-uneven"), partitions=2)
+    topic = kafka_broker.create_topic(unique_name("sync-uneven"), partitions=2)
     warm_group_coordinator(kafka_broker, topic)
     no_checkpoint = tmp_path / "mixed-no-checkpoint.pb"
     with open(no_checkpoint, "wb") as out:
@@ -885,7 +643,7 @@ def test_tuple_restart_after_a_ddl_added_a_column(kafka_broker, tmp_path):
         with open(path, "wb") as out:
             write_pb(out, pack_entries(chunk, 4096))
         parts.append(path)
-    topic = kafka_broker.create_topic(_name("sync-ddl"), partitions=1)
+    topic = kafka_broker.create_topic(unique_name("sync-ddl"), partitions=1)
     warm_group_coordinator(kafka_broker, topic)
     converted: dict = collections.defaultdict(list)
     with StandInDataHub() as server:
@@ -909,12 +667,12 @@ def test_zero_dates_are_counted_and_written_to_the_ledger_as_convert_does(kafka_
     as `convert --to tuple --ledger` of the same file."""
     path = SAMPLES / "realistic.pb"
     want_ledger = tmp_path / "convert-ledger.jsonl"
-    proc = _run(_cli("convert", str(path), "--to", "tuple", "-o", str(tmp_path / "conv" / "{table}.jsonl"),
+    proc = run_bridge(bridge_cli("convert", str(path), "--to", "tuple", "-o", str(tmp_path / "conv" / "{table}.jsonl"),
                      "--mkdir", "--ledger", str(want_ledger)))
     assert proc.returncode == 0, proc.stderr
     want = [json.loads(line) for line in want_ledger.read_text().splitlines()]
     assert want and {r["kind"] for r in want} >= {"zero_dates"}
-    topic = kafka_broker.create_topic(_name("sync-ledger"), partitions=1)
+    topic = kafka_broker.create_topic(unique_name("sync-ledger"), partitions=1)
     warm_group_coordinator(kafka_broker, topic)
     produce(kafka_broker, topic, path, 0)
     ledger = tmp_path / "sync-ledger.jsonl"
@@ -958,7 +716,7 @@ def test_tdsql_restart_at_a_held_commit_point(kafka_broker, tmp_path):
     groups = {"s1": {"A": group_a, **{f"D{i}": g for i, g in enumerate(tail_s1)}},
               "s2": {"B": group_b, **{f"C{i}": g for i, g in enumerate(tail_s2)}}}
     expected = expected_tdsql_lines(records, groups, tmp_path)
-    topic = kafka_broker.create_topic(_name("sync-tdsql-held"), partitions=1)
+    topic = kafka_broker.create_topic(unique_name("sync-tdsql-held"), partitions=1)
     warm_group_coordinator(kafka_broker, topic)
     produce_tdsql(kafka_broker, topic, records)
     with StandInDataHub() as server:
@@ -976,7 +734,7 @@ def test_tdsql_restart_at_a_held_commit_point(kafka_broker, tmp_path):
         code, report, err = sync.run("--idle-timeout", "1")
         no_traceback(err, "run 2")
         got = [r["data"] for r in server.records(PROJECT, "one")]
-        positions = [_pos(r) for r in server.records(PROJECT, "one")]
+        positions = [dts_pos(r) for r in server.records(PROJECT, "one")]
         compare("one", {("0", 0): got}, {("0", 0): positions}, {("0", 0): expected},
                 f"run 2 after a commit held at A's first segment: exit {code}, {report.get('rejected')} rejected, "
                 f"stderr: {err.strip()[-800:]}")
@@ -998,7 +756,7 @@ def test_sync_tdsql_kill_loop(kafka_broker, tmp_path):
     with chaos faults, then per (DataHub shard, partition) the Blob lines equal the conversion of
     the partition's Entries in first-segment order, exactly once."""
     began = time.monotonic()
-    topic = kafka_broker.create_topic(_name("sync-tdsql-kill"), partitions=2)
+    topic = kafka_broker.create_topic(unique_name("sync-tdsql-kill"), partitions=2)
     warm_group_coordinator(kafka_broker, topic)
     shards = ["0", "1", "2"]
     expected: dict = collections.defaultdict(list)

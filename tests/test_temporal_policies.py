@@ -1,4 +1,4 @@
-"""Temporal policies (issue 18, point 5) and the laws on samples/realistic (point 6).
+"""Temporal policies (docs/cli.md, "Temporal policies") and the laws on samples/realistic.
 
 `Options.zero_dates` (null | error | string) and `Options.temporal_precision` (truncate | round |
 exact) act on Tuple rows and strict Blob; lossless Blob keeps every value as sent. Every value a
@@ -14,9 +14,6 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_laws import strict_normal_form, through_json
-from test_speedups import assert_same
-from test_tuple import holdable, rewritten, tuple_normal_form
 
 import bridge
 from bridge import pb
@@ -26,7 +23,10 @@ from bridge.stream import ErrorPolicy, counted, dts_records_to_entries, entries_
 from bridge.tuple import TupleEncoder, record_schema, tuples_to_entries
 from bridge.values import SUBSTITUTION_NOTES
 from bridge.wire.framing import read_pb
+from support.native_paths import assert_same
 from support.strategies import data_for
+from support.strict_form import strict_normal_form, through_json
+from support.tuple_form import holdable, rewritten, tuple_normal_form
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 ZERO_DATES = ("null", "error", "string")

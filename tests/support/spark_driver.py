@@ -12,8 +12,8 @@ whole database).
   those inside Entries split across Envelopes (`_split_ranges`).
 - `spark_task_of` / `_two_task_name`: which Spark task runs a Kafka partition, a topic name whose
   two partitions run in two tasks.
-- `chaos` / `fault_summary`: the stand-in's random faults (5xx, throttling, resets, lost answers,
-  delays) and what hit.
+- `chaos`: the stand-in's random faults (5xx, throttling, resets, lost answers, delays) at the
+  pipeline tests' rates (support.pipeline.fault_summary: what hit).
 """
 from __future__ import annotations
 
@@ -33,26 +33,15 @@ import pytest
 
 from bridge import pb
 from support import landing
-from support.landing import short as _short  # noqa: F401  (test_spark_pipeline imports it from here)
+from support.pipeline import CHAOS_OPS, ENV, ROOT, dts_pos
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 JOBS = ROOT / "tests" / "pipeline_jobs"
 PROJECT = "p"
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), DATAHUB_ACCESS_ID="test-id", DATAHUB_ACCESS_KEY="test-secret")
-CHAOS_OPS = ("PutRecords", "PutRecordsByShard", "GetCursor", "GetRecords", "ListShard", "GetTopic", "CreateTopic")
 
 
 def _java() -> None:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java 17")
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "bridge", *args]
-
-
-def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def _split_ranges(raws: list[bytes]) -> list[tuple[int, int]]:
@@ -128,13 +117,6 @@ def _two_task_name(prefix: str) -> str:
 
 # ---- what landed against what must land ------------------------------------------------------------
 
-def _pos(record: dict) -> tuple[int, int, int, int]:
-    text = record["attributes"].get("dts.pos", "")
-    parts = text.split(":")
-    assert len(parts) == 4 and all(p.isdigit() for p in parts), f"record without a dts.pos attribute: {record}"
-    return tuple(int(p) for p in parts)
-
-
 EPOCHS: dict = {}  # position -> the dts.epoch of each copy, filled by landed() for compare()'s messages
 
 
@@ -150,10 +132,10 @@ def landed(server, topic: str, source: str, value, keep: pathlib.Path | None = N
                                   for r in records))
     EPOCHS.clear()
     for record in records:
-        EPOCHS.setdefault(_pos(record), []).append(record["attributes"].get("dts.epoch"))
+        EPOCHS.setdefault(dts_pos(record), []).append(record["attributes"].get("dts.epoch"))
         assert record["attributes"].get("dts.topic") == source, \
             f"{topic} shard {record['shard']}: dts.topic {record['attributes'].get('dts.topic')!r}, not {source!r}"
-        pos = _pos(record)
+        pos = dts_pos(record)
         got[(record["shard"], pos[0])].append(value(record))
         positions[(record["shard"], pos[0])].append(pos)
     return got, positions
@@ -191,10 +173,6 @@ def commits(path: pathlib.Path) -> list[dict]:
 def chaos(server, seed: int, ops: tuple = CHAOS_OPS) -> None:
     server.faults.chaos(seed, p_5xx=0.05, p_throttle=0.06, p_reset=0.03, p_ack_lost=0.06, p_delay=0.2,
                         max_delay=0.05, op=ops)
-
-
-def fault_summary(server) -> dict:
-    return dict(collections.Counter(kind for _, kind in server.faults.injected))
 
 
 # ---- the driver as a subprocess, killed and restarted ------------------------------------------------
