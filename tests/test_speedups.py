@@ -468,7 +468,7 @@ def test_stream_gives_each_entrys_own_bytes(path):
             assert raw is None
 
 
-# ---- what fuzzing the C path against the Python path found (docs/decisions.md, "The C fast path") -------------------------------
+# ---- what fuzzing the C path against the Python path found (docs/decisions.md, "The C fast path") ---
 
 _SOURCE = {"dbType": "MySQL", "dbName": "d", "schemaName": "d", "tableName": "t"}
 _STAMP = {"eventTime": 1_700_000_000_000, "checkpointTime": 1_700_000_000_000}
@@ -675,7 +675,7 @@ def test_a_streamed_entry_goes_from_c_to_python_at_the_first_row_c_is_not_sure_o
     assert firsts and firsts[0] == 3  # rows 0..2 from C, then Python (twice over: check, then write)
 
 
-# ---- the fuzz seeds (tests/fuzz_seeds/README.md), through both paths -------------------
+# ---- the fuzz seeds (tests/fuzz_seeds/README.md), through both paths -----------------------------
 
 SEEDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz_seeds")
 _SEED_ROWS = 20  # a seed's Entry of more rows is compared on its first rows (they repeat one another)
@@ -764,7 +764,7 @@ def test_the_long_line_seed_is_one_rejected_record_read_past():
     assert record["kind"] == "LineTooLongError" and record["line"] == 1 and record["raw_truncated_from"] == 100_000_001
 
 
-# ---- the shapes DTS really sends (docs/decisions.md, "The C fast path on what DTS really sends") take the C path and give what Python gives -------------
+# ---- the shapes DTS really sends (docs/decisions.md, "The C fast path on what DTS really sends") take the C path and give what Python gives ---
 
 _SHAPE_CHARSETS = sorted(cs for cs, codec in values_table.CHARSETS.items() if codec is not None)
 _TEMPORALS = {"date": 0, "datetime": 0, "datetime(3)": 3, "datetime(6)": 6, "timestamp": 0, "timestamp(3)": 3,
