@@ -68,7 +68,9 @@ sanitize: $(STAMP)
 	  assert bridge.native.speedups is m, "the sanitized build is not the one in use"; \
 	  sys.exit(pytest.main(sys.argv[2:]))' $(SANITIZE)/_speedups.so -q --capture=sys -p no:cacheprovider $(SANITIZE_TESTS)
 	$(SANITIZE_ENV) BRIDGE_SPEEDUPS_SO=$(SANITIZE)/_speedups.so $(PY) tests/fuzz/fuzz_native.py \
-	  -max_total_time=$(SANITIZE_FUZZ_SECONDS) $(SANITIZE)/corpus tests/fuzz_seeds
+	  -max_total_time=$(SANITIZE_FUZZ_SECONDS) -artifact_prefix=$(SANITIZE)/ $(SANITIZE)/corpus $(wildcard build/fuzz-corpus)
+# Under gcc's ASan runtime libFuzzer gets no coverage (the runtime provides the hooks), so this run
+# replays the seeds and what `make fuzz` kept (build/fuzz-corpus), then mutates blindly.
 SANITIZE_FUZZ_SECONDS ?= 60
 
 # The fuzz target (atheris, coverage-guided over the Python modules it instruments): the C path
@@ -78,7 +80,7 @@ FUZZ_SECONDS ?= 600
 .PHONY: fuzz
 fuzz: $(STAMP)
 	mkdir -p build/fuzz-corpus
-	$(PY) tests/fuzz/fuzz_native.py -max_total_time=$(FUZZ_SECONDS) build/fuzz-corpus tests/fuzz_seeds
+	$(PY) tests/fuzz/fuzz_native.py -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=build/fuzz- build/fuzz-corpus
 
 # Regenerate the committed protobuf module (tests check it is current).
 proto: $(STAMP)

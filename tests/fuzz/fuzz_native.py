@@ -49,6 +49,7 @@ with atheris.instrument_imports(include=["bridge"]):
     from bridge import pb
     from bridge.errors import BridgeError
     from bridge.native import NATIVE
+    from bridge.values import Inexact, codec_for
 
 # Column types as DTS writes Column.originalType, with the DataTypes DTS sends their values in
 _COLUMNS = [
@@ -81,7 +82,7 @@ _BYTES = [b"", b"x", b"\x00", b"\xff", b"\xc3\xa9", b"\xe5\x8c\x97\xe4\xba\xac",
 
 def _text(fdp: atheris.FuzzedDataProvider, pool: list):
     """A spelling from the pool (most of the time) or fresh fuzz bytes of the pool's kind."""
-    if fdp.ConsumeIntInRange(0, 3):
+    if fdp.ConsumeIntInRange(0, 3) != 3:
         return pool[fdp.ConsumeIntInRange(0, len(pool) - 1)]
     return fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 12)) if isinstance(pool[0], bytes) else \
         fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 12))
@@ -96,50 +97,85 @@ def _structured(data: bytes) -> bytes:
     header.sourceType = fdp.PickValueInList([pb.MYSQL, pb.MYSQL, pb.MARIADB, 7])
     header.schemaName, header.tableName = "db", fdp.PickValueInList(["t", "t2", "表"])
     header.seqId = fdp.ConsumeIntInRange(0, 2**64 - 1) if fdp.ConsumeBool() else 1000
-    header.timestamp = fdp.PickValueInList([1700000000, 0, 978307199, 2**32 - 1])
+    header.timestamp = [1700000000, 1700000000, 1700000000, 0, 978307199, 2**32 - 1][fdp.ConsumeIntInRange(0, 5)]
     header.version = fdp.PickValueInList([1, 0, 2])
-    if fdp.ConsumeIntInRange(0, 7) == 0:
+    if fdp.ConsumeIntInRange(0, 7) == 7:
         header.properties.add(key=fdp.PickValueInList(["subscribe_id", "datahub:op", "k"]), value="v")
     dml = entry.event.dmlEvent
     dml.dmlEventType = fdp.PickValueInList([pb.INSERT, pb.UPDATE, pb.DELETE])
     columns = [_COLUMNS[fdp.ConsumeIntInRange(0, len(_COLUMNS) - 1)] for _ in range(fdp.ConsumeIntInRange(1, 4))]
     for index, (type_text, _) in enumerate(columns):
-        dml.columns.add(name=fdp.PickValueInList([f"c{index}", "c0", "é", "a b"]), originalType=type_text,
-                        isKey=index == 0)
+        name = {15: "c0", 14: "é", 13: "a b"}.get(fdp.ConsumeIntInRange(0, 15), f"c{index}")
+        dml.columns.add(name=name, originalType=type_text, isKey=index == 0)
     images = {pb.INSERT: ("newColumns",), pb.UPDATE: ("oldColumns", "newColumns"), pb.DELETE: ("oldColumns",)}
+    codecs = [_codec(type_text) for type_text, _ in columns]
+    canonical = fdp.ConsumeIntInRange(0, 3) != 3  # most Entries: values as DTS spells them, which C takes
     for _ in range(fdp.ConsumeIntInRange(1, 3)):
         row = dml.rows.add()
         names = images[dml.dmlEventType]
-        if fdp.ConsumeIntInRange(0, 15) == 0:  # an image the op must not carry, or one missing
+        if fdp.ConsumeIntInRange(0, 15) == 15:  # an image the op must not carry, or one missing
             names = fdp.PickValueInList([("oldColumns", "newColumns"), (), ("newColumns",)])
         for name in names:
             datas = getattr(row, name)
-            for _, datatypes in columns[:len(columns) - (fdp.ConsumeIntInRange(0, 15) == 0)]:
-                _value(fdp, datas.add(), datatypes)
-    if fdp.ConsumeIntInRange(0, 15) == 0:
+            for (_, datatypes), codec in zip(columns[:len(columns) - (fdp.ConsumeIntInRange(0, 15) == 15)], codecs):
+                data = datas.add()
+                _value(fdp, data, datatypes)
+                if canonical and fdp.ConsumeIntInRange(0, 31) != 31 and not _canonical(codec, data):
+                    data.Clear()  # a value the codec reads nothing from: NIL, so the Entry stays one C takes
+    if fdp.ConsumeIntInRange(0, 15) == 15:
         entry.header.ClearField("messageType")  # BEGIN with a dmlEvent: Python's to refuse
     return entry.SerializeToString()
 
 
 def _value(fdp: atheris.FuzzedDataProvider, data, datatypes: list) -> None:
-    roll = fdp.ConsumeIntInRange(0, 19)
-    if roll == 0:
+    roll = fdp.ConsumeIntInRange(0, 19)  # (an input run out gives 0s: the common case)
+    if roll == 19:
         return  # NIL
-    if roll == 1:
+    if roll == 18:
         data.dataType = pb.NA
         return
-    data.dataType = datatypes[fdp.ConsumeIntInRange(0, len(datatypes) - 1)] if roll > 3 else \
+    data.dataType = datatypes[fdp.ConsumeIntInRange(0, len(datatypes) - 1)] if roll < 16 else \
         fdp.ConsumeIntInRange(0, 15)
-    if fdp.ConsumeIntInRange(0, 3) == 0:
+    if fdp.ConsumeIntInRange(0, 3) == 3:
         data.charset = _text(fdp, _CHARSETS)
-    if data.dataType in (pb.BYTES,) or fdp.ConsumeIntInRange(0, 5) == 0:
+    if data.dataType == pb.BYTES or fdp.ConsumeIntInRange(0, 5) == 5:
         data.bv = _text(fdp, _BYTES) if fdp.ConsumeBool() else _text(fdp, _SPELLINGS).encode("utf-8", "replace")
-    if data.dataType != pb.BYTES or fdp.ConsumeIntInRange(0, 5) == 0:
+    if data.dataType != pb.BYTES or fdp.ConsumeIntInRange(0, 5) == 5:
         spelt = _text(fdp, _SPELLINGS)
         if data.dataType == pb.STRING and not data.charset and fdp.ConsumeBool():
             data.bv = spelt.encode("utf-8", "replace")  # text and temporals travel in bv
         else:
             data.sv = spelt
+
+
+_CODECS: dict = {}
+
+
+def _codec(type_text: str):
+    if type_text not in _CODECS:
+        _CODECS[type_text] = codec_for(pb.Column(name="c", originalType=type_text))
+    return _CODECS[type_text]
+
+
+def _canonical(codec, data) -> bool:
+    """The Data as the codec writes the value it reads from it (its canonical spelling: what DTS
+    sends); False, the Data as it is, when the codec reads no value from it."""
+    if data.dataType in (pb.NIL, pb.NA):
+        return True
+    try:
+        value = codec.to_blob(data)
+    except Inexact as exc:
+        value = exc.best
+    except (BridgeError, ValueError, TypeError, OverflowError, UnicodeError):
+        return False
+    if value is None:
+        return False
+    try:
+        built = codec.from_blob(value, data.charset)
+    except (BridgeError, ValueError, TypeError, OverflowError, UnicodeError, LookupError):
+        return False
+    data.CopyFrom(built)
+    return True
 
 
 # ---- the comparison ------------------------------------------------------------------------------
