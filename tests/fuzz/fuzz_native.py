@@ -252,36 +252,46 @@ def test_one_input(data: bytes) -> None:
 
 # ---- the seed corpus -------------------------------------------------------------------------------
 
+_SEED_ENTRIES, _SEED_ROWS = 8, 5  # per file, per Entry: the seeds repeat their shapes past these
+
+
 def write_seeds(dest: str = SEED_DIR) -> str:
-    """Every Entry of tests/fuzz_seeds/*.pb and samples/*.pb (the first 20 of a file, rows cut to 20)
-    as b"E" inputs, and every tests/fuzz_seeds/*.blob.jsonl as a b"B" input, into `dest`."""
+    """The Entries of tests/fuzz_seeds/*.pb and samples/*.pb (the first _SEED_ENTRIES of a file, rows
+    cut to _SEED_ROWS) as b"E" inputs, and each tests/fuzz_seeds/*.blob.jsonl as a b"B" input, into
+    `dest`, whose other files go (it is derived; each file is replaced whole, so runs side by side
+    read whole files)."""
     from bridge.stream import ErrorPolicy, dts_records_to_entries
     os.makedirs(dest, exist_ok=True)
+    seeds: dict[str, bytes] = {}
     sources = [(d, n) for d in (os.path.join(ROOT, "tests", "fuzz_seeds"), os.path.join(ROOT, "samples"))
                if os.path.isdir(d) for n in sorted(os.listdir(d))]
     for folder, name in sources:
         path = os.path.join(folder, name)
         if name.endswith(".blob.jsonl"):
             with open(path, "rb") as fh:
-                _put(dest, f"{name}", b"B" + fh.read())
+                seeds[name] = b"B" + fh.read()
         elif name.endswith(".pb"):
             records = [(0, number, value) for number, _, value in bridge.read_pb(path)]
             found = dts_records_to_entries(records, ErrorPolicy("skip"), raw=True)
             for index, (_, entry, raw) in enumerate(found):
-                if index >= 20:
+                if index >= _SEED_ENTRIES:
                     break
-                if len(entry.event.dmlEvent.rows) > 20:
-                    del entry.event.dmlEvent.rows[20:]
+                if len(entry.event.dmlEvent.rows) > _SEED_ROWS:
+                    del entry.event.dmlEvent.rows[_SEED_ROWS:]
                     raw = entry.SerializeToString()
-                _put(dest, f"{name}.{index}", b"E" + raw)
-    return dest
-
-
-def _put(dest: str, name: str, data: bytes) -> None:
-    path = os.path.join(dest, name)
-    if not os.path.exists(path):
-        with open(path, "wb") as fh:
+                seeds[f"{name}.{index}"] = b"E" + raw
+    for name in set(os.listdir(dest)) - set(seeds):
+        os.remove(os.path.join(dest, name))
+    for name, data in seeds.items():
+        path = os.path.join(dest, name)
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                if fh.read() == data:
+                    continue
+        with open(f"{path}.{os.getpid()}", "wb") as fh:
             fh.write(data)
+        os.replace(f"{path}.{os.getpid()}", path)
+    return dest
 
 
 def main() -> None:
