@@ -27,7 +27,7 @@ from bridge.stream import (
     dts_records_to_assembled,
     entries_to_outputs,
 )
-from bridge.values import SPARK_TYPES, column_is_boolean, parse_column_type, spark_type, tuple_type
+from bridge.values import OP_IMAGES, SPARK_TYPES, column_is_boolean, parse_column_type, spark_type, tuple_type
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Reassembler, pack_entries
 
@@ -493,8 +493,9 @@ def _sink_batch(taken: tuple, topic, schema, keep: bool):
 
 
 def _op_names():
+    """The ops by the C Sink's op codes (its op column indexes this array): values.OP_IMAGES, in that order."""
     import pyarrow as pa
-    return pa.array(["INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE"], pa.string())
+    return pa.array(list(OP_IMAGES), pa.string())
 
 
 def _spark_type(field_type: str, column: pb.Column | None) -> str:

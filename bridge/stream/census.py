@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from bridge.blob.decode import MESSAGE_TYPE_BY_OP
-from bridge.values import DML_OPS, OPS_BY_MESSAGE_TYPE, ddl_op
+from bridge.values import DML_IMAGES, OPS_BY_MESSAGE_TYPE, ddl_op
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Assembled, Reassembler
 
@@ -82,15 +82,13 @@ class Census:
             self.table(header.schemaName, header.tableName)["entries"] += 1
         if mtype == pb.DML:
             dml = entry.event.dmlEvent
-            ops = DML_OPS.get(dml.dmlEventType)
-            op = "UPDATE" if ops and len(ops) == 2 else (ops[0] if ops else _name(pb.DMLType, dml.dmlEventType))
+            images = DML_IMAGES.get(dml.dmlEventType, ())
+            op = "UPDATE" if len(images) == 2 else (images[0].op if images else _name(pb.DMLType, dml.dmlEventType))
             self.ops[op] += len(dml.rows)
             self.table(header.schemaName, header.tableName)["rows"] += len(dml.rows)
             for row in dml.rows:
-                if op in ("UPDATE", "DELETE"):
-                    self.row_images["before " + _image_kind(row.oldColumns, len(dml.columns))] += 1
-                if op in ("UPDATE", "INSERT"):
-                    self.row_images["after " + _image_kind(row.newColumns, len(dml.columns))] += 1
+                for image in images:  # the images its op carries (values.DML_IMAGES)
+                    self.row_images[f"{image.image} " + _image_kind(getattr(row, image.field), len(dml.columns))] += 1
         elif mtype == pb.DDL:
             self.ops[ddl_op(entry.event.ddlEvent.sql)] += 1
         else:
