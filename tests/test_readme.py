@@ -10,9 +10,7 @@ there.
 from __future__ import annotations
 
 import doctest
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -75,10 +73,9 @@ def test_from_python_runs_as_shown(in_scratch):
 
 
 @pytest.mark.spark
-def test_from_spark_runs_as_shown(in_scratch):
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17")
+def test_from_spark_runs_as_shown(spark, in_scratch):
+    """`spark` (tests/conftest.py) skips without Java or pyspark; the snippet's `local_session()`
+    then gets that very session, as a worker's other Spark tests do."""
     result = run_readme("## From Spark")
     assert result.attempted >= 6
     assert result.failed == 0, "README.md's From Spark example does not print what it shows (see above)"
