@@ -257,7 +257,8 @@ _SEED_ENTRIES, _SEED_ROWS = 8, 5  # per file, per Entry: the seeds repeat their 
 
 def write_seeds(dest: str = SEED_DIR) -> str:
     """The Entries of tests/fuzz_seeds/*.pb and samples/*.pb (the first _SEED_ENTRIES of a file, rows
-    cut to _SEED_ROWS) as b"E" inputs, and each tests/fuzz_seeds/*.blob.jsonl as a b"B" input, into
+    cut to _SEED_ROWS) as b"E" inputs, each tests/fuzz_seeds/*.blob.jsonl as a b"B" input and each
+    tests/fuzz_seeds/fuzz-* (an input this target once failed on) as it is, into
     `dest`, whose other files go (it is derived; each file is replaced whole, so runs side by side
     read whole files)."""
     from bridge.stream import ErrorPolicy, dts_records_to_entries
@@ -267,7 +268,10 @@ def write_seeds(dest: str = SEED_DIR) -> str:
                if os.path.isdir(d) for n in sorted(os.listdir(d))]
     for folder, name in sources:
         path = os.path.join(folder, name)
-        if name.endswith(".blob.jsonl"):
+        if name.startswith("fuzz-"):  # an input this target once failed on, as libFuzzer saved it
+            with open(path, "rb") as fh:
+                seeds[name] = fh.read()
+        elif name.endswith(".blob.jsonl"):
             with open(path, "rb") as fh:
                 seeds[name] = b"B" + fh.read()
         elif name.endswith(".pb"):
