@@ -36,7 +36,7 @@ from bridge.cli.base import (
     rejects_sink,
     resolve_format,
 )
-from bridge.cli.tuple import SCHEMA_SUFFIX, _tuple_module, _versioned, schema_path
+from bridge.cli.tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, _tuple_module, _versioned, schema_path
 from bridge.errors import BridgeError, DecodeError
 from bridge.options import Options
 from bridge.stream import ErrorPolicy, Tally
@@ -47,7 +47,6 @@ from bridge.wire.framing import entry_to_json_line, pack_entries, write_pb
 __all__ = ["register", "cmd_consume", "cmd_produce", "cmd_deliver"]
 
 PARTITION_PLACEHOLDER = "{partition}"
-TABLE_PLACEHOLDER = "{table}"
 
 
 # ---- Kafka connection flags, shared by consume and produce -------------------------------------
