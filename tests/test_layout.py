@@ -414,3 +414,12 @@ def test_an_import_for_annotations_only_is_no_circle(copy_tree):
     tree = copy_tree()
     _plant(tree, "bridge.cli.base", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from bridge.cli.main import main")
     assert _new(cycle_problems(tree / PACKAGE), tree, cycle_problems) == []
+
+
+@pytest.mark.parametrize("name", ["bridge.tuple.files", "bridge.spark.task"])
+def test_the_examples_of_the_modules_the_layout_added(name):
+    import doctest
+    import importlib
+    module = importlib.import_module(name)
+    result = doctest.testmod(module)
+    assert result.attempted and result.failed == 0
