@@ -18,7 +18,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any
 
 import orjson
 from google.protobuf.message import DecodeError as ProtobufDecodeError
@@ -315,15 +316,6 @@ class _TableCodec:
         return self.foreign_default and nrows == 1 and ext_header == _DEFAULT_HEADER
 
 
-class _Layout(NamedTuple):
-    """What every form of a plain DML Entry's output shares (BlobEncoder._wire_layout)."""
-    cached: _WireTable
-    dml_type: int
-    nrows: int
-    stamp: dict
-    ext_header: dict | None  # dts.header (None: strict)
-
-
 def _column_length(columns: tuple[list, ...]) -> int:
     return len(columns[0])
 
@@ -384,6 +376,9 @@ class BlobEncoder:
         self._sources: dict = {}  # (sourceType, schema, table) -> schema.source dict (shared, never mutated)
         # C fast path: (columns bytes, sourceType, schema, table) -> (_TableCodec, schema dict)
         self._wire_tables: dict = {}
+        # `_plain` in the forms convert_lines and convert_columns call through `_run`
+        self._dml_lines = partial(self._plain, form="lines")
+        self._dml_columns = partial(self._plain, form="columns")
 
     # -- public ------------------------------------------------------------------------------
     def convert(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict]:
@@ -467,7 +462,7 @@ class BlobEncoder:
         rows.first to rows.stop (the Entry-level checks made once, by the first such call)."""
         mtype = header.messageType
         if mtype == _DML and raw is not None and NATIVE and rows is None:
-            out = self._plain(entry, header, raw, "messages")
+            out = self._plain(entry, header, raw)
             if out is not None:
                 return out
         if mtype not in EVENT_FIELDS:
@@ -667,16 +662,7 @@ class BlobEncoder:
             return {"eventTime": event_time, "checkpointTime": event_time}
         return self._timestamp(header, _NO_FACTS)
 
-    def _layout(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> _Layout | None:
-        """What every form of a plain DML Entry's output shares (see `_plain`), or None: not plain."""
-        found = self._wire_table(entry, header, raw)
-        if found is None:
-            return None
-        cached, dml_type, nrows, props = found
-        ext_header = _wire_header(header, props) if self.options.lossless else None
-        return _Layout(cached, dml_type, nrows, self._wire_stamp(header), ext_header)
-
-    def _plain(self, entry: pb.Entry, header: pb.Header, raw: bytes, form: str):
+    def _plain(self, entry: pb.Entry, header: pb.Header, raw: bytes, form: str = "messages"):
         """The output of a plain DML Entry (`_wire_table`) in one of its forms, its row images read
         off the wire in C, or None (not plain, or an image C leaves to Python where the form has no
         Python half): the same as the dict path's (tests/test_speedups.py).
@@ -684,20 +670,22 @@ class BlobEncoder:
         "messages": the message dicts (C builds them when every image is plain, else
         `_messages` writes them around C's images); "lines": the JSON lines, written in C from
         per-table templates (the bytes orjson gives for the same dicts); "columns": the lines
-        and shard keys as `convert_columns` gives them."""
-        layout = self._layout(entry, header, raw)
-        if layout is None:
+        and shard keys as `convert_columns` gives them. Every form starts from the same layout:
+        the table's cache entry, DML type, rows, timestamp and dts.header."""
+        found = self._wire_table(entry, header, raw)
+        if found is None:
             return None
-        cached, dml_type, nrows, stamp = layout.cached, layout.dml_type, layout.nrows, layout.stamp
+        cached, dml_type, nrows, props = found
         table, native = cached.table, cached.table.native
         lossless = self.options.lossless
-        ext_header = layout.ext_header
+        ext_header = _wire_header(header, props) if lossless else None
+        stamp = self._wire_stamp(header)
         seq_id = header.seqId
         if form == "messages":
-            quiet = lossless and table.plain_extension_redundant(nrows, ext_header)
+            quiet = table.plain_extension_redundant(nrows, ext_header) if lossless else None
             out = native.messages(raw, dml_type, cached.schema, _IMAGE_KEYS[dml_type], DML_OPS[dml_type],
-                                  str(seq_id).encode() if seq_id else b"", bool(seq_id), stamp, FORMAT_VERSION, ext_header, table.ext_columns,
-                                  quiet if lossless else None, nrows)
+                                  str(seq_id).encode() if seq_id else b"", bool(seq_id), stamp, FORMAT_VERSION,
+                                  ext_header, table.ext_columns, quiet, nrows)
             if out is not None:  # every image plain: C built the message dicts themselves
                 return out
             images = native.rows(raw, dml_type)
@@ -706,7 +694,7 @@ class BlobEncoder:
             ext_base = {"header": ext_header, "columns": table.ext_columns} if lossless else None
             return self._messages(entry, header, table, cached.schema, dml_type, 0, nrows, stamp, ext_base,
                                   images=images)
-        args = self._lines_args(layout, raw, seq_id)
+        args = self._lines_args(cached, dml_type, nrows, stamp, ext_header, raw, seq_id)
         lines = native.lines(*args, cached.key_indexes) if form == "columns" else native.lines(*args)
         if lines is None or form == "lines":
             return lines
@@ -722,38 +710,36 @@ class BlobEncoder:
         return (seqs, list(ops) * (n // k), [source.get("dbName")] * n, [source.get("tableName")] * n,
                 [shard or fallback for shard in shards], [stamp["eventTime"]] * n, lines)
 
-    def _dml_lines(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> list[bytes] | None:
-        return self._plain(entry, header, raw, "lines")
-
-    def _dml_columns(self, entry: pb.Entry, header: pb.Header, raw: bytes) -> tuple[list, ...] | None:
-        return self._plain(entry, header, raw, "columns")
-
     def _wire_layout(self, entry: pb.Entry, header: pb.Header, raw: bytes):
         """(the table's cache entry, dmlEventType, timestamp, the arguments of `Plan.lines`) of a plain
-        DML Entry, or None."""
-        layout = self._layout(entry, header, raw)
-        if layout is None:
+        DML Entry, or None: the layout `_plain` starts from, for the streamed pieces (`_pieces`)."""
+        found = self._wire_table(entry, header, raw)
+        if found is None:
             return None
-        return layout.cached, layout.dml_type, layout.stamp, self._lines_args(layout, raw, header.seqId)
+        cached, dml_type, nrows, props = found
+        ext_header = _wire_header(header, props) if self.options.lossless else None
+        stamp = self._wire_stamp(header)
+        return cached, dml_type, stamp, self._lines_args(cached, dml_type, nrows, stamp, ext_header, raw,
+                                                         header.seqId)
 
-    def _lines_args(self, layout: _Layout, raw: bytes, seq_id: int) -> tuple:
+    @staticmethod
+    def _lines_args(cached: _WireTable, dml_type: int, nrows: int, stamp: dict, ext_header: dict | None,
+                    raw: bytes, seq_id: int) -> tuple:
         """The arguments of `Plan.lines` for a plain DML Entry: the bytes around each dataColumn,
-        sequenceId and row index, from the table's templates."""
-        cached, nrows = layout.cached, layout.nrows
-        pre, post = cached.templates(layout.dml_type)
-        head = b"\",\"timestamp\":" + orjson.dumps(layout.stamp) + b"},\"version\":\"" + _VERSION_BYTES + b"\""
+        sequenceId and row index, from the table's templates (`ext_header` None: strict)."""
+        pre, post = cached.templates(dml_type)
+        head = b"\",\"timestamp\":" + orjson.dumps(stamp) + b"},\"version\":\"" + _VERSION_BYTES + b"\""
         quiet_tail = head + b"}"
-        if layout.ext_header is not None:
-            loud_tail = (head + b",\"dts\":{\"header\":" + orjson.dumps(layout.ext_header)
+        if ext_header is not None:
+            loud_tail = (head + b",\"dts\":{\"header\":" + orjson.dumps(ext_header)
                          + cached.ext_columns_json + b",\"row\":[")
             nrows_text = str(nrows).encode()
             # a redundant extension is left out, unless an image's values need one after all
-            quiet = cached.table.plain_extension_redundant(nrows, layout.ext_header)
+            quiet = cached.table.plain_extension_redundant(nrows, ext_header)
             post_seq = (quiet_tail, loud_tail) if quiet else loud_tail
         else:
             post_seq, nrows_text = quiet_tail, None
-        return (raw, layout.dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id), post_seq,
-                nrows_text)
+        return (raw, dml_type, pre, post, str(seq_id).encode() if seq_id else b"", bool(seq_id), post_seq, nrows_text)
 
     def _pieces(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> Iterator[list[bytes]]:
         """The lines of a DML Entry in pieces of rows, in order, each of about _PIECE_BYTES: C writes

@@ -66,6 +66,8 @@ _BODIES = {
 _KIND_BLOB_TYPES = {Kind.LONG: "LONG", Kind.DIGITS: "STRING", Kind.DOUBLE: "DOUBLE", Kind.DECIMAL: "STRING",
                     Kind.TEXT: "STRING", Kind.BASE64: "BYTES", Kind.UTF8: "STRING", Kind.BOOL: "BOOLEAN",
                     Kind.DATE: "DATE", Kind.DATETIME: "DATE", Kind.TIMESTAMP: "DATE"}
+
+
 def _blob_column(name: str, codec: Codec, utc: bool) -> PlanColumn | None:
     """`plan_column` of a Blob codec's column, when its kind makes the codec's Blob type."""
     column = plan_column(name, codec.ct, utc)

@@ -279,38 +279,26 @@ def _bytes_codec(ct: ColumnType, options: Options) -> Codec:
     return Codec(ct, "BYTES", to_blob, from_blob)
 
 
-def _json_codec(ct: ColumnType, options: Options) -> Codec:
+def _utf8_codec(ct: ColumnType, options: Options) -> Codec:
+    """json and time columns: their UTF-8 text as a STRING. A json value is its bytes (BYTES); a
+    time value its text (STRING), which a canonical value has in `bv`, never empty (the row's
+    `need_bv`)."""
+    kind, dt, need_bv = ct.kind, ct.canonical_datatype(), ct.row.need_bv
+    not_utf8 = f"{kind} text is not UTF-8" if need_bv else f"{kind} bytes are not UTF-8"
+
     def to_blob(d: pb.Data):
         try:
-            text = d.bv.decode("utf-8")
+            text = _text_of(d) if need_bv else d.bv.decode("utf-8")
         except UnicodeDecodeError:
-            raise Inexact(None, "json bytes are not UTF-8") from None
-        if d.dataType != BYTES or d.charset or d.sv:
-            raise Inexact(text, "non-canonical json value", changed=False)
+            raise Inexact(None, not_utf8) from None
+        if d.dataType != dt or d.charset or d.sv or need_bv and not d.bv:
+            raise Inexact(text, f"non-canonical {kind} value", changed=False)
         return text
 
     def from_blob(value, charset=""):
         if not isinstance(value, str):
-            raise ConversionError("json value must be a STRING", value=value)
-        return pb.Data(dataType=BYTES, bv=value.encode("utf-8"))
-
-    return Codec(ct, "STRING", to_blob, from_blob)
-
-
-def _time_codec(ct: ColumnType, options: Options) -> Codec:
-    def to_blob(d: pb.Data):
-        try:
-            text = _text_of(d)
-        except UnicodeDecodeError:
-            raise Inexact(None, "time text is not UTF-8") from None
-        if d.dataType != STRING or d.charset or not d.bv or d.sv:
-            raise Inexact(text, "non-canonical time value", changed=False)
-        return text
-
-    def from_blob(value, charset=""):
-        if not isinstance(value, str):
-            raise ConversionError("time value must be a STRING", value=value)
-        return pb.Data(dataType=STRING, bv=value.encode("utf-8"))
+            raise ConversionError(f"{kind} value must be a STRING", value=value)
+        return pb.Data(dataType=dt, bv=value.encode("utf-8"))
 
     return Codec(ct, "STRING", to_blob, from_blob)
 
@@ -318,7 +306,7 @@ def _time_codec(ct: ColumnType, options: Options) -> Codec:
 def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
     # Lossless mode keeps every value as sent (raw in the extension): the policies are strict mode's.
     if options.strict and options.zero_dates == "string":
-        return _time_codec(temporal_as_text(ct, options), options)
+        return _utf8_codec(temporal_as_text(ct, options), options)
     zero_dates = options.zero_dates if options.strict else "error"
     precision = options.temporal_precision if options.strict else "exact"
     zone = _UTC if options.timezone == "UTC" else options.zone

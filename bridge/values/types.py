@@ -41,10 +41,9 @@ from bridge.values.codecs import (
     _decimal_codec,
     _float_codec,
     _integer_codec,
-    _json_codec,
     _temporal_codec,
     _text_codec,
-    _time_codec,
+    _utf8_codec,
 )
 from bridge.values.events import RESERVED_PREFIX
 from bridge.wire import subscribe_pb2 as pb
@@ -83,8 +82,8 @@ class ColumnType:
 
     @property
     def row(self) -> TypeRow:
-        """The row of `TYPES` that maps this column's kind."""
-        return type_row(self.kind)
+        """The row of `TYPES` that maps this column's kind (`type_row(self.kind)`)."""
+        return _ROWS[self.kind]
 
     @property
     def fsp(self) -> int:
@@ -117,7 +116,7 @@ class ColumnType:
             return DT.FLOAT32 if self.family == "float" else DT.FLOAT64
         if kind == "bit" and value is not None and value > _LONG_MAX:
             return DT.UINT64
-        return self.row.datatype
+        return _ROWS[kind].datatype  # per value (from_blob): the row without a call
 
 
 # ---- rules: a column of a row that depends on the column's definition ---------------------------
@@ -226,7 +225,7 @@ TYPES: tuple[TypeRow, ...] = (
             "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", Kind.BASE64),
     TypeRow("bytes", _BYTES_TYPES, DT.BYTES, "", "BYTES", _bytes_codec,
             "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", Kind.BASE64),
-    TypeRow("json", ("json",), DT.BYTES, "", "STRING", _json_codec,
+    TypeRow("json", ("json",), DT.BYTES, "", "STRING", _utf8_codec,
             "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", Kind.UTF8),
     TypeRow("date", ("date",), DT.STRING, "", "DATE", _temporal_codec,
             "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.DATE),
@@ -234,7 +233,7 @@ TYPES: tuple[TypeRow, ...] = (
             "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.DATETIME),
     TypeRow("timestamp", ("timestamp",), DT.STRING, "", "DATE", _temporal_codec,
             "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.TIMESTAMP),
-    TypeRow("time", ("time",), DT.STRING, "", "STRING", _time_codec,
+    TypeRow("time", ("time",), DT.STRING, "", "STRING", _utf8_codec,
             "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", Kind.UTF8, need_bv=True),
 )
 
