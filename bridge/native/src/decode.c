@@ -250,7 +250,8 @@ PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t
         int rc = encode_value(c, v, &d, &tmp);
         if (rc < 0) goto done;
         if (rc == 0) goto none;
-        if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, (uint64_t)d.n) || !buf_put(&out, d.p, d.n)) goto done;
+        if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, (uint64_t)d.n) || !buf_put(&out, d.p, d.n))
+            goto done;
     }
     if (found != PyDict_GET_SIZE(values)) goto none;
     result = PyBytes_FromStringAndSize((const char *)out.p, out.n);

@@ -270,8 +270,8 @@ static int put_item(PyObject *d, int key, PyObject *value) {
     return rc == 0;
 }
 
-/* One message dict, as bridge/blob/encode.py's BlobEncoder._dml_wire builds it: schema, payload (image, op, sequenceId,
- * timestamp), version and, in lossless mode, the extension (header, columns, row, charsets,
+/* One message dict, as bridge/blob/encode.py's BlobEncoder._plain builds it: schema, payload (image,
+ * op, sequenceId, timestamp), version and, in lossless mode, the extension (header, columns, row, charsets,
  * values), left out when `quiet` and the image needs no entry of it. NULL on error. */
 PyObject *bridge_message(PyObject *const *args, PyObject *values, PyObject *raws, PyObject *charsets,
                          Py_ssize_t k, PyObject *seq, long long index, long long nrows) {

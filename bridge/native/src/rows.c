@@ -249,7 +249,8 @@ int bridge_walk_next(Walk *w, Py_ssize_t *count) {
         const uint8_t *q = w->row.p, *rend = w->row.p + w->row.n;
         while (q < rend) {
             uint64_t rtag;
-            if (!read_varint(&q, rend, &rtag) || TAG_FIELD(rtag) == F_ROWCHANGE_PROPERTIES || !skip_field(&q, rend, TAG_WT(rtag)))
+            if (!read_varint(&q, rend, &rtag) || TAG_FIELD(rtag) == F_ROWCHANGE_PROPERTIES
+                || !skip_field(&q, rend, TAG_WT(rtag)))
                 return -1;
         }
         w->which = F_ROWCHANGE_OLDCOLUMNS;
@@ -315,7 +316,8 @@ PyObject *bridge_Plan_rows(PlanObject *self, PyObject *const *args, Py_ssize_t n
     if ((result = PyList_New(0)) == NULL) goto done;
     Py_ssize_t count;
     while ((rc = bridge_walk_next(&w, &count)) == 1)
-        if (!bridge_append_stolen(&result, count ? bridge_image(self, w.datas, count) : (Py_INCREF(Py_None), Py_None))) goto done;
+        if (!bridge_append_stolen(&result, count ? bridge_image(self, w.datas, count) : (Py_INCREF(Py_None), Py_None)))
+            goto done;
 finish:
     result = bridge_walk_result(rc, result);
 done:

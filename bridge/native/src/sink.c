@@ -32,7 +32,8 @@ static int read_header(Span h, HeaderView *hv) {
             return 0;
         }
     }
-    return is_int32(hv->v[F_HEADER_VERSION]) && is_int32(hv->v[F_HEADER_SOURCETYPE]) && is_int32(hv->v[F_HEADER_MESSAGETYPE])
+    return is_int32(hv->v[F_HEADER_VERSION]) && is_int32(hv->v[F_HEADER_SOURCETYPE])
+           && is_int32(hv->v[F_HEADER_MESSAGETYPE])
            && hv->v[F_HEADER_TIMESTAMP] <= 0xffffffffull && hv->v[F_HEADER_ISLAST] <= 1;
 }
 
@@ -75,7 +76,8 @@ static int ext_header_json(Buf *b, const HeaderView *hv, int *plain) {
 /* The cache key of a plain DML Entry's table: sourceType, schemaName, tableName, columns bytes. */
 static int table_key_into(Buf *b, const HeaderView *hv, Span columns) {
     const Span *db = &hv->s[F_HEADER_SCHEMANAME], *table = &hv->s[F_HEADER_TABLENAME];
-    return bridge_put_varint(b, hv->v[F_HEADER_SOURCETYPE]) && bridge_put_varint(b, (uint64_t)db->n) && buf_put(b, db->p, db->n)
+    return bridge_put_varint(b, hv->v[F_HEADER_SOURCETYPE]) && bridge_put_varint(b, (uint64_t)db->n)
+           && buf_put(b, db->p, db->n)
            && bridge_put_varint(b, (uint64_t)table->n) && buf_put(b, table->p, table->n)
            && buf_put(b, columns.p, columns.n);
 }
@@ -95,7 +97,8 @@ static int plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e) 
     const uint8_t *p = start;
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag) || (TAG_FIELD(tag) != F_ENTRY_HEADER && TAG_FIELD(tag) != F_ENTRY_EVENT) || !skip_field(&p, end, TAG_WT(tag)))
+        if (!read_varint(&p, end, &tag) || (TAG_FIELD(tag) != F_ENTRY_HEADER && TAG_FIELD(tag) != F_ENTRY_EVENT)
+            || !skip_field(&p, end, TAG_WT(tag)))
             return 0;
     }
     return read_header(header, &e->h) && e->h.v[F_HEADER_MESSAGETYPE] == MT_DML
@@ -339,7 +342,8 @@ finish:
  * Python (`next`; len(raws) when none), with the number of Entries and messages written. */
 static PyObject *Sink_entries(SinkObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyList_Check(args[0]) || !PyDict_Check(args[2]) || !PyBytes_Check(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "entries(raws: list, start, tables: dict, partition, offset, lossless, version: bytes)");
+        PyErr_SetString(PyExc_TypeError,
+                        "entries(raws: list, start, tables: dict, partition, offset, lossless, version: bytes)");
         return NULL;
     }
     PyObject *raws = args[0], *tables = args[2], *version = args[6];

@@ -2,16 +2,17 @@
  * Entry's wire bytes, in C. This header is what the units share: the numbers of the Python <-> C
  * contract, the types, the small inline readers, and what each unit gives the others.
  *
- * A `Plan` is built once per column set (bridge/blob/rows.py: `native_plan`, `native_tuple_plan`)
- * from the same column kinds the Python compiled image uses. `Plan.rows(entry_bytes)` walks Entry ->
- * Event -> DMLEvent -> RowChange -> Data on the wire and returns, per row, the dataColumn dict of
- * its before and after image, or None for an image it is not sure of. It is a fast path only:
- * every decision it cannot make exactly as the Python codecs do (a non-canonical spelling, a
- * charset other than the column's, a value the codec would call inexact, an encoding protobuf
- * would merge) gives None for that image, or for the whole Entry, and the caller converts it with
- * the Python path, which stays the reference (tests/test_speedups.py compares the two). A Tuple
- * plan (`Plan(columns, lossless, Decimal)`) takes the same checks to Tuple values: `Plan.tuples`
- * leaves a value it is not sure of as a hole bridge/tuple/encode.py's TupleEncoder fills in Python.
+ * A `Plan` is built once per column set (bridge/values/plans.py: `plan_column`, `native_tuple_plan`;
+ * bridge/blob/rows.py: `native_plan`) from the same column kinds the Python compiled image uses.
+ * `Plan.rows(entry_bytes)` walks Entry -> Event -> DMLEvent -> RowChange -> Data on the wire and
+ * returns, per row, the dataColumn dict of its before and after image, or None for an image it is
+ * not sure of. It is a fast path only: every decision it cannot make exactly as the Python codecs
+ * do (a non-canonical spelling, a charset other than the column's, a value the codec would call
+ * inexact, an encoding protobuf would merge) gives None for that image, or for the whole Entry,
+ * and the caller converts it with the Python path, which stays the reference
+ * (tests/test_speedups.py compares the two). A Tuple plan (`Plan(columns, lossless, Decimal)`)
+ * takes the same checks to Tuple values: `Plan.tuples` leaves a value it is not sure of as a hole
+ * bridge/tuple/encode.py's TupleEncoder fills in Python.
  *
  * The units, by job (docs/decisions.md, "The Python <-> C contract"):
  *   wire.c     the byte buffer, protobuf wire reading, the schema C walks, Entries that protobuf

@@ -90,7 +90,7 @@ error:
 }
 
 /* Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, metas): the Tuple rows of a DML
- * Entry, image by image in the order `images` of the DML type gives them (bridge/tuple/encode.py: ROW_IMAGES),
+ * Entry, image by image in the order `images` of the DML type gives them (bridge.tuple.ROW_IMAGES),
  * each a dict, (dict, [indexes of the values Python fills]) or Py_None for an image Python must
  * convert; None for the whole Entry. The sequence id is str(seq_base + row index); metas: a tuple of
  * dicts, the other meta columns of each image of a row. */

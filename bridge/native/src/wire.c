@@ -78,7 +78,8 @@ int bridge_scan_dml(const uint8_t *start, const uint8_t *end, Span *columns, int
         const uint8_t *p = event.p, *eend = event.p + event.n;
         while (p < eend) {
             uint64_t tag;
-            if (!read_varint(&p, eend, &tag) || TAG_FIELD(tag) != F_EVENT_DMLEVENT || !skip_field(&p, eend, TAG_WT(tag)))
+            if (!read_varint(&p, eend, &tag) || TAG_FIELD(tag) != F_EVENT_DMLEVENT
+                || !skip_field(&p, eend, TAG_WT(tag)))
                 return 0;
         }
     }
@@ -166,7 +167,8 @@ PyObject *bridge_header_properties(PyObject *module, PyObject *arg) {
             uint64_t ktag;
             if (!read_varint(&q, kend, &ktag)) goto unsure;
             uint64_t f = TAG_FIELD(ktag);
-            if ((f != F_KVPAIR_KEY && f != F_KVPAIR_VALUE) || TAG_WT(ktag) != WT_LEN || (seen & (1u << f)) || !read_span(&q, kend, &parts[f]))
+            if ((f != F_KVPAIR_KEY && f != F_KVPAIR_VALUE) || TAG_WT(ktag) != WT_LEN || (seen & (1u << f))
+                || !read_span(&q, kend, &parts[f]))
                 goto unsure;
             seen |= 1u << f;
         }
@@ -238,10 +240,10 @@ static const FieldSpec FIELDS_DATA[] = {{F_DATA_DATATYPE, T_VARINT, 0}, {F_DATA_
                                         {F_DATA_SV, T_STRING, 0},       {F_DATA_BV, T_BYTES, 0}};
 
 #define SPEC(a) {a, (int)(sizeof(a) / sizeof(a[0]))}
-static const MsgSpec MSGS[] = {SPEC(FIELDS_KV),     SPEC(FIELDS_ENTRIES),   SPEC(FIELDS_ENTRY),      SPEC(FIELDS_HEADER),
-                               SPEC(FIELDS_EVENT),  SPEC(FIELDS_BEGIN),     SPEC(FIELDS_COMMIT),     SPEC(FIELDS_DDL),
-                               {NULL, 0},           SPEC(FIELDS_HEARTBEAT), SPEC(FIELDS_CHECKPOINT), SPEC(FIELDS_DML),
-                               SPEC(FIELDS_COLUMN), SPEC(FIELDS_ROW),       SPEC(FIELDS_DATA)};
+static const MsgSpec MSGS[] = {
+    SPEC(FIELDS_KV),     SPEC(FIELDS_ENTRIES),   SPEC(FIELDS_ENTRY),      SPEC(FIELDS_HEADER), SPEC(FIELDS_EVENT),
+    SPEC(FIELDS_BEGIN),  SPEC(FIELDS_COMMIT),    SPEC(FIELDS_DDL),        {NULL, 0},           SPEC(FIELDS_HEARTBEAT),
+    SPEC(FIELDS_CHECKPOINT), SPEC(FIELDS_DML),   SPEC(FIELDS_COLUMN),     SPEC(FIELDS_ROW),    SPEC(FIELDS_DATA)};
 
 /* FIELD_AT[msg][field]: the index of the field's spec in MSGS[msg], or -1 (set up once) */
 static int8_t FIELD_AT[sizeof(MSGS) / sizeof(MSGS[0])][16];
@@ -320,7 +322,8 @@ static int valid_message(const uint8_t *p, const uint8_t *end, int msg) {
             if (f->type == T_STRING && !valid_utf8(sp.p, sp.p + sp.n)) return 0;
             if (f->type == T_MSG && !valid_message(sp.p, sp.p + sp.n, f->msg)) return 0;
         } else { /* unknown, or a known field of another wire type: kept as an unknown field */
-            if (wt == WT_VARINT ? !strict_varint(&p, end, &v) : (wt == WT_LEN ? !strict_varint(&p, end, &v) || v > (uint64_t)(end - p) : 0))
+            if (wt == WT_VARINT ? !strict_varint(&p, end, &v)
+                                : (wt == WT_LEN ? !strict_varint(&p, end, &v) || v > (uint64_t)(end - p) : 0))
                 return 0;
             if (wt == WT_LEN) {
                 p += v;
@@ -374,7 +377,8 @@ PyObject *bridge_schema(void) {
         PyObject *fields = PyTuple_New(MSGS[m].n);
         for (int i = 0; fields != NULL && i < MSGS[m].n; i++) {
             const FieldSpec *f = &MSGS[m].fields[i];
-            PyObject *item = Py_BuildValue("(is)", f->field, f->type == T_MSG ? MSG_NAMES[f->msg] : TYPE_NAMES[f->type]);
+            const char *kind = f->type == T_MSG ? MSG_NAMES[f->msg] : TYPE_NAMES[f->type];
+            PyObject *item = Py_BuildValue("(is)", f->field, kind);
             if (item == NULL) Py_CLEAR(fields);
             else PyTuple_SET_ITEM(fields, i, item);
         }
