@@ -384,7 +384,7 @@ def test_damaged_messages_raise_only_bridge_errors(messages, data):
 
 @pytest.fixture(scope="module")
 def spec_classes(tmp_path_factory) -> SimpleNamespace:
-    """Entry and friends compiled from the SPEC's field table (package spec_check), in a pool of
+    """Entry and friends compiled from the wire format's transcription (package spec_check), in a pool of
     their own: nothing shared with bridge.wire.subscribe_pb2."""
     return compile_spec(tmp_path_factory.mktemp("blob_spec_check"))
 

@@ -1,4 +1,4 @@
-"""The package's layering, enforced (issue 19, point 4; docs/decisions.md, "The layout").
+"""The package's layering, enforced (docs/decisions.md, "The layout").
 
 Four checks run on `bridge/`: the import-linter contract in `.importlinter` (layers: each layer
 imports only the layers below it), ruff (configured in pyproject.toml), no import circle between

@@ -40,7 +40,7 @@ from bridge.values.plans import native_tuple_plan, plan_column
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One sample type per family and shape, with what SPEC section 3 / docs/mapping.md say it becomes,
+# One sample type per family and shape, with what docs/mapping.md says it becomes,
 # restated here: (type text, marked BOOLEAN, kind, Blob type, Tuple field type, Spark type, C kind)
 SAMPLES = [
     ("tinyint(4)", False, "integer", "LONG", "TINYINT", "tinyint", "LONG"),
@@ -113,7 +113,7 @@ def test_every_mysql_type_of_the_mapping_has_a_row():
     assert _mapping_md_types() == shipped - {"boolean-from-datahub"}
     assert set(FAMILIES) == shipped
     assert len({row.kind for row in TYPES}) == len(TYPES)
-    # SPEC section 3's families, each a row
+    # docs/mapping.md's families ("Column types"), each a row
     assert {"integer", "boolean", "bit", "year", "float", "decimal", "text", "binary", "bytes", "json", "date",
             "datetime", "timestamp", "time"} == {row.kind for row in TYPES}
 
@@ -146,7 +146,7 @@ def test_every_face_agrees_with_the_row(type_text, boolean, kind, blob, field, s
     column = _column("v", type_text, boolean)
     ct = parse_column_type(type_text, boolean)
     assert ct.kind == kind and ct.row is type_row(kind)
-    # the row's lookups say what SPEC section 3 says
+    # the row's lookups say what docs/mapping.md says
     assert (blob_type(ct), tuple_type(ct), spark_type(ct)) == (blob, field, spark)
     assert (native_kind(ct).name if native_kind(ct) is not None else None) == c_kind
     # Blob: the codec and the schema of a message
