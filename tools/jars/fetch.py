@@ -64,7 +64,8 @@ def _mvn(profile: str, props: dict, out: pathlib.Path) -> tuple[bool, str]:
     last = ""
     for offline in (True, False):  # ~/.m2 first: a repeat needs no network
         shutil.rmtree(out, ignore_errors=True)
-        proc = subprocess.run(cmd + (["-o"] if offline else []), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # online: -U, or Maven repeats a failure it cached in ~/.m2 on an earlier day without asking again
+        proc = subprocess.run(cmd + (["-o"] if offline else ["-U"]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
         if proc.returncode == 0 and any(out.glob("*.jar")):
             return True, ""
