@@ -9,16 +9,17 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import bridge
 from bridge import pb
 from bridge.blob.rows import NATIVE, native_plan
-from bridge.errors import ConversionError
+from bridge.errors import ConversionError, OptionsError
 from bridge.native.contract import Kind, SinkOp
 from bridge.options import Options
 from bridge.spark import tuple_schema
-from bridge.tuple import FIELD_TYPES, TupleDecoder, TupleEncoder, record_schema, tuples_to_entries
+from bridge.tuple import ARROW_TYPES, FIELD_TYPES, TupleDecoder, TupleEncoder, record_schema, tuples_to_entries
 from bridge.values import (
     BLOB_TYPES,
     BOOLEAN_PROPERTY,
@@ -157,6 +158,15 @@ def test_every_face_agrees_with_the_row(type_text, boolean, kind, blob, field, s
     schema = record_schema([column])
     assert schema["fields"][0] == {"name": "v", "type": field}
     assert tuple_schema(schema, [column]).startswith(f"`v` {spark.upper()}, ")
+    # Spark -> Tuple and Arrow: the Spark type gives the field type back, and Parquet's Arrow type of
+    # the field is the Spark type's (a DECIMAL's scale comes from the values in Parquet)
+    assert type_table.field_type_of_spark("v", spark) == field
+    arrow = type_table.arrow_type(spark, pa)
+    if field == "DECIMAL":
+        assert (arrow.precision, arrow.scale) == tuple(int(n) for n in spark[len("decimal("):-1].split(","))
+        assert ARROW_TYPES[field](pa) == type_table.arrow_type("decimal", pa) == pa.decimal128(38, 0)
+    else:
+        assert ARROW_TYPES[field](pa) == arrow
     # C: the Plan column both plans start from, and whether each plan takes the column
     planned = plan_column("v", ct, utc=True)
     assert (planned.kind.name if planned is not None else None) == c_kind
@@ -165,6 +175,18 @@ def test_every_face_agrees_with_the_row(type_text, boolean, kind, blob, field, s
     if NATIVE:
         assert (native_plan(["v"], [codec_for(column)], True) is None) == (c_kind is None)
         assert (native_tuple_plan(["v"], [ct], [field], True, False) is None) == (c_kind is None)
+
+
+def test_every_field_type_has_a_spark_and_an_arrow_type():
+    """SPARK_TYPES and ARROW_TYPES_OF_SPARK are the one Spark and Arrow map: every field type's Spark
+    type has an Arrow type, and the Spark type gives the field type back."""
+    assert set(type_table.SPARK_TYPES) == set(FIELD_TYPES)
+    for field, spark in type_table.SPARK_TYPES.items():
+        assert spark in type_table.ARROW_TYPES_OF_SPARK
+        assert type_table.field_type_of_spark("v", spark) == field
+    with pytest.raises(OptionsError, match=r"column 'tags' has Spark type array<string>, which no "
+                       r"DataHub field type matches; pass schema="):
+        type_table.field_type_of_spark("tags", "array<string>", "; pass schema=")
 
 
 def test_faces_follow_the_options_the_row_reads():

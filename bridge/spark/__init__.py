@@ -32,7 +32,6 @@ from bridge.spark.jobs import (
     BLOB_SCHEMA,
     DTS_COLUMNS,
     DTS_SCHEMA,
-    FIELD_TYPES_OF_SPARK,
     KAFKA_SCHEMA,
     KEYS,
     MODES,
@@ -54,6 +53,7 @@ from bridge.spark.jobs import (
 )
 from bridge.spark.streaming import DEFAULT_MAX_OPEN_OFFSETS, PROVIDER_CONF, ROCKSDB
 from bridge.spark.tables import _DtsToEntries, entries_schema, export_dead_letters
+from bridge.values.types import field_type_of_spark
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = [
@@ -307,11 +307,8 @@ def record_schema_of(df) -> dict:
     for f in df.schema.fields:
         if f.name in skip:
             continue
-        kind = "decimal" if f.dataType.typeName() == "decimal" else f.dataType.simpleString()
-        if kind not in FIELD_TYPES_OF_SPARK:
-            raise OptionsError(f"column {f.name!r} has Spark type {f.dataType.simpleString()}, which no "
-                               "DataHub field type matches; pass schema=")
-        fields.append({"name": f.name, "type": FIELD_TYPES_OF_SPARK[kind]})
+        fields.append({"name": f.name,
+                       "type": field_type_of_spark(f.name, f.dataType.simpleString(), "; pass schema=")})
     return {"fields": fields}
 
 

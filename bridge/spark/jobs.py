@@ -28,6 +28,7 @@ from bridge.stream import (
     entries_to_outputs,
 )
 from bridge.values import OP_IMAGES, SPARK_TYPES, column_is_boolean, parse_column_type, spark_type, tuple_type
+from bridge.values.types import arrow_type as _arrow_type  # Spark type -> Arrow type, the one map's
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Reassembler, pack_entries
 
@@ -56,11 +57,6 @@ ERROR_COLUMN = ("error", "string")
 
 # Kafka key of each output Envelope (besides naming an input column).
 KEYS = ("table", "single")
-
-
-# DataHub Tuple field type -> Spark type (bridge.values.SPARK_TYPES); a field whose DTS column is known
-# takes the Spark type of the column's row (`spark_type`: DECIMAL with the column's precision).
-FIELD_TYPES_OF_SPARK = {v: k for k, v in SPARK_TYPES.items()}
 
 
 DEFAULT_DECIMAL = (38, 18)  # a DECIMAL field known only from a RecordSchema (Spark's widest)
@@ -140,17 +136,6 @@ class _RowPolicy(ErrorPolicy):
         if self.on_error == "keep":
             self.errors.append(err)
         return record
-
-
-def _arrow_type(kind: str):
-    import pyarrow as pa
-    simple = {"string": pa.string(), "binary": pa.binary(), "int": pa.int32(), "bigint": pa.int64(),
-              "smallint": pa.int16(), "tinyint": pa.int8(), "double": pa.float64(), "float": pa.float32(),
-              "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
-    if kind in simple:
-        return simple[kind]
-    precision, scale = kind[len("decimal("):-1].split(",")
-    return pa.decimal128(int(precision), int(scale))
 
 
 class _Job:

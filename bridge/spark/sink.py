@@ -50,6 +50,7 @@ from bridge.spark.task import (
     conversion_options,
     parse_options,
 )
+from bridge.values.types import field_type_of_spark
 
 __all__ = ["register", "NAME", "OPTIONS", "SinkConfig", "parse_options", "configure", "write_batches",
            "BATCH_ID_PROPERTY"]  # DataHubDataSource too, built on first access (needs pyspark)
@@ -61,14 +62,6 @@ _log = logging.getLogger("bridge.spark.sink")
 
 
 # ---- the input's shape, decided on the driver ---------------------------------------------------
-
-def _field_type(name: str, spark_type: str) -> str:
-    from bridge.spark.jobs import FIELD_TYPES_OF_SPARK
-    kind = "decimal" if spark_type.startswith("decimal") else spark_type
-    if kind not in FIELD_TYPES_OF_SPARK:
-        raise OptionsError(f"column {name!r} has Spark type {spark_type}, which no DataHub field type matches")
-    return FIELD_TYPES_OF_SPARK[kind]
-
 
 def configure(options, columns: Iterable[tuple[str, str]], *, streaming: bool, overwrite: bool = False) -> SinkConfig:
     """Check the options against the input's columns ((name, Spark simpleString) pairs) up front:
@@ -112,7 +105,7 @@ def configure(options, columns: Iterable[tuple[str, str]], *, streaming: bool, o
         raise OptionsError("Tuple rows need option 'keyColumns' (the shard key, as dts-bridge sync keys them) or "
                            "option 'table' (db.table: every row of the table in one shard)")
     skip = set(_POSITIONS) | {"error"} | ({"db", "table"} if rows_name_tables else set())
-    fields = tuple((n, _field_type(n, t)) for n, t in columns if n not in skip)
+    fields = tuple((n, field_type_of_spark(n, t)) for n, t in columns if n not in skip)
     if not fields:
         raise OptionsError("the rows have no column besides positions: not Blob rows (shard_key, blob) nor "
                            "Tuple rows")

@@ -1,7 +1,7 @@
 """DTS Entries <-> DataHub Tuple rows, and Tuple rows in files (JSON Lines, CSV, Parquet).
 
-The converters live in `tuple_encode` (Entry -> rows, the type and meta-column tables,
-RecordSchema) and `tuple_decode` (rows -> Entries); this module re-exports them and adds the file
+The converters live in `bridge.tuple.encode` (Entry -> rows, the type and meta-column tables,
+RecordSchema) and `bridge.tuple.decode` (rows -> Entries); this module re-exports them and adds the file
 formats. Every reader yields `(row number, row dict)`: the line number for JSON Lines, the 1-based
 data row for CSV and Parquet. docs/tuple.md describes the formats.
 
@@ -42,6 +42,7 @@ from bridge.tuple.encode import (
     record_schema,
     tuple_type,
 )
+from bridge.values.types import ARROW_TYPES_OF_SPARK, SPARK_TYPES
 from bridge.wire.framing import read_lines
 
 __all__ = [
@@ -237,13 +238,10 @@ def _decimal_arrow_type(pa, values: list):
     return pa.decimal128(_DECIMAL_DIGITS, scale)
 
 
-# field type -> Arrow type (given the pyarrow module); DECIMAL's depends on the column's values.
-ARROW_TYPES: dict[str, Callable[[Any], Any]] = {
-    "BIGINT": lambda pa: pa.int64(), "INTEGER": lambda pa: pa.int32(), "SMALLINT": lambda pa: pa.int16(),
-    "TINYINT": lambda pa: pa.int8(), "DOUBLE": lambda pa: pa.float64(), "FLOAT": lambda pa: pa.float32(),
-    "BOOLEAN": lambda pa: pa.bool_(), "STRING": lambda pa: pa.string(),
-    "TIMESTAMP": lambda pa: pa.timestamp("us", tz="UTC"), "DECIMAL": lambda pa: pa.decimal128(_DECIMAL_DIGITS, 0),
-}
+# field type -> Arrow type (given the pyarrow module): its Spark type's (bridge.values.types: SPARK_TYPES,
+# ARROW_TYPES_OF_SPARK), so a Parquet column and a Spark batch agree; DECIMAL's depends on the column's values.
+ARROW_TYPES: dict[str, Callable[[Any], Any]] = {ftype: ARROW_TYPES_OF_SPARK[spark]
+                                                 for ftype, spark in SPARK_TYPES.items()}
 
 
 def _arrow_column(pa, ftype: str, values: list):

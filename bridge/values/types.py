@@ -8,7 +8,8 @@ per-value work is in the functions the row names (temporal text: `bridge/values/
 
 The faces look a row up through `type_row(kind)` (or `ColumnType.row`) only:
 `codec_for` / `blob_type` (Blob), `tuple_type` and the TO_TUPLE / FROM_TUPLE views (Tuple),
-`spark_type` (bridge/spark/jobs.py), `native_kind` (bridge/blob/rows.py's C plans and compiled
+`spark_type` (bridge/spark/jobs.py; from a Spark type, `arrow_type` gives its Arrow type and
+`field_type_of_spark` its field type), `native_kind` (bridge/blob/rows.py's C plans and compiled
 images). Adding a MySQL type is one row here plus tests (tests/test_types.py checks that every
 row fills every column and that every face agrees with it); docs/decisions.md, "Each type mapped
 once". A column value of a row's column is either the value itself or a rule: a function of the
@@ -29,7 +30,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
-from bridge.errors import ConversionError
+from bridge.errors import ConversionError, OptionsError
 from bridge.native.contract import Kind
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.values import tuples as _tuple
@@ -68,6 +69,49 @@ SPARK_TYPES = {"BIGINT": "bigint", "INTEGER": "int", "SMALLINT": "smallint", "TI
                "DOUBLE": "double", "FLOAT": "float", "DECIMAL": "decimal", "BOOLEAN": "boolean",
                "TIMESTAMP": "timestamp", "STRING": "string"}
 SPARK_MAX_PRECISION = 38  # Spark's widest decimal
+
+# Spark SQL type -> its Arrow type (given the pyarrow module): the one map from which both the Spark
+# jobs' Arrow batches (`arrow_type`) and the Tuple Parquet files (bridge.tuple's ARROW_TYPES, through
+# SPARK_TYPES) take their Arrow types. "decimal" alone is Spark's widest, decimal(38, 0);
+# `arrow_type` reads a "decimal(p,s)" too. "binary" is no field type's: the Kafka key and value.
+ARROW_TYPES_OF_SPARK: dict[str, Callable[[Any], Any]] = {
+    "bigint": lambda pa: pa.int64(), "int": lambda pa: pa.int32(), "smallint": lambda pa: pa.int16(),
+    "tinyint": lambda pa: pa.int8(), "double": lambda pa: pa.float64(), "float": lambda pa: pa.float32(),
+    "boolean": lambda pa: pa.bool_(), "string": lambda pa: pa.string(), "binary": lambda pa: pa.binary(),
+    "timestamp": lambda pa: pa.timestamp("us", tz="UTC"),
+    "decimal": lambda pa: pa.decimal128(SPARK_MAX_PRECISION, 0),
+}
+
+# Spark SQL type (a decimal's without precision) -> the DataHub Tuple field type of its values.
+FIELD_TYPES_OF_SPARK = {v: k for k, v in SPARK_TYPES.items()}
+
+
+def arrow_type(spark_type: str, pa: Any = None):
+    """The Arrow type of a Spark SQL type (its simpleString; "decimal(p,s)" keeps p and s).
+
+    >>> arrow_type("decimal(20,0)"), arrow_type("timestamp")
+    (Decimal128Type(decimal128(20, 0)), TimestampType(timestamp[us, tz=UTC]))
+    """
+    if pa is None:
+        import pyarrow as pa
+    if spark_type.startswith("decimal("):
+        precision, scale = spark_type[len("decimal("):-1].split(",")
+        return pa.decimal128(int(precision), int(scale))
+    return ARROW_TYPES_OF_SPARK[spark_type](pa)
+
+
+def field_type_of_spark(column: str, spark_type: str, hint: str = "") -> str:
+    """The DataHub Tuple field type of a Spark column (`spark_type` its simpleString); an
+    OptionsError naming the column (and ending in `hint`) when no field type matches.
+
+    >>> field_type_of_spark("price", "decimal(10,2)"), field_type_of_spark("n", "int")
+    ('DECIMAL', 'INTEGER')
+    """
+    kind = "decimal" if spark_type.startswith("decimal") else spark_type
+    if kind not in FIELD_TYPES_OF_SPARK:
+        raise OptionsError(f"column {column!r} has Spark type {spark_type}, which no DataHub field type matches"
+                           + hint)
+    return FIELD_TYPES_OF_SPARK[kind]
 
 
 @dataclass(frozen=True)
