@@ -18,6 +18,7 @@ from bridge.blob.decode import BlobDecoder
 from bridge.blob.encode import FORMAT_VERSION, BlobEncoder
 from bridge.errors import BlobFormatError, BridgeError, ConversionError, OptionsError, TupleFormatError
 from bridge.native import speedups
+from bridge.native.contract import SinkTaken
 from bridge.options import Options
 from bridge.stream import (
     ErrorPolicy,
@@ -457,21 +458,22 @@ _VERSION = FORMAT_VERSION.encode()
 
 
 def _sink_batch(taken: tuple, topic, schema, keep: bool):
-    """An output batch of `_speedups.Sink.take()`'s buffers. Its lines are UTF-8 by construction (the
-    C writer checks every string it copies, and the templates are orjson's), so no check here."""
+    """An output batch of `_speedups.Sink.take()`'s buffers (contract.SinkTaken). Its lines are UTF-8
+    by construction (the C writer checks every string it copies, and the templates are orjson's), so no
+    check here."""
     import pyarrow as pa
-    rows, *buffers = taken
-    strings = {}
-    for name, offsets, data in zip(("blob", "shard_key", "sequence_id", "db", "table"),
-                                   buffers[0:10:2], buffers[1:10:2]):
-        strings[name] = pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    ops, entry, row, partition, offset, event_time = buffers[10:]
-    fixed = {"entry": (pa.int32(), entry), "row": (pa.int32(), row), "partition": (pa.int32(), partition),
-             "offset": (pa.int64(), offset), "event_time": (schema.field("event_time").type, event_time)}
+    t = SinkTaken(*taken)
+    rows = t.rows
+    strings = {"blob": (t.blob_offsets, t.blob), "shard_key": (t.shard_key_offsets, t.shard_key),
+               "sequence_id": (t.sequence_id_offsets, t.sequence_id), "db": (t.db_offsets, t.db),
+               "table": (t.table_offsets, t.table)}
+    fixed = {"entry": (pa.int32(), t.entry), "row": (pa.int32(), t.row), "partition": (pa.int32(), t.partition),
+             "offset": (pa.int64(), t.offset), "event_time": (schema.field("event_time").type, t.event_time)}
     arrays = {name: pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)]) for name, (kind, data) in fixed.items()}
-    arrays["op"] = _op_names().take(pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(ops)]))
+    arrays.update((name, pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)]))
+                  for name, (offsets, data) in strings.items())
+    arrays["op"] = _op_names().take(pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(t.op)]))
     arrays["topic"] = pa.nulls(rows, pa.string()) if topic is None else pa.repeat(pa.scalar(topic, pa.string()), rows)
-    arrays.update(strings)
     if keep:
         arrays["error"] = pa.nulls(rows, pa.string())
     return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
