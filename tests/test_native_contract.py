@@ -17,6 +17,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from bridge.native import contract
 from bridge.tuple import TIMESTAMP_RANGE
+from bridge.values import OP_IMAGES
 from bridge.wire import subscribe_pb2
 
 speedups = pytest.importorskip("bridge.native._speedups")
@@ -40,8 +41,8 @@ def test_the_c_build_reads_tuples_as_contract_py_lays_them_out():
 
 def test_plan_columns_and_charset_entries_are_what_c_parses():
     """A PlanColumn is what Plan() takes (one field more is refused), the charset table rows are
-    CharsetEntries, and the Sink op codes are the Blob op names in order."""
-    from bridge.blob.decode import ALL_OPS
+    CharsetEntries, and the Sink op codes are the DML ops of values.OP_IMAGES in order (the names
+    bridge/spark/jobs.py's op column takes by code)."""
     from bridge.blob.rows import charset_table
     column = contract.PlanColumn("id", contract.Kind.LONG, subscribe_pb2.INT64, -9, 9, "", 0, False)
     assert speedups.Plan([column]).columns() == 1
@@ -53,7 +54,7 @@ def test_plan_columns_and_charset_entries_are_what_c_parses():
                          __import__("decimal").Decimal).columns() == 1
     rows = [contract.CharsetEntry(*row) for row in charset_table()]
     assert {row.mode for row in rows} <= set(contract.CharsetMode)
-    assert [op.name for op in contract.SinkOp] == list(ALL_OPS[:len(contract.SinkOp)])
+    assert [op.name for op in contract.SinkOp] == list(OP_IMAGES)
 
 
 @pytest.mark.parametrize("path", sorted(contract.PROTO_FIELDS))
