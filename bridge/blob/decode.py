@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from bridge.blob.encode import FORMAT_VERSION
 from bridge.blob.rows import native_plan
 from bridge.errors import BlobFormatError, BridgeError, ConversionError
+from bridge.native.contract import PROTO_FIELDS
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.values import (
     DDL_OP_NAMES,
@@ -59,9 +60,10 @@ MESSAGE_TYPE_BY_OP = {op: mt for mt, op in OPS_BY_MESSAGE_TYPE.items() if op}
 MESSAGE_TYPE_BY_OP.update({op: pb.DDL for op in DDL_OP_NAMES})
 MESSAGE_TYPE_BY_OP.update({op: pb.DML for op in DML_OP_NAMES})
 MESSAGE_TYPE_BY_OP["XACOMMIT"] = pb.COMMIT  # an XA transaction's end; the op travels as a fact
-ALL_OPS = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", "TRANSACTION_BEGIN", "TRANSACTION_END",
-           "CREATE", "ALTER", "ERASE", "QUERY", "TRUNCATE", "RENAME", "CINDEX", "DINDEX", "GTID",
-           "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "UPDATE")
+# every op a Blob message may carry, from the op tables: DML (OP_IMAGES), the other message types,
+# DDL keywords, and the two spellings readers accept besides (XACOMMIT, UPDATE)
+ALL_OPS = (*OP_IMAGES, *(op for op in OPS_BY_MESSAGE_TYPE.values() if op), *sorted(DDL_OP_NAMES),
+           "XACOMMIT", "UPDATE")
 DML_TYPE_BY_OP = {op: i.dml_type for op, i in OP_IMAGES.items()} | {"UPDATE": pb.UPDATE}
 
 _ABSENT = object()
@@ -75,6 +77,12 @@ _KNOWN_TOP_SET, _KNOWN_PAYLOAD_SET = frozenset(_KNOWN_TOP), frozenset(_KNOWN_PAY
 # the row images each DML op reads; other ops read none
 _IMAGES_OF_OP = {op: (i.image,) for op, i in OP_IMAGES.items()} | {
     "UPDATE": tuple(i.image for i in DML_IMAGES[pb.UPDATE])}
+# an image's RowChange field: (name, number), as the op table and the C contract name them
+_IMAGE_FIELDS = {i.image: (i.field, PROTO_FIELDS["RowChange." + i.field]) for i in OP_IMAGES.values()}
+_FIELD_IMAGES = {name: image for image, (name, _) in _IMAGE_FIELDS.items()}
+# the half of an update each half's op carries (an op of one whole row: "both")
+_HALF_OF_OP = {i.op: i.image for i in DML_IMAGES[pb.UPDATE]}
+_OP_OF_HALF = {image: op for op, image in _HALF_OF_OP.items()}
 
 
 def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:
@@ -219,7 +227,7 @@ class BlobDecoder:
         errors = self.evicted
         self.evicted = []
         for seq, (row, *_) in self._halves.items():
-            missing = "UPDATE_AFTER" if "before" in row.halves else "UPDATE_BEFOR"
+            missing = next(op for half, op in _OP_OF_HALF.items() if half not in row.halves)
             err = ConversionError(f"update half without its partner at end of input ({missing} missing)",
                                   sequence_id=seq, line=row.line)
             err.count = 1
@@ -322,7 +330,7 @@ class BlobDecoder:
         row_index, nrows = row
         self._sequence(header, seq, row_index, ext, facts)
         self._shape_facts(msg, payload, facts, ddl_extra=True)
-        half = "before" if op == "UPDATE_BEFOR" else ("after" if op == "UPDATE_AFTER" else "both")
+        half = _HALF_OF_OP.get(op, "both")
         partner = self._partner(seq, half, entry, columns_key, unknown_key) if half != "both" else None
         row_properties = ext.get("rowProperties") if ext else None
         properties = [pb.KVPair(key=k, value=v) for k, v in _pairs(row_properties)] if row_properties is not None \
@@ -337,9 +345,8 @@ class BlobDecoder:
         raws, charsets = (ext.get("values"), ext.get("charsets")) if ext else (None, None)
         if raws is not None and type(raws) is not dict or charsets is not None and type(charsets) is not dict:
             raise BlobFormatError("the 'dts' extension's values and charsets are objects", value=[raws, charsets])
-        plain = not (raws or charsets)
         for image in images:
-            self._image(row, image, payload, codecs, names, ext, plan if plain else None, raws, charsets)
+            self._image(row, image, payload, codecs, names, ext, plan, raws, charsets)
         if op == "UPDATE":
             facts["op"] = "UPDATE"
         if partner is not None and half == "after":  # the joined row keeps the after half's properties
@@ -556,9 +563,9 @@ class BlobDecoder:
         return codecs, names
 
     def _image(self, row, image, payload, codecs, names, ext, plan, raws, charsets) -> None:
-        """Add one image's Data to `row`. `plan`: the C encoder of the column set, for an image
-        whose values need no raw Data or charsets from the extension (None: Python only); `raws`
-        and `charsets`: the extension's `values` and `charsets` (dicts or None, checked by _dml)."""
+        """Add one image's Data to `row`. `plan`: the C encoder of the column set (None: Python
+        only), which takes the extension's raw Data and charsets too; `raws` and `charsets`: the
+        extension's `values` and `charsets` (dicts or None, checked by _dml)."""
         body = payload.get(image)
         if not isinstance(body, dict) or not isinstance(body.get("dataColumn"), dict):
             raise BlobFormatError(f"payload.{image}.dataColumn must be an object", value=body)
@@ -569,11 +576,11 @@ class BlobDecoder:
                 raise BlobFormatError("the 'dts' extension's image can only be \"empty\"", value=image_ext)
             return
         if plan is not None:
-            wire = plan.encode(values, 1 if image == "before" else 2)
+            wire = plan.encode(values, _IMAGE_FIELDS[image][1], raws, charsets)
             if wire is not None:  # else the codecs below decide (and name what is wrong)
                 row.MergeFromString(wire)
                 return
-        target = row.oldColumns if image == "before" else row.newColumns
+        target = getattr(row, _IMAGE_FIELDS[image][0])
         unknown = set(values) - set(names)
         if unknown:
             raise BlobFormatError("image names columns not in schema.dataColumn", value=sorted(unknown))
@@ -610,7 +617,7 @@ class BlobDecoder:
             return None
         holder, _, other_entry, other_columns = pending
         if half in holder.halves:
-            raise ConversionError(f"two UPDATE_{'BEFOR' if half == 'before' else 'AFTER'} messages share a "
+            raise ConversionError(f"two {_OP_OF_HALF[half]} messages share a "
                                   f"sequenceId (the first, line {holder.line}, still waits for its partner)",
                                   sequence_id=seq)
         bh, ah = (other_entry.header, entry.header) if half == "after" else (entry.header, other_entry.header)
@@ -763,8 +770,8 @@ def _check_row_patches(patches, half: str, images: tuple, with_data: bool, colum
     itself and its properties."""
     for steps, _ in patches:
         name, index = steps[0] if steps else (None, None)
-        if name in ("oldColumns", "newColumns"):
-            ok = ("before" if name == "oldColumns" else "after") in images and with_data and index < columns
+        if name in _FIELD_IMAGES:
+            ok = _FIELD_IMAGES[name] in images and with_data and index < columns
         else:
             ok = half != "before" and (name is None or index < properties)
         if not ok:

@@ -213,13 +213,115 @@ static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp) {
     }
 }
 
-/* Plan.encode(values, field) -> the Data of one image as RowChange field `field` (1 oldColumns,
- * 2 newColumns) on the wire, for `row.MergeFromString`: each column's value as its codec's
- * from_blob gives it (None: NIL; absent: NA), with the default charset; None when any value is
- * not plain (a type the codec rejects, surrogates, out of range...) or a key names no column. */
+/* The column index a dts.values / dts.charsets key names: str(index) for an index below n, as
+ * bridge.blob.decode's _index_keys spells them; -1 for any other key. */
+static Py_ssize_t index_key(PyObject *key, Py_ssize_t n) {
+    if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key)) return -1;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(key);
+    const uint8_t *s = PyUnicode_1BYTE_DATA(key);
+    if (len == 0 || len > 9 || (len > 1 && s[0] == '0')) return -1;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t k = 0; k < len; k++) {
+        if (s[k] < '0' || s[k] > '9') return -1;
+        i = i * 10 + (s[k] - '0');
+    }
+    return i < n ? i : -1;
+}
+
+/* Each column's entry of a dts.values or dts.charsets object (NULL: none) into by[]; 0 when a key
+ * names no column (the Python path reports it) */
+static int by_index(PyObject *obj, PyObject **by, Py_ssize_t n) {
+    if (obj == NULL || obj == Py_None) return 1;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(obj, &pos, &key, &value)) {
+        Py_ssize_t i = index_key(key, n);
+        if (i < 0) return 0;
+        by[i] = value;
+    }
+    return 1;
+}
+
+/* One raw Data of dts.values ({"dataType": int, "charset"?: str, "sv"?: str, "bv"?: base64 str}) as
+ * codecs.raw_to_data builds it: 1 written to d, 0 anything else (Python decides), -1 error */
+static int encode_raw(PyObject *raw, Buf *d, Buf *tmp) {
+    if (!PyDict_CheckExact(raw)) return 0;
+    PyObject *parts[4] = {NULL, NULL, NULL, NULL}; /* dataType, charset, sv, bv */
+    static const char *names[4] = {"dataType", "charset", "sv", "bv"};
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(raw, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) return 0;
+        int found = 0;
+        for (int j = 0; j < 4 && !found; j++)
+            if (PyUnicode_CompareWithASCIIString(key, names[j]) == 0) {
+                parts[j] = value;
+                found = 1;
+            }
+        if (!found) return 0; /* a key raw_to_data ignores: Python's path keeps that rule */
+    }
+    if (parts[0] == NULL || !PyLong_CheckExact(parts[0])) return 0;
+    long dt = PyLong_AsLong(parts[0]);
+    if (dt == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (dt < 0 || dt > 127) return 0;
+    Py_ssize_t n[3] = {0, 0, 0};
+    const char *text[3] = {"", "", ""};
+    for (int j = 1; j < 4; j++) {
+        if (parts[j] == NULL) continue;
+        if (!PyUnicode_CheckExact(parts[j])) return 0;
+        text[j - 1] = PyUnicode_AsUTF8AndSize(parts[j], &n[j - 1]);
+        if (text[j - 1] == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    if (n[2]) { /* bv: strict canonical base64 only */
+        if (!PyUnicode_IS_ASCII(parts[3])) return 0;
+        tmp->n = 0;
+        int rc = base64_decode((const uint8_t *)text[2], n[2], tmp);
+        if (rc <= 0) return rc;
+        text[2] = (const char *)tmp->p;
+        n[2] = tmp->n;
+    }
+    if (dt && !put_datatype(d, (int)dt)) return -1;
+    return put_len_field(d, F_DATA_CHARSET, text[0], n[0]) && put_len_field(d, F_DATA_SV, text[1], n[1])
+           && put_len_field(d, F_DATA_BV, text[2], n[2]) ? 1 : -1;
+}
+
+/* A K_TEXT value in the charset dts.charsets names for it (the text codec's from_blob) */
+static int encode_text_in(Col *c, PyObject *v, PyObject *charset, Buf *d) {
+    if (!PyUnicode_CheckExact(v) || !PyUnicode_CheckExact(charset)) return 0;
+    Py_ssize_t cs_n;
+    const char *cs = PyUnicode_AsUTF8AndSize(charset, &cs_n);
+    if (cs == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Span span = {(const uint8_t *)cs, cs_n};
+    PyObject *bytes = bridge_encode_text(c, span, v);
+    if (bytes == NULL) return 0;
+    int ok = put_datatype(d, c->dt) && put_len_field(d, F_DATA_CHARSET, cs, cs_n)
+             && put_len_field(d, F_DATA_BV, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+    Py_DECREF(bytes);
+    return ok ? 1 : -1;
+}
+
+/* Plan.encode(values, field, raws=None, charsets=None) -> the Data of one image as RowChange field
+ * `field` (1 oldColumns, 2 newColumns) on the wire, for `row.MergeFromString`: each column's value
+ * as its codec's from_blob gives it (None: NIL; absent: NA), with the default charset or the one
+ * `charsets` (dts.charsets: str(index) -> charset) names for a text column, or the raw Data of
+ * `raws` (dts.values: str(index) -> raw Data) in its place; None when any value is not plain (a type
+ * the codec rejects, surrogates, out of range, a charset without a codec...) or a key names no
+ * column: the Python path then decides and names what is wrong. */
 PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyDict_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "encode(values: dict, field: int)");
+    if (nargs < 2 || nargs > 4 || !PyDict_Check(args[0])
+        || (nargs > 2 && args[2] != Py_None && !PyDict_Check(args[2]))
+        || (nargs > 3 && args[3] != Py_None && !PyDict_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError, "encode(values: dict, field: int, raws: dict | None = None, "
+                                         "charsets: dict | None = None)");
         return NULL;
     }
     PyObject *values = args[0];
@@ -229,25 +331,39 @@ PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "field is 1 (oldColumns) or 2 (newColumns)");
         return NULL;
     }
+    PyObject *raws = nargs > 2 && args[2] != Py_None && PyDict_GET_SIZE(args[2]) ? args[2] : NULL;
+    PyObject *charsets = nargs > 3 && args[3] != Py_None && PyDict_GET_SIZE(args[3]) ? args[3] : NULL;
     Buf out = {NULL, 0, 0}, d = {NULL, 0, 0}, tmp = {NULL, 0, 0};
     PyObject *result = NULL;
+    PyObject **by = NULL; /* per column: its raw (by[i]) and its charset (by[ncols + i]) */
+    if (raws || charsets) {
+        by = PyMem_Calloc((size_t)(2 * self->ncols + 1), sizeof(PyObject *));
+        if (by == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        if (!by_index(raws, by, self->ncols) || !by_index(charsets, by + self->ncols, self->ncols)) goto none;
+    }
     Py_ssize_t found = 0;
     uint64_t tag = TAG(field, WT_LEN);
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
-        const Col *c = &self->cols[i];
+        Col *c = &self->cols[i];
         PyObject *v = PyDict_GetItemWithError(values, c->name);
-        if (v == NULL) {
-            if (PyErr_Occurred()) goto done;
+        if (v == NULL && PyErr_Occurred()) goto done;
+        if (v != NULL && !c->dup) found++; /* a key counts once, however many columns share its name */
+        PyObject *raw = by ? by[i] : NULL;
+        if (raw == NULL && v == NULL) {
             if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, 2) || !put_datatype(&out, DT_NA)) goto done;
             continue;
         }
-        if (!c->dup) found++; /* a key counts once, however many columns share its name */
-        if (v == Py_None) {
+        if (raw == NULL && v == Py_None) {
             if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, 0)) goto done; /* NIL: an empty Data */
             continue;
         }
         d.n = 0;
-        int rc = encode_value(c, v, &d, &tmp);
+        PyObject *charset = by && c->kind == K_TEXT ? by[self->ncols + i] : NULL; /* other codecs take none */
+        int rc = raw ? encode_raw(raw, &d, &tmp)
+                     : charset ? encode_text_in(c, v, charset, &d) : encode_value(c, v, &d, &tmp);
         if (rc < 0) goto done;
         if (rc == 0) goto none;
         if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, (uint64_t)d.n) || !buf_put(&out, d.p, d.n))
@@ -263,5 +379,6 @@ done:
     PyMem_Free(out.p);
     PyMem_Free(d.p);
     PyMem_Free(tmp.p);
+    PyMem_Free(by);
     return result;
 }

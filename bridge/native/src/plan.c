@@ -134,8 +134,9 @@ static PyMethodDef Plan_methods[] = {
      "messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix, seq_pad, stamp, version, ext_header, "
      "ext_columns, quiet, nrows) -> the Blob message dicts of a plain DML Entry, or None for Python to decide"},
     {"encode", (PyCFunction)(void (*)(void))bridge_Plan_encode, METH_FASTCALL,
-     "encode(values, field) -> the Data of one image as RowChange field 1 or 2 on the wire, or None "
-     "for values the Python codecs must judge"},
+     "encode(values, field, raws, charsets) -> the Data of one image as RowChange field 1 or 2 on the "
+     "wire (raws, charsets: the lossless extension's dts.values and dts.charsets, or None), or None for "
+     "values the Python codecs must judge"},
     {"tuples", (PyCFunction)(void (*)(void))bridge_Plan_tuples, METH_FASTCALL,
      "tuples(entry_bytes, dml_type, seq_key, seq_base, metas) -> a Tuple plan's rows of a DML Entry "
      "image by image (None: Python converts that image), or None for an Entry to convert in Python"},

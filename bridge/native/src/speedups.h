@@ -204,6 +204,7 @@ typedef struct {
     int check;         /* decode then encode is not the identity: the bytes must come back */
     struct Decoding *decoding; /* built on the first value in this charset; NULL: not yet (or failed) */
     int failed;
+    PyObject *encoding; /* CS_CHARMAP: the encoding map of `mapping` (Blob -> DTS), built on first use */
 } Charset;
 
 /* Outcome of one Data: a value, a bare NA (the column is left out), or a miss. */
@@ -471,6 +472,9 @@ PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
 /* decode.c: Blob -> DTS */
 int bridge_put_varint(Buf *b, uint64_t v);
 PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* Blob -> DTS (values.c): text in a charset of the table, as its codec encodes it; NULL with no
+ * error set when the table has no text codec for it or the text does not encode (Python decides) */
+PyObject *bridge_encode_text(Col *c, Span cs, PyObject *text);
 
 /* sink.c */
 extern PyTypeObject bridge_SinkType;

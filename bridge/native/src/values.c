@@ -270,6 +270,30 @@ static Charset *charset_of(Col *c, Span cs) {
     return NULL;
 }
 
+/* Blob -> DTS: the bytes of `text` in charset `cs` (a dts.charsets entry, looked up as charset_of
+ * does, so as bridge.values.charset_codec does): what the text codec's from_blob writes to bv.
+ * A new bytes object, or NULL with no error set: no text codec (binary, an unknown name) or text
+ * the codec refuses; the Python codec then decides and names what is wrong. */
+PyObject *bridge_encode_text(Col *c, Span cs, PyObject *text) {
+    Charset *t = charset_of(c, cs);
+    if (t == NULL) return NULL;
+    PyObject *out;
+    if (t->mode == CS_UTF8) {
+        out = PyUnicode_AsUTF8String(text);
+    } else if (t->mode == CS_CODEC) {
+        out = PyUnicode_AsEncodedString(text, t->codec, "strict");
+    } else {
+        if (t->encoding == NULL && (t->encoding = PyUnicode_BuildEncodingMap(t->mapping)) == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+        out = PyUnicode_AsCharmapString(text, t->encoding);
+    }
+    if (out != NULL && !PyBytes_CheckExact(out)) Py_CLEAR(out);
+    if (out == NULL) PyErr_Clear();
+    return out;
+}
+
 /* Text in the column's own charset (utf8mb4) is read as UTF-8 while it is written; any other
  * charset of the table is decoded by its codec here, and must come back to the same bytes where
  * the codec is not the identity (as `_text_codec` checks), else a miss. */
@@ -432,7 +456,10 @@ PyObject *bridge_set_charsets(PyObject *module, PyObject *arg) {
         memcpy(c->codec, codec, (size_t)codec_len);
         c->mapping = c->mode == CS_CHARMAP ? mapping : NULL;
     }
-    for (int k = 0; k < NCHARSETS; k++) Py_CLEAR(CHARSETS[k].mapping);
+    for (int k = 0; k < NCHARSETS; k++) {
+        Py_CLEAR(CHARSETS[k].mapping);
+        Py_CLEAR(CHARSETS[k].encoding);
+    }
     for (Py_ssize_t i = 0; i < n; i++) Py_XINCREF(table[i].mapping);
     memcpy(CHARSETS, table, sizeof(table));
     NCHARSETS = (int)n;
