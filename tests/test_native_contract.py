@@ -43,7 +43,7 @@ def test_plan_columns_and_charset_entries_are_what_c_parses():
     """A PlanColumn is what Plan() takes (one field more is refused), the charset table rows are
     CharsetEntries, and the Sink op codes are the DML ops of values.OP_IMAGES in order (the names
     bridge/spark/jobs.py's op column takes by code)."""
-    from bridge.blob.rows import charset_table
+    from bridge.values.plans import charset_table
     column = contract.PlanColumn("id", contract.Kind.LONG, subscribe_pb2.INT64, -9, 9, "", 0, False)
     assert speedups.Plan([column]).columns() == 1
     with pytest.raises(TypeError):

@@ -1,6 +1,6 @@
 """Every number the Python side and the C extension share, defined once for Python.
 
-The C side defines the same numbers once in `bridge/native/speedups.h` (enums) and exports them as
+The C side defines the same numbers once in `bridge/native/src/speedups.h` (enums) and exports them as
 `_speedups.CONTRACT` (C name -> value) and the layouts of the tuples it takes or returns as
 `_speedups.LAYOUTS` (layout name -> field names); tests/test_native_contract.py checks both against
 this module, and the protobuf numbers against bridge/wire/subscribe_pb2's descriptors, so a change
@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-__all__ = ["Kind", "BODY_KINDS", "TEMPORAL_KINDS", "Out", "CharsetMode", "SinkOp", "DmlType", "WireType", "MT_DML", "NIL", "NA", "TUPLE_TS_HI",
+__all__ = ["Kind", "TEMPORAL_KINDS", "Out", "CharsetMode", "SinkOp", "DmlType", "WireType", "MT_DML", "NIL", "NA", "TUPLE_TS_HI",
            "PROTO_FIELDS", "PlanColumn", "CharsetEntry", "SinkTable", "Scanned", "SinkEntries", "SinkTaken",
            "LAYOUTS", "c_constants"]
 
@@ -37,9 +37,7 @@ class Kind(IntEnum):
     TIMESTAMP = 10  # the same with " +00:00" -> epoch ms
 
 
-# the inline bodies of bridge/blob/rows.py's `_body` that C takes as they are, and the temporal kinds
-BODY_KINDS = {"long": Kind.LONG, "digits": Kind.DIGITS, "double": Kind.DOUBLE, "decimal": Kind.DECIMAL,
-              "text": Kind.TEXT, "base64": Kind.BASE64}
+# a temporal type row's kind -> its C kind (bridge/values/plans.py)
 TEMPORAL_KINDS = {"date": Kind.DATE, "datetime": Kind.DATETIME, "timestamp": Kind.TIMESTAMP}
 
 

@@ -332,10 +332,9 @@ def register(spark) -> None:
     """Register the bridge's Spark data sources in this session: `format("dts-kafka")` (a DTS
     Kafka topic, batch and streaming) and `format("datahub")` (write Blob or Tuple rows to DataHub,
     batch and streaming); docs/spark.md."""
-    from bridge.spark import sink as spark_datahub
-    from bridge.spark import source as spark_source
-    spark_source.register(spark)
-    spark_datahub.register(spark)
+    from bridge.spark import sink, source
+    source.register(spark)
+    sink.register(spark)
 
 
 def local_session(app_name: str = "dts-bridge", conf: dict | None = None):

@@ -44,7 +44,7 @@ _TUPLE_OUTS = {"DECIMAL": Out.DECIMAL, "FLOAT": Out.FLOAT32, "TIMESTAMP": Out.MI
 
 
 def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_binary: bool):
-    """A Tuple `_speedups.Plan` for the column set (tuple_encode's column types and field types), or
+    """A Tuple `_speedups.Plan` for the column set (bridge.tuple.encode's column types and field types), or
     None (no C extension, or a column it does not cover: the whole table is Python's).
 
     The C checks are the Blob plan's, which accept a subset of what the rows' to_tuple converters
@@ -66,10 +66,6 @@ def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_
     return speedups.Plan([tuple(c) for c in columns], False, Decimal)
 
 
-# charset table modes of the C (bridge/native/contract.py's CharsetMode)
-_CS_UTF8, _CS_CODEC, _CS_CHARMAP = CharsetMode.UTF8, CharsetMode.CODEC, CharsetMode.CHARMAP
-
-
 def charset_table() -> list[tuple]:
     """values.CHARSETS as `_speedups.set_charsets` takes it: (name, mode, codec, mapping, check) for
     every charset with a text codec, "" (none on the wire) included; `binary` has none, so its text
@@ -81,11 +77,11 @@ def charset_table() -> list[tuple]:
             continue  # binary
         check = charset_codec(name)[2]
         if codec == "utf-8":
-            out.append((name, _CS_UTF8, codec, None, check))
+            out.append((name, CharsetMode.UTF8, codec, None, check))
         elif codec == "mysql-latin1":
-            out.append((name, _CS_CHARMAP, codec, latin1, check))
+            out.append((name, CharsetMode.CHARMAP, codec, latin1, check))
         else:
-            out.append((name, _CS_CODEC, codec, None, check))
+            out.append((name, CharsetMode.CODEC, codec, None, check))
     return out
 
 

@@ -9,8 +9,8 @@ per-value work is in the functions the row names (temporal text: `bridge/values/
 The faces look a row up through `type_row(kind)` (or `ColumnType.row`) only:
 `codec_for` / `blob_type` (Blob), `tuple_type` and the TO_TUPLE / FROM_TUPLE views (Tuple),
 `spark_type` (bridge/spark/jobs.py; from a Spark type, `arrow_type` gives its Arrow type and
-`field_type_of_spark` its field type), `native_kind` (bridge/blob/rows.py's C plans and compiled
-images). Adding a MySQL type is one row here plus tests (tests/test_types.py checks that every
+`field_type_of_spark` its field type), `native_kind` (bridge/values/plans.py's C plans, bridge/blob/rows.py's
+compiled images). Adding a MySQL type is one row here plus tests (tests/test_types.py checks that every
 row fills every column and that every face agrees with it); docs/decisions.md, "Each type mapped
 once". A column value of a row's column is either the value itself or a rule: a function of the
 parsed column type (and, for the Blob type, the Options) giving it.
