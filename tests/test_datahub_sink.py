@@ -15,9 +15,9 @@ from bridge import shard_key  # noqa: E402
 from bridge.cli.main import main  # noqa: E402
 from bridge.datahub.sink import DataHubSink, DataHubWriter, Position, make_client, shard_for, tuple_shard_key  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.landing import SHARDS, expected_per_shard, landed_per_shard  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARDS = ["0", "1", "2"]
 
 
 @pytest.fixture
@@ -36,22 +36,6 @@ def blob_file(tmp_path) -> pathlib.Path:
     return out
 
 
-def landed(server, topic="t") -> dict[str, list[bytes]]:
-    """What landed, per shard in sequence order."""
-    out: dict[str, list[bytes]] = {}
-    for record in server.records("p", topic):
-        out.setdefault(record["shard"], []).append(record["data"])
-    return out
-
-
-def expected_per_shard(lines: list[bytes]) -> dict[str, list[bytes]]:
-    """The file's lines, per shard, in file order: what must land, in this order."""
-    out: dict[str, list[bytes]] = {}
-    for line in lines:
-        out.setdefault(shard_for(shard_key(orjson.loads(line)), SHARDS), []).append(line)
-    return out
-
-
 def test_deliver_blob_in_order_through_throttling_5xx_and_lost_answers(datahub, tmp_path, capsys):
     path = blob_file(tmp_path)
     capsys.readouterr()
@@ -63,7 +47,7 @@ def test_deliver_blob_in_order_through_throttling_5xx_and_lost_answers(datahub, 
                  "--batch-size", "7"])
     assert code == 0, capsys.readouterr().err
     assert datahub.faults.pending == 0
-    assert landed(datahub) == expected_per_shard(lines), _debug(datahub, lines)  # in order, once each
+    assert landed_per_shard(datahub) == expected_per_shard(lines), _debug(datahub, lines)  # in order, once each
 
 
 def test_a_retried_record_never_lands_after_a_later_one(datahub):
@@ -75,7 +59,7 @@ def test_a_retried_record_never_lands_after_a_later_one(datahub):
     for i in range(40):
         writer.put("t", "same-key", b"r%02d" % i, Position("src", 0, i))
     writer.close()
-    (shard, got), = landed(datahub).items()
+    (shard, got), = landed_per_shard(datahub).items()
     assert got == [b"r%02d" % i for i in range(40)]
     assert writer.retries == 3
 
@@ -134,7 +118,7 @@ def test_sink_keeps_order_without_failures(datahub, tmp_path):
     for line in lines:
         sink.put_blob(line, shard_key(orjson.loads(line)))
     sink.close()
-    assert landed(datahub) == expected_per_shard(lines)
+    assert landed_per_shard(datahub) == expected_per_shard(lines)
     assert sink.records == len(lines)
 
 
@@ -190,7 +174,7 @@ def test_doctests():
 
 
 def _debug(datahub, lines):  # the per-shard counts, shown when an order check fails
-    got, want = landed(datahub), expected_per_shard(lines)
+    got, want = landed_per_shard(datahub), expected_per_shard(lines)
     return {s: (len(got.get(s, [])), len(want.get(s, []))) for s in set(got) | set(want)}
 
 
@@ -214,7 +198,7 @@ def test_a_replayed_epoch_skips_what_its_first_attempt_wrote(datahub):
         replay.put("t", f"k{i % 3}", b"b%03d" % i, Position("src", 0, i))
     replay.close()
     assert replay.skipped == 30
-    for shard, got in landed(datahub).items():
+    for shard, got in landed_per_shard(datahub).items():
         assert got == sorted(got) and len(got) == len(set(got))
     assert sorted(r["data"] for r in datahub.records("p", "t")) == [b"b%03d" % i for i in range(110)]
     assert {r["attributes"]["dts.epoch"] for r in datahub.records("p", "t")} == {"7", "8"}
@@ -230,5 +214,5 @@ def test_a_lost_answer_then_a_throttled_retry_still_checks_before_sending_again(
     for i in range(20):
         writer.put("t", "one-key", b"x%02d" % i, Position("src", 0, i))
     writer.close()
-    (shard, got), = landed(datahub).items()
+    (shard, got), = landed_per_shard(datahub).items()
     assert got == [b"x%02d" % i for i in range(20)]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import Assembled, Reassembler, pack_entries, read_pb, write_pb
 from support.strategies import MYSQL_CHARSETS, RESERVED_PREFIX, ddl_statements, entries, entry_streams, parse_mysql_type
-from support.wire_spec import SPEC_ENUMS, SPEC_MESSAGES, compile_spec, protoc
+from support.wire_spec import SPEC_ENUMS, SPEC_MESSAGES, compile_spec, protoc, varint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,16 +64,7 @@ def test_message_fields_are_the_specs(spec, name):
     assert shape(pb.DESCRIPTOR.message_types_by_name[name]) == shape(getattr(spec, name).DESCRIPTOR)
 
 
-# ---- (b) an independent encoder and decoder ------------------------------------------------
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
+# ---- (b) an independent encoder and decoder (support.wire_spec.varint) ----------------------
 
 def read_varints(data: bytes) -> list[bytes]:
     """Split a delimited stream by hand."""

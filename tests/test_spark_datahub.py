@@ -12,7 +12,6 @@ import os
 import pathlib
 import time
 
-import orjson
 import pytest
 
 pytest.importorskip("pyspark")
@@ -22,7 +21,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
 import bridge  # noqa: E402
 import bridge.spark as bs  # noqa: E402
-from bridge import shard_key  # noqa: E402
 from bridge.cli.main import main  # noqa: E402
 from bridge.datahub.sink import Position, shard_for, tuple_shard_key  # noqa: E402
 from bridge.errors import OptionsError  # noqa: E402
@@ -31,10 +29,10 @@ from bridge.stream import ErrorPolicy, dts_records_to_entries  # noqa: E402
 from bridge.tuple import coerce_row  # noqa: E402
 from bridge.wire.framing import pack_entries  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.landing import SHARDS, expected_per_shard, landed_per_shard  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIXED = ROOT / "samples" / "mixed.pb"
-SHARDS = ["0", "1", "2"]
 TOPIC = "dts"
 
 
@@ -61,21 +59,6 @@ def blob_lines(tmp_path) -> list[bytes]:
     out = tmp_path / "mixed.jsonl"
     assert main(["convert", str(MIXED), "-o", str(out), "--no-progress"]) == 0
     return out.read_bytes().splitlines()
-
-
-def expected_per_shard(lines: list[bytes]) -> dict[str, list[bytes]]:
-    out: dict[str, list[bytes]] = {}
-    for line in lines:
-        out.setdefault(shard_for(shard_key(orjson.loads(line)), SHARDS), []).append(line)
-    return out
-
-
-def landed(server, topic="t") -> dict[str, list[bytes]]:
-    """What landed, per shard in sequence order (never sorted)."""
-    out: dict[str, list[bytes]] = {}
-    for record in server.records("p", topic):
-        out.setdefault(record["shard"], []).append(record["data"])
-    return out
 
 
 def sink(df, server, topic="t", **options):
@@ -108,7 +91,7 @@ def test_batch_blob_write_equals_the_file_conversion_per_shard(spark, datahub, t
     lines = blob_lines(tmp_path)
     log = tmp_path / "commits.jsonl"
     sink(bs.dts_to_blob(kafka_df(spark, envelopes())), datahub, batchSize=7, commitLog=log).save()
-    assert landed(datahub) == expected_per_shard(lines)
+    assert landed_per_shard(datahub) == expected_per_shard(lines)
     records = datahub.records("p", "t")
     assert {r["attributes"]["dts.topic"] for r in records} == {TOPIC}
     assert all("dts.epoch" not in r["attributes"] for r in records)  # a batch write without option epoch
@@ -125,7 +108,7 @@ def test_batch_blob_write_is_exact_through_throttling_5xx_and_lost_answers(spark
     sink(bs.dts_to_blob(kafka_df(spark, envelopes())), datahub, batchSize=5, workers=3).save()
     assert datahub.faults.count("chaos-ack-lost") >= 1  # records landed whose answer was lost
     assert datahub.faults.count() >= 4
-    assert landed(datahub) == expected_per_shard(lines)  # each once, in order
+    assert landed_per_shard(datahub) == expected_per_shard(lines)  # each once, in order
 
 
 def test_a_batch_write_run_again_with_its_epoch_writes_only_what_did_not_land(spark, datahub, tmp_path):
@@ -141,7 +124,7 @@ def test_a_batch_write_run_again_with_its_epoch_writes_only_what_did_not_land(sp
     assert 0 < first < len(lines)
     datahub.faults.chaos(None)
     sink(df, datahub, batchSize=5, epoch=3, commitLog=log).save()
-    assert landed(datahub) == expected_per_shard(lines)
+    assert landed_per_shard(datahub) == expected_per_shard(lines)
     *_, summary = commits(log)
     assert (summary["outcome"], summary["epoch"], summary["skipped"], summary["written"]) == \
         ("commit", 3, first, len(lines) - first)
@@ -177,7 +160,7 @@ def test_a_task_run_again_with_its_epoch_writes_only_the_rest():
         assert 0 < first < len(lines)
         report = write_batches(config, iter(rows), epoch=8)
         assert (report["skipped"], report["written"], report["epoch"]) == (first, len(lines) - first, 8)
-        assert landed(server) == expected_per_shard(lines)
+        assert landed_per_shard(server) == expected_per_shard(lines)
         positions_in_order(server)
 
 
@@ -266,7 +249,7 @@ def test_streaming_write_over_several_micro_batches(spark, datahub, tmp_path):
     files = kafka_files(tmp_path / "in", small_envelopes(), 4)
     log = tmp_path / "commits.jsonl"
     run_stream(spark, datahub, tmp_path / "in", tmp_path / "ckpt", batchSize=6, commitLog=log)
-    assert landed(datahub) == expected_per_shard(lines)
+    assert landed_per_shard(datahub) == expected_per_shard(lines)
     summaries = commits(log)
     assert [s["batch"] for s in summaries] == list(range(files)) and files == 4
     assert all(s["outcome"] == "commit" and s["written"] > 0 and s["skipped"] == 0 for s in summaries)
@@ -296,7 +279,7 @@ def test_a_micro_batch_replayed_after_a_failure_lands_nothing_twice(spark, datah
     failed = len(done)  # the id of the micro-batch that failed
     datahub.faults.chaos(None)
     run_stream(spark, datahub, tmp_path / "in", tmp_path / "ckpt", batchSize=5, commitLog=log)
-    assert landed(datahub) == expected_per_shard(lines)
+    assert landed_per_shard(datahub) == expected_per_shard(lines)
     replayed = [s for s in commits(log) if s["outcome"] == "commit" and s["batch"] == failed]
     assert len(replayed) == 1 and replayed[0]["skipped"] == before - sum(s["written"] for s in done) > 0
     assert [s["batch"] for s in commits(log) if s["outcome"] == "commit"] == [0, 1, 2, 3]
@@ -407,7 +390,7 @@ def test_a_streaming_query_killed_with_sigkill_and_restarted_lands_every_record_
     datahub.faults.clear()
     second = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert "finished" in second.stdout, second.stderr[-3000:]
-    assert landed(datahub) == expected_per_shard(lines)
+    assert landed_per_shard(datahub) == expected_per_shard(lines)
     positions_in_order(datahub)
     after = [s for s in commits(log) if s["outcome"] == "commit"]
     assert sorted({s["batch"] for s in after}) == list(range(files))

@@ -24,6 +24,7 @@ from bridge.wire.framing import (
     write_pb,
 )
 from support.strategies import dml_entries, entries, entry_streams, envelope_streams
+from support.wire_spec import varint
 
 DEFAULT_MAX = 1 << 20
 max_sizes = st.one_of(st.none(), st.integers(64, 4096))
@@ -60,14 +61,6 @@ def items(results) -> list[bytes]:
 def serialized(entry_list) -> list[bytes]:
     return [e.SerializeToString() for e in entry_list]
 
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # ---- split and pack ------------------------------------------------------------------------

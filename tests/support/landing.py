@@ -1,10 +1,53 @@
 """What landed in a DataHub topic put beside what must land: `compare` checks every (shard, Kafka
 partition) record for record and in order (never sorted), and that source positions (`dts.pos`)
 rise strictly per (shard, partition) and never repeat in the topic. Shared by the sync tests
-(tests/test_sync.py, test_sync_tables.py) and the Spark driver tests (support/spark_driver.py)."""
+(tests/test_sync.py, test_sync_tables.py) and the Spark driver tests (support/spark_driver.py),
+which read what landed with `by_shard_partition`; the writer and sink tests of one Blob file
+(tests/test_datahub_sink.py, test_spark_datahub.py) compare `landed_per_shard` with
+`expected_per_shard`."""
 from __future__ import annotations
 
 import collections
+
+from support.pipeline import dts_pos
+
+SHARDS = ["0", "1", "2"]  # the shards of the stand-in's 3-shard test topics
+
+
+def landed_per_shard(server, topic: str = "t", project: str = "p") -> dict[str, list[bytes]]:
+    """What landed, per shard in sequence order (never sorted)."""
+    out: dict[str, list[bytes]] = {}
+    for record in server.records(project, topic):
+        out.setdefault(record["shard"], []).append(record["data"])
+    return out
+
+
+def expected_per_shard(lines: list[bytes], shards: list[str] = SHARDS) -> dict[str, list[bytes]]:
+    """Blob lines per shard (as the writer routes their shard_key), in file order: what must land,
+    in this order."""
+    import orjson
+
+    from bridge import shard_key
+    from bridge.datahub.sink import shard_for
+    out: dict[str, list[bytes]] = {}
+    for line in lines:
+        out.setdefault(shard_for(shard_key(orjson.loads(line)), shards), []).append(line)
+    return out
+
+
+def by_shard_partition(records: list[dict], topic: str, source: str, value) -> tuple[dict, dict]:
+    """{(shard, partition): [value(record)]} and the same with positions (`dts.pos`), in each
+    shard's sequence order; every record must carry `dts.topic` `source`."""
+    got: dict = collections.defaultdict(list)
+    positions: dict = collections.defaultdict(list)
+    for record in records:
+        assert record["attributes"].get("dts.topic") == source, \
+            f"{topic} shard {record['shard']} seq {record['sequence']}: dts.topic is " \
+            f"{record['attributes'].get('dts.topic')!r}, not {source!r}"
+        pos = dts_pos(record)
+        got[(record["shard"], pos[0])].append(value(record))
+        positions[(record["shard"], pos[0])].append(pos)
+    return got, positions
 
 
 def short(value) -> str:

@@ -124,8 +124,6 @@ def landed(server, topic: str, source: str, value, keep: pathlib.Path | None = N
            project: str = PROJECT) -> tuple[dict, dict]:
     """{(shard, partition): [value(record)]} and their positions, in each shard's sequence order
     (`keep`: every record's shard, sequence and attributes written there, for a failure's analysis)."""
-    got: dict = collections.defaultdict(list)
-    positions: dict = collections.defaultdict(list)
     records = server.records(project, topic)
     if keep is not None:
         keep.write_text("\n".join(json.dumps({k: r.get(k) for k in ("shard", "sequence", "attributes")})
@@ -133,12 +131,7 @@ def landed(server, topic: str, source: str, value, keep: pathlib.Path | None = N
     EPOCHS.clear()
     for record in records:
         EPOCHS.setdefault(dts_pos(record), []).append(record["attributes"].get("dts.epoch"))
-        assert record["attributes"].get("dts.topic") == source, \
-            f"{topic} shard {record['shard']}: dts.topic {record['attributes'].get('dts.topic')!r}, not {source!r}"
-        pos = dts_pos(record)
-        got[(record["shard"], pos[0])].append(value(record))
-        positions[(record["shard"], pos[0])].append(pos)
-    return got, positions
+    return landing.by_shard_partition(records, topic, source, value)
 
 
 def compare(topic: str, got: dict, positions: dict, expected: dict, context: str) -> int:

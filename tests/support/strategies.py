@@ -38,6 +38,7 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 
 from bridge.wire import subscribe_pb2 as pb
+from support.wire_spec import varint
 
 __all__ = [
     "RESERVED_PREFIX", "MYSQL_CHARSETS", "MYSQL_TYPE_FAMILIES", "DDL_OPS", "MySQLType",
@@ -648,15 +649,6 @@ def envelope_streams(draw, max_size: int | None = None) -> tuple[list[pb.Entry],
 
 # ---- unknown fields: what protobuf keeps of a field its schema does not declare ------------------
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 @st.composite
 def unknown_field_bytes(draw, descriptor) -> bytes:
     """One to three fields protobuf keeps as unknown in a message of `descriptor`: an undeclared
@@ -672,9 +664,9 @@ def unknown_field_bytes(draw, descriptor) -> bytes:
             has = 2 if f.message_type is not None or f.type in (f.TYPE_STRING, f.TYPE_BYTES) else 0
             kinds.remove(has)
         kind = draw(st.sampled_from(kinds))
-        tag = _varint(number << 3 | kind)
+        tag = varint(number << 3 | kind)
         if kind == 0:
-            body = _varint(draw(st.integers(0, 2**64 - 1)))
+            body = varint(draw(st.integers(0, 2**64 - 1)))
             if draw(st.integers(0, 4)) == 0 and len(body) < 10:
                 body = bytes(b | 0x80 for b in body) + b"\x00"  # overlong, one byte more
         elif kind == 1:
@@ -683,9 +675,9 @@ def unknown_field_bytes(draw, descriptor) -> bytes:
             body = draw(st.binary(min_size=4, max_size=4))
         elif kind == 2:
             payload = draw(st.binary(max_size=12))
-            body = _varint(len(payload)) + payload
+            body = varint(len(payload)) + payload
         else:  # a group: a varint field inside, then its end tag
-            body = _varint(1 << 3) + _varint(draw(st.integers(0, 2**32))) + _varint(number << 3 | 4)
+            body = varint(1 << 3) + varint(draw(st.integers(0, 2**32))) + varint(number << 3 | 4)
         out += tag + body
     return out
 

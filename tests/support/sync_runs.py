@@ -15,7 +15,6 @@ Seeds: SYNC_TEST_SEED=N changes the seed of the kill points and of the chaos (de
 """
 from __future__ import annotations
 
-import collections
 import json
 import os
 import pathlib
@@ -27,7 +26,8 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 
 from bridge.wire.framing import Assembled, Reassembler, pack_entries, read_pb, write_pb
-from support.pipeline import CHAOS_OPS, ENV, ROOT, bridge_cli, dts_pos, run_bridge
+from support.landing import by_shard_partition
+from support.pipeline import CHAOS_OPS, ENV, ROOT, bridge_cli, run_bridge
 
 PROJECT = "dts"
 SEED = int(os.environ.get("SYNC_TEST_SEED", "1729"))
@@ -110,16 +110,7 @@ def _version_of(name: str) -> tuple:
 
 def landed_by_shard_partition(server, topic: str, source: str, value) -> tuple[dict, dict]:
     """{(shard, partition): [value(record)]} and the same with positions, in shard sequence order."""
-    got: dict = collections.defaultdict(list)
-    positions: dict = collections.defaultdict(list)
-    for record in server.records(PROJECT, topic):
-        assert record["attributes"].get("dts.topic") == source, \
-            f"{topic} shard {record['shard']} seq {record['sequence']}: dts.topic is " \
-            f"{record['attributes'].get('dts.topic')!r}, not {source!r}"
-        pos = dts_pos(record)
-        got[(record["shard"], pos[0])].append(value(record))
-        positions[(record["shard"], pos[0])].append(pos)
-    return got, positions
+    return by_shard_partition(server.records(PROJECT, topic), topic, source, value)
 
 
 def committed_offsets(broker, topic: str, group: str, partitions) -> dict[int, int]:

@@ -1,7 +1,9 @@
 """Tencent DTS's wire format (the Protobuf messages of its Kafka subscription) transcribed field by field
 from Tencent's published definition, independently of proto/subscribe.proto, and message classes compiled
 from that transcription alone into a descriptor pool of their own: tests/test_proto.py holds the committed
-proto and generated module to it, tests/test_blob_decode.py reads the bridge's DTS output with it."""
+proto and generated module to it, tests/test_blob_decode.py reads the bridge's DTS output with it.
+`varint` is the wire format's base-128 integer written by hand from the encoding rules, for the tests
+that build or check bytes without bridge.wire.framing.encode_varint."""
 from __future__ import annotations
 
 import subprocess
@@ -77,3 +79,13 @@ def compile_spec(tmp: Path) -> SimpleNamespace:
     return SimpleNamespace(pool=pool, **{
         name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"spec_check.{name}"))
         for name in SPEC_MESSAGES})
+
+
+def varint(n: int) -> bytes:
+    """n >= 0 as a protobuf varint: 7 bits a byte, least significant first, the high bit on all but the last."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
