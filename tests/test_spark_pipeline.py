@@ -323,6 +323,9 @@ def _by_partition(rows) -> dict:
     return out
 
 
+_WORKER_TIMEOUT = "Timed out while waiting for the Python worker to connect back"
+
+
 def test_micro_batch_boundaries_inside_entries_lose_nothing_in_any_mode(kafka_broker, clean_topic, dirty_topic,
                                                                      tmp_path):
     """Streaming dts_to_blob with maxOffsetsPerTrigger on Spark's `kafka` source and on dts-kafka,
@@ -334,11 +337,18 @@ def test_micro_batch_boundaries_inside_entries_lose_nothing_in_any_mode(kafka_br
     jars = _need_spark_kafka_jars()
     out = tmp_path / "collected.json"
     config = tmp_path / "collect.json"
-    config.write_text(json.dumps(dict(sources=["kafka", "dts-kafka"], bootstrap=kafka_broker.bootstrap,
-                                      clean=clean_topic.name, dirty=dirty_topic.name, maxOffsetsPerTrigger=MAX_OFFSETS,
-                                      out=str(out), checkpoints=str(tmp_path / "checkpoints"), jars=jars)))
-    proc = subprocess.run([sys.executable, str(JOBS / "collect.py"), str(config)], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=600)
+    for attempt in range(2):
+        config.write_text(json.dumps(dict(sources=["kafka", "dts-kafka"], bootstrap=kafka_broker.bootstrap,
+                                          clean=clean_topic.name, dirty=dirty_topic.name,
+                                          maxOffsetsPerTrigger=MAX_OFFSETS, out=str(out),
+                                          checkpoints=str(tmp_path / f"checkpoints-{attempt}"), jars=jars)))
+        proc = subprocess.run([sys.executable, str(JOBS / "collect.py"), str(config)], cwd=ROOT, env=ENV,
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode == 0 or _WORKER_TIMEOUT not in proc.stderr:
+            break
+        # Spark waits a fixed time for a new Python worker to connect back (not configurable in
+        # 4.x); on a loaded 2-core machine the data source's planning worker can miss it: the job
+        # runs once more from scratch (fresh checkpoints), and any other failure fails the test
     assert proc.returncode == 0 and "finished" in proc.stdout, \
         f"the collect job exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-5000:]}"
     result = json.loads(out.read_text())
