@@ -83,6 +83,8 @@ _FIELD_IMAGES = {name: image for image, (name, _) in _IMAGE_FIELDS.items()}
 # the half of an update each half's op carries (an op of one whole row: "both")
 _HALF_OF_OP = {i.op: i.image for i in DML_IMAGES[pb.UPDATE]}
 _OP_OF_HALF = {image: op for op, image in _HALF_OF_OP.items()}
+# a DML op -> the payload keys of a message that needs no shape fact (its images, op, sequenceId, timestamp)
+_PLAIN_PAYLOADS = {op: frozenset((*images, "op", "sequenceId", "timestamp")) for op, images in _IMAGES_OF_OP.items()}
 
 
 def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:
@@ -378,6 +380,9 @@ class BlobDecoder:
                         _add_kv(header.properties, value)
                     else:
                         _set_field(header, key, value)
+            elif _BOOL_FIELDS.isdisjoint(fields):  # (the usual header: no bool field to check)
+                for key, value in fields.items():
+                    setattr(header, key, value)
             else:
                 for key, value in fields.items():
                     _set_field(header, key, value)
@@ -459,6 +464,9 @@ class BlobDecoder:
         """Facts for what the message holds beyond what its Entry says: a version other than
         ours, unknown keys, a `ddl` where the op has none (`ddl_extra`), images the op does not
         read, null images. Every extra payload key goes into one `payloadExtra`."""
+        if (payload.keys() == _PLAIN_PAYLOADS.get(payload["op"]) and msg.get("version") == FORMAT_VERSION
+                and msg.keys() <= _KNOWN_TOP_SET):
+            return  # the usual message: our version, no extra keys, only the images its op reads
         version = msg.get("version", None)
         if version is None and "version" not in msg:
             facts["version"] = "none"
