@@ -28,13 +28,12 @@ from bridge.blob.rows import (
     MISSES,
     NATIVE,
     compile_image,
-    header_properties,
     known_fields,
     native_plan,
     split_items,
-    wire_scan,
 )
 from bridge.errors import BridgeError, ConversionError, DecodeError
+from bridge.native import speedups
 from bridge.options import DEFAULT_OPTIONS, Options, per_options
 from bridge.values import (
     CONTROL_MESSAGE_TYPES,
@@ -157,12 +156,9 @@ def _wire_header(header: pb.Header, props: list | None) -> dict:
     return out
 
 
-def _plain_properties(header: pb.Header, raw: bytes) -> list | None | bool:
+def _plain_properties(header: pb.Header) -> list | None | bool:
     """The header's properties as [[key, value], ...] (None: none), or False when one is a DataHub
-    fact (the dict path applies those). C reads them off the Entry's bytes; Python when C is not sure."""
-    found = header_properties(raw)
-    if found is not False:
-        return found
+    fact (the dict path applies those), read in Python: where C's `header_properties` is not sure."""
     props = header.properties
     if any(p.key.startswith(RESERVED_PREFIX) for p in props):
         return False
@@ -379,6 +375,7 @@ class BlobEncoder:
         # `_plain` in the forms convert_lines and convert_columns call through `_run`
         self._dml_lines = partial(self._plain, form="lines")
         self._dml_columns = partial(self._plain, form="columns")
+        self._convert_rest = partial(self._convert, plain_tried=True)  # `_plain` gave None already
 
     # -- public ------------------------------------------------------------------------------
     def convert(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict]:
@@ -439,6 +436,24 @@ class BlobEncoder:
                 cached.key_indexes, cached.table.foreign_default, source["dbName"].encode(),
                 source["tableName"].encode(), cached.table_shard.encode())
 
+    def _convert_serialised(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
+        """`convert(entry, entry.SerializeToString())` of a DML Entry (entry_to_blob's, under NATIVE):
+        `_plain` first, then, when it gives None, `_convert` without trying it again; the same
+        messages, errors and counts as `convert`."""
+        raw = entry.SerializeToString()
+        try:
+            out = self._plain(entry, header, raw)
+        except BridgeError as exc:
+            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+        except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
+            raise ConversionError(f"cannot convert entry ({exc})", seq_id=header.seqId,
+                                  table=_table_name(header)) from exc
+        if out is None:
+            return self._run(self._convert_rest, entry, raw)
+        self.entries += 1
+        self.emitted += len(out)
+        return out
+
     def _run(self, method, entry: pb.Entry, raw: bytes | None, size=len):
         """Call a converter of one Entry: errors located at the Entry, output counted (`size`
         messages)."""
@@ -456,12 +471,13 @@ class BlobEncoder:
         return out
 
     # -- entry kinds -------------------------------------------------------------------------
-    def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None, rows: _Rows | None = None
-                 ) -> list[dict]:
+    def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None, rows: _Rows | None = None,
+                 plain_tried: bool = False) -> list[dict]:
         """The messages of an Entry; with `rows` (stream_lines), only those of a DML Entry's rows
-        rows.first to rows.stop (the Entry-level checks made once, by the first such call)."""
+        rows.first to rows.stop (the Entry-level checks made once, by the first such call).
+        `plain_tried`: `_plain` gave None for this Entry already."""
         mtype = header.messageType
-        if mtype == _DML and raw is not None and NATIVE and rows is None:
+        if mtype == _DML and raw is not None and NATIVE and rows is None and not plain_tried:
             out = self._plain(entry, header, raw)
             if out is not None:
                 return out
@@ -634,11 +650,11 @@ class BlobEncoder:
         Plain: no DataHub facts among the header properties (the others travel in dts.header), no
         event or row properties, one dmlEvent and nothing else in the Event, 1 to 10**6 rows, and a
         column set the C plan covers."""
-        scanned = wire_scan(raw)
+        scanned = speedups.scan(raw)  # under NATIVE only: bridge.native's wrappers are left out here
         if scanned is None:
             return None
-        props = _plain_properties(header, raw)
-        if props is False:
+        props = speedups.header_properties(raw)  # C reads them off the Entry's bytes; Python when not sure
+        if props is False and (props := _plain_properties(header)) is False:
             return None
         key, dml_type, nrows = scanned
         if not 0 < nrows <= _ROW_SCALE:
@@ -996,8 +1012,12 @@ def _table_name(header: pb.Header) -> str | None:
 
 def entry_to_blob(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[dict]:
     """Blob messages of one Entry (a list: an update gives two, a checkpoint in strict mode none).
-    A DML Entry is serialised once so that the C fast path reads its rows off the wire."""
-    return _encoder(options).convert(entry, _wire_bytes(entry))
+    A DML Entry is serialised once so that the C fast path reads its rows off the wire: the same
+    messages as `BlobEncoder.convert(entry, raw)`, with fewer steps between (`_convert_serialised`)."""
+    header = entry.header
+    if NATIVE and header.messageType == _DML:
+        return _encoder(options)._convert_serialised(entry, header)
+    return _encoder(options).convert(entry)
 
 
 def _wire_bytes(entry: pb.Entry) -> bytes | None:

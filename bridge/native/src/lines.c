@@ -270,6 +270,20 @@ static int put_item(PyObject *d, int key, PyObject *value) {
     return rc == 0;
 }
 
+/* [index, nrows], the extension's "row" (new reference; NULL on error) */
+static PyObject *row_pair(long long index, long long nrows) {
+    PyObject *out = PyList_New(2), *a = PyLong_FromLongLong(index), *b = PyLong_FromLongLong(nrows);
+    if (out == NULL || a == NULL || b == NULL) {
+        Py_XDECREF(out);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NULL;
+    }
+    PyList_SET_ITEM(out, 0, a);
+    PyList_SET_ITEM(out, 1, b);
+    return out;
+}
+
 /* One message dict, as bridge/blob/encode.py's BlobEncoder._plain builds it: schema, payload (image,
  * op, sequenceId, timestamp), version and, in lossless mode, the extension (header, columns, row, charsets,
  * values), left out when `quiet` and the image needs no entry of it. NULL on error. */
@@ -301,7 +315,7 @@ PyObject *bridge_message(PyObject *const *args, PyObject *values, PyObject *raws
         Py_INCREF(ext_header);
         Py_INCREF(ext_columns);
         if (!put_item(ext, N_HEADER, ext_header) || !put_item(ext, N_COLUMNS, ext_columns)
-            || !put_item(ext, N_ROW, Py_BuildValue("[LL]", index, nrows))
+            || !put_item(ext, N_ROW, row_pair(index, nrows))
             || (charsets != NULL && (Py_INCREF(charsets), !put_item(ext, N_CHARSETS, charsets)))
             || (raws != NULL && (Py_INCREF(raws), !put_item(ext, N_VALUES, raws)))) {
             Py_DECREF(ext);
@@ -372,7 +386,7 @@ PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
         if (seq_row != w.index) { /* an update's two messages share their row's sequenceId */
             Py_CLEAR(seq);
             text.n = 0;
-            if (bridge_put_seq(&text, &L, w.index)) seq = PyUnicode_FromStringAndSize((const char *)text.p, text.n);
+            if (bridge_put_seq(&text, &L, w.index)) seq = bridge_ascii_str(text.p, text.n); /* digits */
             if (seq == NULL) {
                 Py_DECREF(img);
                 goto error;

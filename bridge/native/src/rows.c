@@ -41,11 +41,30 @@ error:
     return NULL;
 }
 
+/* The str of a K_TEXT value's charset (new reference): a few ASCII names are kept, process-wide
+ * (the text is the value's own spelling: "gbk", "GBK" and "utf8" are three). */
+static PyObject *text_charset(Span cs) {
+    static PyObject *kept[8];
+    static int next;
+    for (int i = 0; i < 8 && kept[i] != NULL; i++)
+        if (PyUnicode_GET_LENGTH(kept[i]) == cs.n && !memcmp(PyUnicode_1BYTE_DATA(kept[i]), cs.p, (size_t)cs.n)) {
+            Py_INCREF(kept[i]);
+            return kept[i];
+        }
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL);
+    if (s != NULL && PyUnicode_IS_ASCII(s) && cs.n < 32) {
+        Py_XSETREF(kept[next], s);
+        Py_INCREF(s);
+        next = (next + 1) % 8;
+    }
+    return s;
+}
+
 /* The str of a text value's charset (new reference): the column's last, kept. */
 static PyObject *charset_text(Col *c, Span cs) {
     if (cs.n != c->cs_text_len || memcmp(cs.p, c->cs_text, (size_t)cs.n)) {
-        if (c->kind == K_TEXT || cs.n >= (Py_ssize_t)sizeof(c->cs_text)) /* K_TEXT's is charset_of's */
-            return PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL);
+        if (c->kind == K_TEXT) return text_charset(cs); /* K_TEXT's cs_text is charset_of's */
+        if (cs.n >= (Py_ssize_t)sizeof(c->cs_text)) return PyUnicode_DecodeUTF8((const char *)cs.p, cs.n, NULL);
         memcpy(c->cs_text, cs.p, (size_t)cs.n); /* a temporal's charset: kept for the next value */
         c->cs_text_len = cs.n;
         Py_CLEAR(c->cs_obj);

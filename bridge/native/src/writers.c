@@ -1,6 +1,7 @@
 /* What a checked value becomes: base64, the Python object the codecs return (the dict writer),
  * and the bytes orjson.dumps gives (the JSON writer). */
 #include "speedups.h"
+#include <float.h>
 
 const char bridge_B64[65] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -38,6 +39,140 @@ PyObject *bridge_ascii_str(const uint8_t *p, Py_ssize_t n) {
     return s;
 }
 
+/* A str's UTF-8 form, kept in the str (CPython's own cache, which PyUnicode_AsUTF8AndSize fills
+ * on first use and orjson.dumps reads): the writer has the bytes at hand, so the str it gives does
+ * not make orjson encode its text again. `utf8` is exactly the str's UTF-8 (the text was decoded from
+ * it strictly, or it was written from the text's code points). CPython 3.10 to 3.12 only, where the
+ * cache is PyObject_Malloc'd memory freed with the str; elsewhere (or out of memory) the str has no
+ * cache, as any new str. */
+static void keep_utf8(PyObject *s, const uint8_t *utf8, Py_ssize_t n) {
+#if !defined(Py_LIMITED_API) && !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030D0000
+    PyCompactUnicodeObject *u = (PyCompactUnicodeObject *)s;
+    if (!PyUnicode_IS_COMPACT(s) || PyUnicode_IS_ASCII(s) || u->utf8 != NULL) return;
+    char *copy = PyObject_Malloc((size_t)n + 1);
+    if (copy == NULL) return;
+    memcpy(copy, utf8, (size_t)n);
+    copy[n] = 0;
+    u->utf8 = copy;
+    u->utf8_length = n;
+#else
+    (void)s, (void)utf8, (void)n;
+#endif
+}
+
+/* The code point of a valid UTF-8 sequence of len bytes (utf8_seq's) */
+static inline uint32_t utf8_code(const uint8_t *p, int len) {
+    switch (len) {
+    case 1: return p[0];
+    case 2: return (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
+    case 3: return (uint32_t)(p[0] & 0x0F) << 12 | (uint32_t)(p[1] & 0x3F) << 6 | (p[2] & 0x3F);
+    default: return (uint32_t)(p[0] & 0x07) << 18 | (uint32_t)(p[1] & 0x3F) << 12 | (uint32_t)(p[2] & 0x3F) << 6
+                    | (p[3] & 0x3F);
+    }
+}
+
+/* The length of the valid UTF-8 sequence a lead byte starts (the bytes were checked by utf8_seq) */
+static inline int utf8_len(uint8_t lead) {
+    return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+}
+
+/* str of UTF-8 bytes, strictly decoded as Python's utf-8 codec decodes (utf8_seq), its UTF-8 kept
+ * (keep_utf8); NULL with no error set for bytes that are not UTF-8 (a miss), NULL with an error
+ * on a memory error. ASCII text is copied; other text takes two passes: its length and widest
+ * character, then the text, in the str's own width. */
+static PyObject *utf8_str(const uint8_t *p, Py_ssize_t n) {
+    const uint8_t *q = p, *end = p + n;
+    uint64_t word;
+    while (end - q >= 8 && (memcpy(&word, q, 8), !(word & 0x8080808080808080ULL))) q += 8;
+    while (q < end && *q < 0x80) q++;
+    if (q == end) return bridge_ascii_str(p, n);
+    Py_ssize_t count = q - p;
+    uint32_t widest = 0;
+    while (q < end) {
+        if (*q < 0x80) {
+            q++;
+            count++;
+            continue;
+        }
+        int len = utf8_seq(q, end);
+        if (!len) return NULL;
+        uint32_t cp = utf8_code(q, len);
+        widest = cp > widest ? cp : widest;
+        q += len;
+        count++;
+    }
+    PyObject *s = PyUnicode_New(count, widest);
+    if (s == NULL) return NULL;
+    q = p;
+    switch (PyUnicode_KIND(s)) {
+    case PyUnicode_1BYTE_KIND: {
+        Py_UCS1 *o = PyUnicode_1BYTE_DATA(s);
+        while (q < end) {
+            int len = utf8_len(*q);
+            *o++ = (Py_UCS1)utf8_code(q, len);
+            q += len;
+        }
+        break;
+    }
+    case PyUnicode_2BYTE_KIND: {
+        Py_UCS2 *o = PyUnicode_2BYTE_DATA(s);
+        while (q < end) {
+            int len = utf8_len(*q);
+            *o++ = (Py_UCS2)utf8_code(q, len);
+            q += len;
+        }
+        break;
+    }
+    default: {
+        Py_UCS4 *o = PyUnicode_4BYTE_DATA(s);
+        while (q < end) {
+            int len = utf8_len(*q);
+            *o++ = utf8_code(q, len);
+            q += len;
+        }
+    }
+    }
+    keep_utf8(s, p, n);
+    return s;
+}
+
+/* The double of decimal text "-?D+(.D+)?" of at most 15 significant digits and 22 after the point,
+ * into *out: 1, or 0 for any other text (PyOS_string_to_double reads it). Such a value is
+ * m / 10**k with m < 2**53 and 10**k exact, so one IEEE division rounds it exactly as a correctly
+ * rounded strtod does (Clinger's fast path); on a machine whose doubles are evaluated wider
+ * (FLT_EVAL_METHOD != 0) the text always goes to Python's reader. */
+static int short_decimal(const uint8_t *p, Py_ssize_t n, double *out) {
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    const uint8_t *q = p, *end = p + n;
+    int neg = q < end && *q == '-';
+    q += neg;
+    uint64_t m = 0;
+    int digits = 0, scale = 0, point = 0, any = 0;
+    for (; q < end; q++) {
+        if (*q == '.') {
+            if (point || !any) return 0;
+            point = 1;
+            continue;
+        }
+        if (*q < '0' || *q > '9') return 0;
+        any = 1;
+        if (m || *q != '0') digits++;
+        if (digits > 15) return 0;
+        m = m * 10 + (uint64_t)(*q - '0');
+        scale += point;
+    }
+    if (!any || (point && q[-1] == '.') || scale > 22) return 0;
+    double x = (double)m / POW10[scale];
+    *out = neg ? -x : x;
+    return 1;
+#else
+    (void)p, (void)n, (void)out;
+    return 0;
+#endif
+}
+
 /* new reference; NULL with no Python error set for a miss (bytes that are not UTF-8) */
 PyObject *bridge_canon_object(const Canon *v) {
     switch (v->tag) {
@@ -45,10 +180,12 @@ PyObject *bridge_canon_object(const Canon *v) {
     case C_ASCII: return bridge_ascii_str(v->s.p, v->s.n);
     case C_FLOAT:
         if (v->i) { /* checked by its text only: read it now */
+            double x;
+            if (short_decimal(v->s.p, v->s.n, &x)) return PyFloat_FromDouble(x);
             char buf[64];
             memcpy(buf, v->s.p, (size_t)v->s.n);
             buf[v->s.n] = 0;
-            double x = PyOS_string_to_double(buf, NULL, NULL);
+            x = PyOS_string_to_double(buf, NULL, NULL);
             if (x == -1.0 && PyErr_Occurred()) return NULL;
             return PyFloat_FromDouble(x);
         }
@@ -65,29 +202,39 @@ PyObject *bridge_canon_object(const Canon *v) {
     }
     case C_NULL:
         Py_RETURN_NONE;
-    case C_TABLE: { /* two passes over the units: the str's size and widest character, then its text */
+    case C_TABLE: { /* one pass over the units (each read once: a two-byte charset's table is large), then the str */
+        Py_UCS4 stack[256], *cps = stack;
+        uint8_t stack8[4 * 256], *utf8 = stack8; /* at most 4 bytes of UTF-8 a unit */
+        if (v->s.n > 256) {
+            cps = PyMem_Malloc(sizeof(Py_UCS4) * (size_t)v->s.n); /* a unit is at least one byte */
+            utf8 = PyMem_Malloc(4 * (size_t)v->s.n);
+            if (cps == NULL || utf8 == NULL) {
+                PyMem_Free(cps == stack ? NULL : cps);
+                PyMem_Free(utf8 == stack8 ? NULL : utf8);
+                return PyErr_NoMemory();
+            }
+        }
         const uint8_t *p = v->s.p, *end = p + v->s.n;
-        Py_ssize_t n = 0;
-        uint32_t widest = 0;
+        Py_ssize_t n = 0, nutf8 = 0;
+        PyObject *s = NULL;
         int len;
         while (p < end) {
             uint32_t cp = next_unit(v->table, p, end, &len);
-            if (cp > 0x10FFFF) return NULL; /* a miss */
-            widest = cp > widest ? cp : widest;
-            n++;
+            if (cp > 0x10FFFF) goto table_done; /* a miss */
+            cps[n++] = cp;
+            nutf8 += utf8_put(utf8 + nutf8, cp);
             p += len;
         }
-        PyObject *s = PyUnicode_New(n, widest);
-        if (s == NULL) return NULL;
-        int kind = PyUnicode_KIND(s);
-        void *data = PyUnicode_DATA(s);
-        p = v->s.p;
-        for (Py_ssize_t i = 0; i < n; i++, p += len) PyUnicode_WRITE(kind, data, i, next_unit(v->table, p, end, &len));
+        s = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, cps, n);
+        if (s != NULL) keep_utf8(s, utf8, nutf8);
+    table_done:
+        if (cps != stack) PyMem_Free(cps);
+        if (utf8 != stack8) PyMem_Free(utf8);
         return s;
     }
     default: {
-        PyObject *s = PyUnicode_DecodeUTF8((const char *)v->s.p, v->s.n, NULL);
-        if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
+        PyObject *s = utf8_str(v->s.p, v->s.n);
+        if (s == NULL && PyErr_Occurred()) return NULL;
         return s;
     }
     }
