@@ -13,20 +13,17 @@ import subprocess
 import sys
 import time
 
-import orjson
 import pytest
 
 pytest.importorskip("datahub")
 pytestmark = pytest.mark.datahub
 
-from bridge import shard_key  # noqa: E402
 from bridge.cli.kafka import DELIVER_STATE_SUFFIX  # noqa: E402
 from bridge.cli.main import main  # noqa: E402
-from bridge.datahub.sink import shard_for  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.landing import SHARDS, expected_per_shard, landed_per_shard  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARDS = ["0", "1", "2"]
 
 
 @pytest.fixture
@@ -42,20 +39,6 @@ def blob_input(tmp_path, times: int) -> pathlib.Path:
     pb.write_bytes((ROOT / "samples" / "mixed.pb").read_bytes() * times)
     out = tmp_path / "in.jsonl"
     assert main(["convert", str(pb), "-o", str(out)]) == 0
-    return out
-
-
-def landed(server) -> dict[str, list[bytes]]:
-    out: dict[str, list[bytes]] = {}
-    for record in server.records("p", "t"):
-        out.setdefault(record["shard"], []).append(record["data"])
-    return out
-
-
-def expected(lines: list[bytes]) -> dict[str, list[bytes]]:
-    out: dict[str, list[bytes]] = {}
-    for line in lines:
-        out.setdefault(shard_for(shard_key(orjson.loads(line)), SHARDS), []).append(line)
     return out
 
 
@@ -95,7 +78,7 @@ def run_kill_test(server, tmp_path, kills: int, seed: int, times: int) -> None:
     final = subprocess.run(cmd, env=env(), capture_output=True, timeout=120)
     assert final.returncode == 0, final.stderr.decode()
     assert killed >= 1, "no run was killed while it delivered: the test proved nothing"
-    got, want = landed(server), expected(lines)
+    got, want = landed_per_shard(server), expected_per_shard(lines)
     for shard in SHARDS:  # in order, each line once: not sorted, not counted
         assert got.get(shard, []) == want.get(shard, []), f"shard {shard}: lost, duplicated or reordered"
     state = json.loads(pathlib.Path(str(path) + DELIVER_STATE_SUFFIX).read_text())
@@ -130,7 +113,7 @@ def test_rerun_after_a_complete_run_sends_nothing_and_restart_is_checked(standin
     assert main(argv) == 0
     assert main(argv) == 0
     assert "delivered 0 of 0 records" in capsys.readouterr().err
-    assert landed(standin) == expected(lines)
+    assert landed_per_shard(standin) == expected_per_shard(lines)
     # the state names its input: another file under the same state is refused, --restart takes it
     other = tmp_path / "other.jsonl"
     other.write_bytes(b"\n".join(lines[:3]) + b"\n")
@@ -142,7 +125,7 @@ def test_rerun_after_a_complete_run_sends_nothing_and_restart_is_checked(standin
         fh.write(lines[0] + b"\n")
     assert main(argv) == 0
     assert "delivered 1 of 1 records" in capsys.readouterr().err
-    assert landed(standin) == expected(lines + lines[:1])
+    assert landed_per_shard(standin) == expected_per_shard(lines + lines[:1])
     # another topic under the same state is refused too
     assert main([*argv[:-2], "--topic", "u", "--status-interval", "0"]) == 2
     assert "not p/u" in capsys.readouterr().err
@@ -166,7 +149,7 @@ def test_rejects_are_cut_back_with_the_state(standin, tmp_path, monkeypatch):
         fh.write(b'{"half a line')
     assert main(argv) == 0  # nothing left to deliver, nothing rejected again
     assert rejects.read_bytes() == first
-    assert landed(standin) == expected(lines)
+    assert landed_per_shard(standin) == expected_per_shard(lines)
 
 
 def test_metrics_and_status_line(standin, tmp_path):
@@ -197,4 +180,4 @@ def test_metrics_and_status_line(standin, tmp_path):
     assert 'dts_bridge_datahub_request_seconds_bucket{' in body and "dts_bridge_records_in_total" in body
     status = [line for line in err.splitlines() if "records sent" in line and "acknowledged to line" in line]
     assert status and "requests" in status[0] and "retries" in status[0], err
-    assert landed(standin) == expected(lines)
+    assert landed_per_shard(standin) == expected_per_shard(lines)
