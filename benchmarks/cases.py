@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from google.protobuf import json_format
@@ -30,6 +30,9 @@ class Chunk:
     blob_lines: dict         # options name -> Blob JSON lines (the Blob side's input)
     naive_lines: list        # protobuf canonical JSON of each Entry (the naive Blob side's input)
     entries: list            # pb.Entry (the Blob -> DTS floor's serialise input)
+    # the Tuple side's input: per table (and column set), in order of first appearance,
+    # (RecordSchema, "db.table", DTS columns, Tuple rows), as `convert --to tuple` writes one file each
+    tuples: list = field(default_factory=list)
 
 
 OPTIONS = {"lossless": LOSSLESS, "strict": STRICT}
@@ -42,7 +45,24 @@ def prepare(entries: list, rows: int) -> Chunk:
         blob[name] = [m for e in entries for m in encoder.convert(e)]
         lines[name] = [bridge.encode_blob(m) for m in blob[name]]
     naive = [json.dumps(json_format.MessageToDict(e)).encode() for e in entries]
-    return Chunk(rows, [e.SerializeToString() for e in entries], blob, lines, naive, entries)
+    return Chunk(rows, [e.SerializeToString() for e in entries], blob, lines, naive, entries,
+                 _tuple_files(entries))
+
+
+def _tuple_files(entries: list) -> list:
+    """The Tuple rows of `entries` (lossless, default options) grouped per table and column set."""
+    encoder = bridge.TupleEncoder(LOSSLESS)
+    files: dict = {}
+    for entry in entries:
+        rows = encoder.convert(entry)
+        if not rows:
+            continue
+        h, columns = entry.header, entry.event.dmlEvent.columns
+        key = (h.schemaName, h.tableName, b"".join(c.SerializeToString() for c in columns))
+        if key not in files:
+            files[key] = (encoder.schema(columns), f"{h.schemaName}.{h.tableName}", list(columns), [])
+        files[key][3].extend(rows)
+    return list(files.values())
 
 
 # ---- (a) the naive baseline and (b) the bridge, DTS -> Blob -----------------------------------
@@ -209,6 +229,25 @@ def _bridge_dts_to_tuple(native: bool) -> Callable[[Chunk], int]:
 bridge_dts_to_tuple = _bridge_dts_to_tuple(True)
 
 
+# ---- (e) Tuple -> DTS -------------------------------------------------------------------------
+
+def bridge_tuple_to_dts(chunk: Chunk) -> int:
+    """Per table: a TupleDecoder with the RecordSchema, table and DTS columns `convert` writes next
+    to a Tuple file (as `convert --from tuple` reads them back), `feed` of each row and
+    `SerializeToString` of each Entry it completes."""
+    n = 0
+    for schema, table, columns, rows in chunk.tuples:
+        decoder = bridge.TupleDecoder(schema, LOSSLESS, table=table, columns=columns)
+        feed = decoder.feed
+        for row in rows:
+            for entry in feed(row):
+                entry.SerializeToString()
+                n += 1
+        if decoder.finish():
+            raise RuntimeError("Tuple -> DTS left update halves unpaired")
+    return n
+
+
 # name -> (what it measures, function); the order is the table's.
 CASES: dict[str, tuple[str, Callable[[Chunk], int]]] = {
     "naive_dts_to_blob": ("(a) naive DTS -> JSON: parse + MessageToDict + json.dumps", naive_dts_to_blob),
@@ -233,4 +272,6 @@ CASES: dict[str, tuple[str, Callable[[Chunk], int]]] = {
     "dts_to_tuple": ("(e) bridge DTS -> Tuple: parse + TupleEncoder.convert(entry, raw)", bridge_dts_to_tuple),
     "dts_to_tuple_python": ("(e) pure Python: parse + TupleEncoder(native=False).convert (the reference path)",
                             _bridge_dts_to_tuple(False)),
+    "tuple_to_dts": ("(e) bridge Tuple -> DTS: TupleDecoder.feed (RecordSchema, table, DTS columns) + serialise",
+                     bridge_tuple_to_dts),
 }

@@ -117,10 +117,15 @@ MATRIX_CASES: dict[str, tuple[str, Callable, str]] = {
     "dts_to_tuple": ("DTS -> Tuple: TupleEncoder.convert(entry, raw)", cases.bridge_dts_to_tuple, "naive_dts_to_blob"),
     "blob_to_dts": ("Blob -> DTS: BlobDecoder.feed_line + serialise", cases.CASES["blob_to_dts"][1],
                     "naive_blob_to_dts"),
+    "tuple_to_dts": ("Tuple -> DTS: TupleDecoder.feed + serialise", cases.bridge_tuple_to_dts, "naive_blob_to_dts"),
 }
 BASELINES = {"naive_dts_to_blob": cases.naive_dts_to_blob, "naive_blob_to_dts": cases.naive_blob_to_dts}
 TARGET = 8  # every DTS -> Blob cell, as a ratio to the naive baseline (docs/performance.md, "Targets")
 BLOB_CELLS = ("entry_to_blob", "entries_to_blob_lines", "convert_lines")
+# each direction's Tuple cell -> the same shape's Blob cell it is a ratio to ("tuple_vs_blob");
+# target: >= TUPLE_TARGET (issue 18, point 3: Tuple as fast as Blob, both directions)
+TUPLE_VS_BLOB = {"dts_to_tuple": "convert_lines", "tuple_to_dts": "blob_to_dts"}
+TUPLE_TARGET = 0.6
 
 
 def chunks(raws: list[bytes], chunk_rows: int):
@@ -150,8 +155,10 @@ def run(rows: int, seed: int, chunk_rows: int, repeat: int, names: list[str], lo
         timings = interleaved(functions, chunks(raws, chunk_rows), repeat)
         rates = {name: round(t.rate("best")) for name, t in timings.items()}
         ratios = {name: round(rates[name] / rates[base], 3) for name, (_, _, base) in MATRIX_CASES.items()}
+        tuple_vs_blob = {name: round(rates[name] / rates[blob], 3) for name, blob in TUPLE_VS_BLOB.items()}
         out[shape] = {"description": what, "rows": timings["naive_dts_to_blob"].rows, "entries": len(raws),
-                      "rows_per_s": rates, "ratios": ratios,
+                      "rows_per_s": rates, "ratios": ratios, "tuple_vs_blob": tuple_vs_blob,
                       "met": all(ratios[c] >= TARGET for c in BLOB_CELLS)}
-        log(f"shape {shape}: " + ", ".join(f"{n} {r:.1f}x" for n, r in ratios.items()))
+        log(f"shape {shape}: " + ", ".join(f"{n} {r:.1f}x" for n, r in ratios.items())
+            + "; Tuple / Blob: " + ", ".join(f"{n} {r:.2f}" for n, r in tuple_vs_blob.items()))
     return out

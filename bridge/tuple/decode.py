@@ -20,7 +20,9 @@ prefix `datahub:` (`sequenceId` of a row that is not its event's first, a millis
 """
 from __future__ import annotations
 
+import datetime
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
@@ -28,6 +30,8 @@ from functools import lru_cache
 from typing import Any
 
 from bridge.errors import BridgeError, ConversionError, TupleFormatError
+from bridge.native import speedups
+from bridge.native.contract import Kind
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.tuple.encode import (
     INT_RANGES,
@@ -43,10 +47,12 @@ from bridge.values import (
     RESERVED_PREFIX,
     ROW_DIGITS,
     TUPLE_OP_IMAGES,
+    TYPES,
     decimal_text,
     float32,
     sequence_id,
 )
+from bridge.values.plans import plan_column
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["tuples_to_entries", "TupleDecoder", "FIELD_CHECKS", "FIELD_COLUMNS", "FROM_TUPLE", "OP_IMAGES",
@@ -167,6 +173,145 @@ def _decimal_column(name: str, int_digits: int, scale: int, options: Options) ->
     return column, dts_converter(column, options)
 
 
+# ---- the C fast path: checked Tuple values -> an image's Data on the wire (Plan.encode) -------------
+#
+# A Blob plan's `encode` writes each column's Data from its Blob value as the Blob codec's from_blob
+# does. For most columns the checked Tuple value is that Blob value and the row's from_tuple makes
+# the same Data (integers, floats, booleans, text, json, time, base64 binary). The rest are adapted
+# here first, and only where the Data is sure to be from_tuple's (`_adapter`); anything else leaves the
+# image to the Python converters, which decide (and name the error).
+
+_MISS = object()  # an adapter's "not sure": the image goes to the converters
+_SHIPPED_ROWS = {row.kind: row for row in TYPES}  # a type row a test registered in place of one is Python's
+_DIGITS = re.compile(r"(?:0|[1-9][0-9]*)\Z").match
+_DAY_MICROS = 86_400_000_000
+_EPOCH = datetime.datetime(1970, 1, 1)
+_timedelta = datetime.timedelta
+# A temporal column with sub-millisecond digits (fsp 4..6) in UTC: C's temporal kinds write
+# milliseconds, so C takes it as text without charset in `bv` (Kind.UTF8 with the STRING DataType:
+# the Data from_tuple makes) and the text is made here.
+_MICRO_TEXT = -1
+
+
+def _decimal_pattern(precision: int, scale: int):
+    """Text `str(value)` of a Decimal has when it is `decimal_text(value, precision, scale)`: exactly
+    `scale` fraction digits, no exponent, no leading zero, at most precision - scale integer digits,
+    no negative zero."""
+    whole = precision - scale
+    if whole < 0:
+        return None
+    integer = "0" if whole == 0 else f"(?:0|[1-9][0-9]{{0,{whole - 1}}})"
+    fraction = f"\\.[0-9]{{{scale}}}" if scale else ""
+    return re.compile(rf"(?!-0(?:\.0*)?\Z)-?{integer}{fraction}\Z").match
+
+
+def _adapter(kind: int, ct, field_type: str, options: Options):
+    """How a column's checked Tuple value becomes the Blob value `Plan.encode` takes: None (as it
+    is), a function (value -> Blob value, or _MISS), or False (C does not take the column)."""
+    if kind == Kind.LONG:  # int; the field's check held it to the field's range, the column's may be narrower
+        if field_type not in INT_RANGES:
+            return False
+        (flo, fhi), (lo, hi) = INT_RANGES[field_type], ct.int_range
+        if lo <= flo and fhi <= hi:
+            return None
+        return lambda v: v if lo <= v <= hi else _MISS
+    if kind == Kind.DIGITS:  # bigint unsigned: a whole Decimal -> its digits
+        if field_type != "DECIMAL":
+            return False
+        hi = ct.int_range[1]
+
+        def digits(v):
+            if type(v) is not Decimal:
+                return _MISS
+            text = str(v)
+            return text if _DIGITS(text) and (len(text) < 20 or int(text) <= hi) else _MISS
+        return digits
+    if kind == Kind.DECIMAL:  # a Decimal already at the column's scale -> its text
+        match = _decimal_pattern(ct.length, ct.scale or 0) if field_type == "DECIMAL" else None
+        if match is None:
+            return False
+
+        def text(v):
+            if type(v) is not Decimal:
+                return _MISS
+            t = str(v)
+            return t if match(t) else _MISS
+        return text
+    if kind in (Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP):
+        # epoch microseconds -> milliseconds, when the column's text holds every digit of them (the
+        # converter's round trip then gives the value back; a value it would refuse stays Python's)
+        if field_type != "TIMESTAMP":
+            return False
+        unit = _DAY_MICROS if kind == Kind.DATE else max(1000, 10 ** (6 - ct.fsp))
+        return lambda v: v // 1000 if type(v) is int and not v % unit else _MISS
+    if kind == _MICRO_TEXT:  # DATETIME(4..6), TIMESTAMP(4..6) in UTC: the text, made here
+        if field_type != "TIMESTAMP":
+            return False
+        fsp = ct.fsp
+        unit, width = 10 ** (6 - fsp), 20 + fsp
+        suffix = " +00:00" if ct.kind == "timestamp" else ""
+
+        def micro_text(v):
+            if type(v) is not int or v % unit:
+                return _MISS
+            try:
+                moment = _EPOCH + _timedelta(microseconds=v)
+            except OverflowError:  # beyond years 1..9999: the converter names it
+                return _MISS
+            return moment.isoformat(" ", "microseconds")[:width] + suffix
+        return micro_text
+    if kind == Kind.BASE64 and options.tuple_binary != "base64":
+        return False
+    return None  # DOUBLE, BOOL, TEXT, UTF8, BASE64: the checked value is the Blob value
+
+
+class _NativeImages:
+    """One column set's C encoder: `wire(values, field)` -> the image's Data as RowChange field
+    `field` (1 oldColumns, 2 newColumns) on the wire, or None for the converters to make."""
+    __slots__ = ("plan", "names", "adapters")
+
+    def __init__(self, plan, names: list, adapters: tuple) -> None:
+        self.plan, self.names, self.adapters = plan, names, adapters
+
+    def wire(self, values: list, field: int) -> bytes | None:
+        blob = dict(zip(self.names, values))
+        for i, name, adapt in self.adapters:
+            value = values[i]
+            if value is not None:
+                value = adapt(value)
+                if value is _MISS:
+                    return None
+                blob[name] = value
+        return self.plan.encode(blob, field)
+
+
+def _native_images(fields: list, columns: list, options: Options) -> _NativeImages | None:
+    """The C encoder of a column set, or None (no C extension; a column C does not take: the
+    converters make every image)."""
+    if speedups is None or not columns:
+        return None
+    utc = options.timezone == "UTC"
+    plan_columns, adapters = [], []
+    for i, ((name, field_type), column) in enumerate(zip(fields, columns)):
+        ct = column_type(column, options)
+        if ct.row is not _SHIPPED_ROWS.get(ct.kind):
+            return None
+        pc = plan_column(name, ct, utc)
+        if pc is None:
+            return None
+        kind = pc.kind
+        if kind in (Kind.DATETIME, Kind.TIMESTAMP) and pc.fsp > 3:
+            kind = _MICRO_TEXT
+            pc = pc._replace(kind=Kind.UTF8, fsp=0)
+        adapt = _adapter(kind, ct, field_type, options)
+        if adapt is False:
+            return None
+        if adapt is not None:
+            adapters.append((i, name, adapt))
+        plan_columns.append(tuple(pc)[:-1])  # a Blob plan's columns: no `out`
+    return _NativeImages(speedups.Plan(plan_columns, True), [name for name, _ in fields], tuple(adapters))
+
+
 class _Half:
     """One update row waiting for its partner."""
     __slots__ = ("half", "values", "meta", "number")
@@ -180,11 +325,15 @@ class TupleDecoder:
 
     `table` ("db.table" or a (db, table) pair) names the source table when rows carry no
     `_source_table_`; `columns` (the table's DTS columns) restores the original column types.
+    With the C extension an image's Data are written by the column set's C encoder where the
+    values are ones it is sure of (`_NativeImages`), the rest by the converters; `native=False`
+    keeps every value in Python: the reference the tests and benchmarks compare with.
     """
 
     def __init__(self, schema, options: Options = DEFAULT_OPTIONS, table=None, columns=None,
-                 max_pending: int = 100_000) -> None:
+                 max_pending: int = 100_000, native: bool = True) -> None:
         self.options = options
+        self._native_on = native
         self.schema = load_record_schema(schema)
         self.max_pending = max_pending
         self.rows = 0
@@ -205,6 +354,10 @@ class TupleDecoder:
         self._columns, self._codecs = self._build_columns(columns)
         self._open_decimals = [i for i, (name, ftype) in enumerate(self._fields)
                                if ftype == "DECIMAL" and columns is None]
+        # per column set (None: the fixed one; else the open DECIMAL columns' shapes): its C encoder
+        self._natives: dict = {}
+        # (column set key, DML type, schema, table) -> an Entry with everything but the row's own fields
+        self._templates: dict = {}
 
     def _build_columns(self, columns):
         if columns is None:
@@ -324,24 +477,38 @@ class TupleDecoder:
 
     def _entry(self, dml_type: int, meta: tuple, before, after) -> pb.Entry:
         seq, _, time, source = meta
+        table = _split_table(source) if source is not None else self._table
+        key, columns, codecs = self._row_columns(before, after)
+        template = self._templates.get((key, dml_type, table))
+        if template is None:
+            template = self._template(key, dml_type, table, columns)
         entry = pb.Entry()
+        entry.CopyFrom(template)
         header = entry.header
-        header.version = 1
-        header.sourceType = pb.MYSQL
-        header.messageType = pb.DML
         header.timestamp = time // 1000
         value = int(seq)
         header.seqId = value // _ROW_SCALE if value // _ROW_SCALE < 1 << 64 else 0
-        header.schemaName, header.tableName = _split_table(source) if source is not None else self._table
-        dml = entry.event.dmlEvent
-        dml.dmlEventType = dml_type
-        columns, codecs = self._row_columns(before, after)
-        dml.columns.extend(columns)
-        row = dml.rows.add()
+        row = entry.event.dmlEvent.rows.add()
+        native = self._natives.get(key) if self._native_on else None
+        if native is None and self._native_on and key not in self._natives:
+            native = self._native(key, columns)
+        # each image from C where it is sure, else from the converters (which raise as before:
+        # C is sure only of values the converters take, so the first error is theirs either way)
+        wire = b""
         if before is not None:
-            row.oldColumns.extend(self._image(codecs, before))
+            old = native.wire(before, 1) if native is not None else None
+            if old is None:
+                row.oldColumns.extend(self._image(codecs, before))
+            else:
+                wire = old
         if after is not None:
-            row.newColumns.extend(self._image(codecs, after))
+            new = native.wire(after, 2) if native is not None else None
+            if new is None:
+                row.newColumns.extend(self._image(codecs, after))
+            else:
+                wire += new
+        if wire:
+            row.MergeFromString(wire)
         if self.options.lossless:
             facts = {}
             if sequence_id(header.seqId) != seq:
@@ -355,17 +522,44 @@ class TupleDecoder:
         return entry
 
     def _row_columns(self, before, after):
-        """Columns and codecs of one row change: DECIMAL fields take the shape their values need."""
+        """(key, columns, codecs) of one row change: DECIMAL fields take the shape their values
+        need; the key names the column set (None: the decoder's own, else the DECIMAL shapes)."""
         if not self._open_decimals:
-            return self._columns, self._codecs
+            return None, self._columns, self._codecs
         columns, codecs = list(self._columns), list(self._codecs)
+        key = []
         for i in self._open_decimals:
             shapes = [_decimal_shape(image[i]) for image in (before, after)
                       if image is not None and image[i] is not None]
             if shapes:
                 int_digits, scale = max(s[0] for s in shapes), max(s[1] for s in shapes)
                 columns[i], codecs[i] = _decimal_column(self._fields[i][0], int_digits, scale, self.options)
-        return columns, codecs
+                key.append((int_digits, scale))
+            else:
+                key.append(None)
+        return tuple(key), columns, codecs
+
+    def _template(self, key, dml_type: int, table: tuple, columns) -> pb.Entry:
+        """The Entry every row change of this column set, DML type and table starts from (copied)."""
+        template = pb.Entry()
+        header = template.header
+        header.version = 1
+        header.sourceType = pb.MYSQL
+        header.messageType = pb.DML
+        header.schemaName, header.tableName = table
+        dml = template.event.dmlEvent
+        dml.dmlEventType = dml_type
+        dml.columns.extend(columns)
+        if len(self._templates) >= 1024:
+            self._templates.clear()
+        self._templates[(key, dml_type, table)] = template
+        return template
+
+    def _native(self, key, columns) -> _NativeImages | None:
+        if len(self._natives) >= 1024:
+            self._natives.clear()
+        native = self._natives[key] = _native_images(self._fields, columns, self.options)
+        return native
 
     def _image(self, codecs, values) -> list[pb.Data]:
         out = []
