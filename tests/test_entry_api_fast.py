@@ -185,3 +185,96 @@ def test_messages_a_user_changes_do_not_change_the_next_ones():
     again = assert_like_python(entry, bridge.DEFAULT_OPTIONS)
     assert again[0]["payload"]["after"]["dataColumn"]["t"] == "Zürich 北京"
     assert again[0]["dts"]["row"] == [0, 1]
+
+
+# ---- dts.header read in C (Plan.messages given (props,)) ------------------------------------------
+
+_HEADER_FIELDS = dict(
+    version=st.one_of(st.sampled_from([0, 1, 2]), st.integers(-2 ** 31, 2 ** 31 - 1)),
+    serverId=st.one_of(st.just(0), st.integers(-2 ** 63, 2 ** 63 - 1)),
+    fileName=st.one_of(st.just(""), st.text(max_size=8)),
+    position=st.one_of(st.just(0), st.integers(0, 2 ** 64 - 1)),
+    gtid=st.one_of(st.just(""), st.text(max_size=8)),
+    eventIndex=st.one_of(st.just(0), st.integers(0, 2 ** 64 - 1)),
+    isLast=st.booleans(),
+)
+
+
+def _default_columns_entry(rows: int) -> pb.Entry:
+    """DataWorks' default columns (the extension may be left out of a one-row Entry's messages)."""
+    entry = pb.Entry(header=pb.Header(messageType=pb.DML, timestamp=1_700_000_000, seqId=3, schemaName="s",
+                                      tableName="t"))
+    dml = entry.event.dmlEvent
+    dml.columns.add(name="note", originalType="longtext")
+    for _ in range(rows):
+        dml.rows.add(newColumns=[pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=b"plain")])
+    return entry
+
+
+@needs_native
+@pytest.mark.parametrize("options", OPTIONS, ids=OPTION_IDS)
+@settings(suppress_health_check=[HealthCheck.too_slow], max_examples=200)
+@given(fields=st.fixed_dictionaries({}, optional=_HEADER_FIELDS), default_columns=st.booleans(),
+       rows=st.integers(1, 2),
+       props=st.lists(st.tuples(st.sampled_from(["subscribe_id", "region", "datahub:op"]), st.text(max_size=4)),
+                      max_size=2))
+def test_dts_header_read_in_c_is_the_header_python_reads(fields, default_columns, rows, props, options):
+    """Every Header field dts.header holds, set or left at its default (a negative int32 version,
+    an int64 serverId, uint64 positions, isLast), with and without header properties, on columns
+    whose extension may be left out (one row, the default header) and on others."""
+    entry = _default_columns_entry(rows) if default_columns else _text_entry(
+        "utf8mb4", [pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=b"x")] * rows)
+    for name, value in fields.items():
+        setattr(entry.header, name, value)
+    for key, value in props:
+        entry.header.properties.add(key=key, value=value)
+    got = assert_like_python(entry, options)
+    if got and options.lossless and default_columns and rows == 1 and fields in ({"version": 1}, {}):
+        assert ("dts" in got[0]) == (fields == {} or bool(props))
+
+
+def _field(number: int, wire: int, payload: bytes) -> bytes:
+    return bytes([number << 3 | wire]) + payload
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = b""
+    while True:
+        out += bytes([n & 0x7F | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            return out
+
+
+def _length(data: bytes) -> bytes:
+    return _varint(len(data)) + data
+
+
+@needs_native
+@pytest.mark.parametrize("extra", [
+    _field(1, 0, _varint(7)),                      # version twice: the last one counts
+    _field(1, 0, _varint(0)),                      # version spelt out as 0 after 1
+    _field(5, 0, _varint(-5)),                     # serverId, negative
+    _field(6, 2, _length(b"")),                    # fileName spelt out empty
+    _field(13, 0, _varint(2)),                     # isLast as 2 (true)
+    _field(1, 0, _varint(2 ** 32 + 1)),            # version past 32 bits (truncated)
+    _field(8, 2, _length("gtid-ü".encode())),      # gtid
+], ids=["version-twice", "version-zero", "server-negative", "empty-file", "is-last-2", "version-wide", "gtid"])
+def test_dts_header_off_hand_made_bytes_is_what_protobuf_reads(extra):
+    """Bytes protobuf would not write (a field twice, a default spelt out, a wide varint) but reads:
+    convert(entry, raw) of them (C first, Python where C is not sure) is the Python path's."""
+    entry = _default_columns_entry(1)
+    entry.header.version = 1
+    raw = entry.SerializeToString()
+    header = entry.header.SerializeToString() + extra
+    rest = raw[len(_field(1, 2, _length(entry.header.SerializeToString()))):]
+    raw = _field(1, 2, _length(header)) + rest
+    parsed = pb.Entry.FromString(raw)
+    for options in OPTIONS:
+        expected = outcome(lambda: bridge.BlobEncoder(options).convert(pb.Entry.FromString(raw)))
+        got = outcome(lambda: bridge.BlobEncoder(options).convert(parsed, raw))
+        assert_outcomes(got, expected, "convert(entry, raw)")
+        assert got == expected
+        if not isinstance(got, tuple):
+            assert [orjson.dumps(m) for m in got] == [orjson.dumps(m) for m in expected]

@@ -694,22 +694,24 @@ class BlobEncoder:
         cached, dml_type, nrows, props = found
         table, native = cached.table, cached.table.native
         lossless = self.options.lossless
-        ext_header = _wire_header(header, props) if lossless else None
         stamp = self._wire_stamp(header)
         seq_id = header.seqId
         if form == "messages":
-            quiet = table.plain_extension_redundant(nrows, ext_header) if lossless else None
+            # lossless: C reads dts.header off the bytes too (given as (props,)), and leaves the
+            # extension out where the header is the default one and the table's columns say the rest
+            quiet = table.plain_extension_redundant(nrows, _DEFAULT_HEADER) if lossless else None
             out = native.messages(raw, dml_type, cached.schema, _IMAGE_KEYS[dml_type], DML_OPS[dml_type],
                                   str(seq_id).encode() if seq_id else b"", bool(seq_id), stamp, FORMAT_VERSION,
-                                  ext_header, table.ext_columns, quiet, nrows)
+                                  (props,) if lossless else None, table.ext_columns, quiet, nrows)
             if out is not None:  # every image plain: C built the message dicts themselves
                 return out
             images = native.rows(raw, dml_type)
             if images is None:
                 return None
-            ext_base = {"header": ext_header, "columns": table.ext_columns} if lossless else None
+            ext_base = {"header": _wire_header(header, props), "columns": table.ext_columns} if lossless else None
             return self._messages(entry, header, table, cached.schema, dml_type, 0, nrows, stamp, ext_base,
                                   images=images)
+        ext_header = _wire_header(header, props) if lossless else None
         args = self._lines_args(cached, dml_type, nrows, stamp, ext_header, raw, seq_id)
         lines = native.lines(*args, cached.key_indexes) if form == "columns" else native.lines(*args)
         if lines is None or form == "lines":

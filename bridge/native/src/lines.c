@@ -331,10 +331,111 @@ error:
     return NULL;
 }
 
+/* ---- dts.header read off the Entry's Header (Plan.messages with ext_header given as (props,)) ---- */
+
+/* The Header fields dts.header holds, in field-number order: bridge/blob/encode.py's wire_ext_header
+ * (every scalar field but those the envelope and schema.source say: messageType, timestamp, seqId,
+ * sourceType, schemaName, tableName), each kept when not its default, as protobuf reads it. */
+enum { H_INT32, H_INT64, H_UINT64, H_BOOL, H_STRING };
+static const struct {
+    uint32_t field;
+    const char *name;
+    int kind;
+} EXT_HEADER[] = {{F_HEADER_VERSION, "version", H_INT32},   {F_HEADER_SERVERID, "serverId", H_INT64},
+                  {F_HEADER_FILENAME, "fileName", H_STRING}, {F_HEADER_POSITION, "position", H_UINT64},
+                  {F_HEADER_GTID, "gtid", H_STRING},         {F_HEADER_EVENTINDEX, "eventIndex", H_UINT64},
+                  {F_HEADER_ISLAST, "isLast", H_BOOL}};
+#define N_EXT_HEADER ((int)(sizeof(EXT_HEADER) / sizeof(EXT_HEADER[0])))
+/* the Header fields the envelope and schema.source say (left out of dts.header): varints and strings */
+#define SAID_ELSEWHERE (1u << F_HEADER_SOURCETYPE | 1u << F_HEADER_MESSAGETYPE | 1u << F_HEADER_TIMESTAMP \
+                        | 1u << F_HEADER_SCHEMANAME | 1u << F_HEADER_TABLENAME | 1u << F_HEADER_SEQID)
+
+static PyObject *ext_header_names[N_EXT_HEADER], *properties_name;
+
+/* dts.header of an Entry's bytes (new reference), its properties `props` (a list, or None: none)
+ * last, as BlobEncoder._plain's _wire_header gives it; *default_only says whether it is the
+ * default header {"version": 1}. Py_None (a new reference) when C is not sure (a field twice, of
+ * another wire type, an unknown field, text that is not UTF-8, malformed bytes): Python reads the
+ * parsed Header. NULL on error. */
+static PyObject *wire_ext_header(const uint8_t *start, const uint8_t *end, PyObject *props, int *default_only) {
+    if (properties_name == NULL) {
+        for (int i = 0; i < N_EXT_HEADER; i++)
+            if ((ext_header_names[i] = PyUnicode_InternFromString(EXT_HEADER[i].name)) == NULL) return NULL;
+        if ((properties_name = PyUnicode_InternFromString("properties")) == NULL) return NULL;
+    }
+    Span header = {NULL, 0};
+    int found = bridge_only_submessage(start, end, F_ENTRY_HEADER, &header);
+    if (found < 0) Py_RETURN_NONE;
+    uint64_t ints[N_EXT_HEADER] = {0};
+    Span texts[N_EXT_HEADER];
+    unsigned seen = 0;
+    const uint8_t *p = found ? header.p : NULL, *hend = found ? header.p + header.n : NULL; /* none: all defaults */
+    while (p < hend) {
+        uint64_t tag;
+        if (!read_varint(&p, hend, &tag)) Py_RETURN_NONE;
+        uint32_t field = TAG_FIELD(tag);
+        int wt = TAG_WT(tag), i = 0;
+        while (i < N_EXT_HEADER && EXT_HEADER[i].field != field) i++;
+        if (i == N_EXT_HEADER) { /* said elsewhere, or the properties (given): skipped; anything else is Python's */
+            if ((field != F_HEADER_PROPERTIES && !(field < 32 && (SAID_ELSEWHERE >> field & 1)))
+                || !skip_field(&p, hend, wt))
+                Py_RETURN_NONE;
+            continue;
+        }
+        if (seen & (1u << i)) Py_RETURN_NONE;
+        seen |= 1u << i;
+        if (EXT_HEADER[i].kind == H_STRING) {
+            if (wt != WT_LEN || !read_span(&p, hend, &texts[i])) Py_RETURN_NONE;
+            if (texts[i].n == 0) seen &= ~(1u << i); /* "" spelt out: the default */
+        } else {
+            if (wt != WT_VARINT || !read_varint(&p, hend, &ints[i])) Py_RETURN_NONE;
+            uint64_t v = ints[i];
+            if (EXT_HEADER[i].kind == H_INT32) v = (uint64_t)(int64_t)(int32_t)(uint32_t)v; /* as protobuf truncates */
+            ints[i] = v;
+            if (v == 0) seen &= ~(1u << i); /* 0 spelt out: the default */
+        }
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    for (int i = 0; i < N_EXT_HEADER; i++) {
+        if (!(seen & (1u << i))) continue;
+        PyObject *value;
+        switch (EXT_HEADER[i].kind) {
+        case H_INT32:
+        case H_INT64: value = PyLong_FromLongLong((long long)(int64_t)ints[i]); break;
+        case H_UINT64: value = PyLong_FromUnsignedLongLong((unsigned long long)ints[i]); break;
+        case H_BOOL: value = Py_True, Py_INCREF(value); break;
+        default:
+            value = PyUnicode_DecodeUTF8((const char *)texts[i].p, texts[i].n, NULL);
+            if (value == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                Py_DECREF(out);
+                Py_RETURN_NONE;
+            }
+        }
+        if (value == NULL || PyDict_SetItem(out, ext_header_names[i], value) < 0) {
+            Py_XDECREF(value);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    int has_props = props != Py_None && PyObject_IsTrue(props);
+    if (has_props < 0 || (has_props && PyDict_SetItem(out, properties_name, props) < 0)) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    *default_only = seen == 1u && ints[0] == 1 && !has_props; /* {"version": 1} */
+    return out;
+}
+
 /* Plan.messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix, seq_pad, stamp, version,
  * ext_header, ext_columns, quiet, nrows): the Blob message dicts of a plain DML Entry, every image
  * converted here (image_keys and ops: one str per image of the DML type; ext_header None in
- * strict mode); None when any image is one C is not sure of (then `rows` and Python decide). */
+ * strict mode); None when any image is one C is not sure of (then `rows` and Python decide).
+ * ext_header given as (props,) is read here off the Entry's Header (wire_ext_header above), with
+ * `props` as its properties; `quiet` then holds only where that header is the default one, and
+ * None comes back where C is not sure of the Header either. */
 PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 13 || !PyTuple_Check(args[3]) || !PyTuple_Check(args[4]) || !PyBytes_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix: bytes, "
@@ -350,13 +451,39 @@ PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "messages(): one image key and one op per image of the DML type");
         return NULL;
     }
+    PyObject *margs[13], *read_header = NULL;
+    memcpy(margs, args, sizeof(margs));
+    if (PyTuple_Check(args[9])) { /* (props,): dts.header read off the bytes, here */
+        if (PyTuple_GET_SIZE(args[9]) != 1) {
+            PyErr_SetString(PyExc_TypeError, "messages(): ext_header is a dict, None or (props,)");
+            return NULL;
+        }
+        Py_buffer hbuf;
+        if (PyObject_GetBuffer(args[0], &hbuf, PyBUF_SIMPLE) < 0) return NULL;
+        int default_only = 0;
+        read_header = wire_ext_header(hbuf.buf, (const uint8_t *)hbuf.buf + hbuf.len, PyTuple_GET_ITEM(args[9], 0),
+                                      &default_only);
+        PyBuffer_Release(&hbuf);
+        if (read_header == NULL || read_header == Py_None) return read_header;
+        int quiet = PyObject_IsTrue(args[11]);
+        if (quiet < 0) {
+            Py_DECREF(read_header);
+            return NULL;
+        }
+        margs[9] = read_header;
+        margs[11] = default_only && quiet ? Py_True : Py_False;
+    }
+    args = margs;
     Layout L = {0};
     L.seq_prefix = PyBytes_AS_STRING(args[5]);
     L.seq_prefix_n = PyBytes_GET_SIZE(args[5]);
     L.seq_pad = PyObject_IsTrue(args[6]);
     if (L.seq_pad < 0) return NULL;
     Py_buffer buf;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) {
+        Py_XDECREF(read_header);
+        return NULL;
+    }
     PyObject *result = NULL, *seq = NULL;
     Buf text = {NULL, 0, 0};
     Walk w = {0};
@@ -406,6 +533,7 @@ error:
     Py_CLEAR(result);
 done:
     Py_XDECREF(seq);
+    Py_XDECREF(read_header);
     PyMem_Free(text.p);
     PyMem_Free(w.datas);
     PyBuffer_Release(&buf);
