@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 import bridge
 from bridge import pb
+from bridge.errors import BridgeError
 from bridge.native import NATIVE
-from bridge.tuple import TIMESTAMP_RANGE, TupleDecoder, TupleEncoder, record_schema
+from bridge.tuple import FIELD_CHECKS, TIMESTAMP_RANGE, TupleDecoder, TupleEncoder, record_schema
 from bridge.tuple import decode as tuple_decode
 from bridge.tuple.encode import INT_RANGES, column_type
 from bridge.values import BOOLEAN_PROPERTY
@@ -307,3 +308,47 @@ def test_tables_c_does_not_take_stay_python(options):
                pb.Column(name="x", originalType="blob" if options.tuple_binary == "hex" else "datetime")]
     decoder = TupleDecoder(record_schema(columns, options), options, table=TABLE, columns=columns)
     assert decoder._native(None, decoder._columns) is None
+
+
+# ---- the compiled field checks ------------------------------------------------------------------
+
+def _field_checks(decoder: TupleDecoder, row: dict):
+    """FIELD_CHECKS one value at a time, as the decoder ran them before they were compiled."""
+    values = []
+    for name, ftype in decoder._fields:
+        value = row.get(name)
+        if value is not None:
+            try:
+                value = FIELD_CHECKS[ftype](value)
+            except BridgeError as exc:
+                raise exc.located(column=name)
+        values.append(value)
+    return values
+
+
+def _typed(values) -> list:
+    return [(type(v).__name__, repr(v)) for v in values]
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], max_examples=200)
+@given(table=st.one_of(tuple_tables(), tuple_tables(adapted_columns())))
+def test_compiled_checks_match_the_field_checks(table):
+    """Every field type's inline test lets through only values its check returns unchanged."""
+    options, columns, schema, rows = table
+    decoder = TupleDecoder(schema, options, table=TABLE, columns=columns)
+    for row in rows:
+        expected = outcome(lambda row=row: _typed(_field_checks(decoder, row)))
+        got = outcome(lambda row=row: _typed(decoder._checked(row, decoder._check)))
+        assert_outcomes(got, expected, "compiled checks")
+
+
+@pytest.mark.parametrize("field_type, value", [
+    ("DOUBLE", float("inf")), ("DOUBLE", float("nan")), ("DOUBLE", -0.0), ("DOUBLE", 3), ("BIGINT", 2**63),
+    ("TINYINT", -129), ("TINYINT", True), ("TIMESTAMP", TIMESTAMP_RANGE[1] + 1), ("DECIMAL", Decimal("NaN")),
+    ("DECIMAL", "1.5"), ("BOOLEAN", 1), ("STRING", Text("x")), ("FLOAT", 1e300), ("FLOAT", 0.1)])
+def test_compiled_checks_edges(field_type, value):
+    schema = {"fields": [{"name": "x", "type": field_type}, *record_schema([])["fields"]]}
+    decoder = TupleDecoder(schema, table=TABLE)
+    row = {"x": value}
+    assert_outcomes(outcome(lambda: _typed(decoder._checked(row, decoder._check))),
+                    outcome(lambda: _typed(_field_checks(decoder, row))), field_type)

@@ -173,6 +173,37 @@ def _decimal_column(name: str, int_digits: int, scale: int, options: Options) ->
     return column, dts_converter(column, options)
 
 
+# field type -> a test of a value ({v}) under which its FIELD_CHECKS check returns the value itself
+# (an exact type within the field's range); None: every value goes to the check
+_PLAIN_VALUES: dict[str, str | None] = {
+    **{ftype: f"type({{v}}) is int and {lo} <= {{v}} <= {hi}" for ftype, (lo, hi) in INT_RANGES.items()},
+    "DOUBLE": "type({v}) is float and {v} - {v} == 0.0",  # finite (inf - inf and nan - nan are nan)
+    "FLOAT": None,  # float32 rounds
+    "DECIMAL": "type({v}) is Decimal and {v}.is_finite()",
+    "BOOLEAN": "{v} is True or {v} is False",
+    "STRING": "type({v}) is str",
+}
+
+
+def _compile_checks(field_types: list, names: list):
+    """A function `checked(row, check) -> [value of each field]`: FIELD_CHECKS of every field's
+    value in field order, the plain ones (`_PLAIN_VALUES`) tested inline and the rest given to
+    `check(index, value)`, which checks (and names the field of) the first bad one."""
+    lines = ["def checked(row, check):", "    get = row.get"]
+    scope = {"Decimal": Decimal}
+    for i, ftype in enumerate(field_types):
+        scope[f"name{i}"] = names[i]
+        lines.append(f"    v{i} = get(name{i})")
+        test = _PLAIN_VALUES[ftype]
+        if test is None:
+            lines.append(f"    if v{i} is not None: v{i} = check({i}, v{i})")
+        else:
+            lines.append(f"    if v{i} is not None and not ({test.format(v=f'v{i}')}): v{i} = check({i}, v{i})")
+    lines.append("    return [" + ", ".join(f"v{i}" for i in range(len(field_types))) + "]")
+    exec(compile("\n".join(lines), f"<Tuple checks of {len(field_types)} fields>", "exec"), scope)  # noqa: S102
+    return scope["checked"]
+
+
 # ---- the C fast path: checked Tuple values -> an image's Data on the wire (Plan.encode) -------------
 #
 # A Blob plan's `encode` writes each column's Data from its Blob value as the Blob codec's from_blob
@@ -351,6 +382,7 @@ class TupleDecoder:
         self._fields = [(f["name"], f["type"]) for f in self.schema["fields"] if f["name"] not in META_NAMES]
         self._known = frozenset(types)
         self._checks = [(name, FIELD_CHECKS[ftype]) for name, ftype in self._fields]
+        self._checked = _compile_checks([ftype for _, ftype in self._fields], [name for name, _ in self._fields])
         self._columns, self._codecs = self._build_columns(columns)
         self._open_decimals = [i for i, (name, ftype) in enumerate(self._fields)
                                if ftype == "DECIMAL" and columns is None]
@@ -422,20 +454,11 @@ class TupleDecoder:
     def _feed(self, row: Any, number: int) -> list[pb.Entry]:
         if not isinstance(row, dict):
             raise TupleFormatError("a Tuple row must be an object", value=row)
-        unknown = set(row) - self._known
-        if unknown:
-            raise TupleFormatError("row has fields not in the RecordSchema", value=sorted(unknown))
+        if not self._known.issuperset(row):
+            raise TupleFormatError("row has fields not in the RecordSchema", value=sorted(set(row) - self._known))
         meta = self._meta(row)
         dml_type, half = OP_IMAGES[meta[1]]
-        values = []
-        for name, check in self._checks:
-            value = row.get(name)
-            if value is not None:
-                try:
-                    value = check(value)
-                except BridgeError as exc:
-                    raise exc.located(column=name)
-            values.append(value)
+        values = self._checked(row, self._check)
         if dml_type != pb.UPDATE:
             before, after = (values, None) if half == "before" else (None, values)
             return [self._entry(dml_type, meta, before, after)]
@@ -456,6 +479,14 @@ class TupleDecoder:
                                    value=[other.meta[2], meta[2]])
         before, after = (other.values, values) if half == "after" else (values, other.values)
         return [self._entry(pb.UPDATE, meta, before, after)]
+
+    def _check(self, index: int, value):
+        """FIELD_CHECKS of one value (the compiled checks' way for what they are not sure of)."""
+        name, check = self._checks[index]
+        try:
+            return check(value)
+        except BridgeError as exc:
+            raise exc.located(column=name)
 
     def _meta(self, row: dict) -> tuple:
         """(sequence id, (op, before, after), time ms, source table) of a row's meta columns."""
