@@ -197,6 +197,8 @@ _HEADER_FIELDS = dict(
     gtid=st.one_of(st.just(""), st.text(max_size=8)),
     eventIndex=st.one_of(st.just(0), st.integers(0, 2 ** 64 - 1)),
     isLast=st.booleans(),
+    timestamp=st.one_of(st.just(0), st.integers(0, 2 ** 32 - 1), st.just(999_999_999), st.just(10 ** 9)),
+    seqId=st.one_of(st.just(0), st.integers(0, 2 ** 64 - 1), st.integers(0, 10 ** 6)),
 )
 
 
@@ -221,7 +223,8 @@ def _default_columns_entry(rows: int) -> pb.Entry:
 def test_dts_header_read_in_c_is_the_header_python_reads(fields, default_columns, rows, props, options):
     """Every Header field dts.header holds, set or left at its default (a negative int32 version,
     an int64 serverId, uint64 positions, isLast), with and without header properties, on columns
-    whose extension may be left out (one row, the default header) and on others."""
+    whose extension may be left out (one row, the default header) and on others; the timestamp
+    (13-digit eventTime or not: an error) and seqId (0 or any uint64) C reads for the payload."""
     entry = _default_columns_entry(rows) if default_columns else _text_entry(
         "utf8mb4", [pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=b"x")] * rows)
     for name, value in fields.items():
@@ -229,8 +232,9 @@ def test_dts_header_read_in_c_is_the_header_python_reads(fields, default_columns
     for key, value in props:
         entry.header.properties.add(key=key, value=value)
     got = assert_like_python(entry, options)
-    if got and options.lossless and default_columns and rows == 1 and fields in ({"version": 1}, {}):
-        assert ("dts" in got[0]) == (fields == {} or bool(props))
+    said = {k: v for k, v in fields.items() if k not in ("timestamp", "seqId")}
+    if got and options.lossless and default_columns and rows == 1 and said in ({"version": 1}, {}):
+        assert ("dts" in got[0]) == (said == {} or bool(props))
 
 
 def _field(number: int, wire: int, payload: bytes) -> bytes:
@@ -260,7 +264,11 @@ def _length(data: bytes) -> bytes:
     _field(13, 0, _varint(2)),                     # isLast as 2 (true)
     _field(1, 0, _varint(2 ** 32 + 1)),            # version past 32 bits (truncated)
     _field(8, 2, _length("gtid-ü".encode())),      # gtid
-], ids=["version-twice", "version-zero", "server-negative", "empty-file", "is-last-2", "version-wide", "gtid"])
+    _field(4, 0, _varint(1_600_000_000)),          # timestamp twice: the last one counts
+    _field(11, 0, _varint(2 ** 64 - 1)),           # seqId twice
+    _field(4, 0, _varint(2 ** 32 + 1_600_000_000)),  # timestamp past 32 bits (truncated)
+], ids=["version-twice", "version-zero", "server-negative", "empty-file", "is-last-2", "version-wide", "gtid",
+        "timestamp-twice", "seq-twice", "timestamp-wide"])
 def test_dts_header_off_hand_made_bytes_is_what_protobuf_reads(extra):
     """Bytes protobuf would not write (a field twice, a default spelt out, a wide varint) but reads:
     convert(entry, raw) of them (C first, Python where C is not sure) is the Python path's."""
@@ -278,3 +286,18 @@ def test_dts_header_off_hand_made_bytes_is_what_protobuf_reads(extra):
         assert got == expected
         if not isinstance(got, tuple):
             assert [orjson.dumps(m) for m in got] == [orjson.dumps(m) for m in expected]
+
+
+@needs_native
+def test_system_time_stamps_in_python_and_the_rest_is_the_same():
+    """Under system_time the payload's timestamp is Python's (it stamps each Entry); the messages
+    are otherwise the Python path's."""
+    options = bridge.Options(system_time=True)
+    entry = _default_columns_entry(2)
+    entry.header.version = 1
+    got = bridge.entry_to_blob(entry, options)
+    expected = bridge.BlobEncoder(options).convert(pb.Entry.FromString(entry.SerializeToString()))
+    assert all("systemTime" in m["payload"]["timestamp"] for m in got)
+    for m in got + expected:
+        m["payload"]["timestamp"].pop("systemTime", None)  # one dict an Entry's messages share
+    assert got == expected

@@ -694,12 +694,13 @@ class BlobEncoder:
         cached, dml_type, nrows, props = found
         table, native = cached.table, cached.table.native
         lossless = self.options.lossless
-        stamp = self._wire_stamp(header)
-        seq_id = header.seqId
         if form == "messages":
-            # lossless: C reads dts.header off the bytes too (given as (props,)), and leaves the
+            # C reads the timestamp and seqId off the Header's bytes (stamp None; not under system_time,
+            # which stamps in Python) and, lossless, dts.header (given as (props,)), leaving the
             # extension out where the header is the default one and the table's columns say the rest
             quiet = table.plain_extension_redundant(nrows, _DEFAULT_HEADER) if lossless else None
+            stamp = self._wire_stamp(header) if self.options.system_time else None
+            seq_id = header.seqId if stamp is not None else 0
             out = native.messages(raw, dml_type, cached.schema, _IMAGE_KEYS[dml_type], DML_OPS[dml_type],
                                   str(seq_id).encode() if seq_id else b"", bool(seq_id), stamp, FORMAT_VERSION,
                                   (props,) if lossless else None, table.ext_columns, quiet, nrows)
@@ -708,10 +709,12 @@ class BlobEncoder:
             images = native.rows(raw, dml_type)
             if images is None:
                 return None
+            stamp = self._wire_stamp(header)
             ext_base = {"header": _wire_header(header, props), "columns": table.ext_columns} if lossless else None
             return self._messages(entry, header, table, cached.schema, dml_type, 0, nrows, stamp, ext_base,
                                   images=images)
         ext_header = _wire_header(header, props) if lossless else None
+        stamp, seq_id = self._wire_stamp(header), header.seqId
         args = self._lines_args(cached, dml_type, nrows, stamp, ext_header, raw, seq_id)
         lines = native.lines(*args, cached.key_indexes) if form == "columns" else native.lines(*args)
         if lines is None or form == "lines":

@@ -350,63 +350,80 @@ static const struct {
 #define SAID_ELSEWHERE (1u << F_HEADER_SOURCETYPE | 1u << F_HEADER_MESSAGETYPE | 1u << F_HEADER_TIMESTAMP \
                         | 1u << F_HEADER_SCHEMANAME | 1u << F_HEADER_TABLENAME | 1u << F_HEADER_SEQID)
 
-static PyObject *ext_header_names[N_EXT_HEADER], *properties_name;
+static PyObject *ext_header_names[N_EXT_HEADER], *properties_name, *event_time_name, *checkpoint_time_name;
 
-/* dts.header of an Entry's bytes (new reference), its properties `props` (a list, or None: none)
- * last, as BlobEncoder._plain's _wire_header gives it; *default_only says whether it is the
- * default header {"version": 1}. Py_None (a new reference) when C is not sure (a field twice, of
- * another wire type, an unknown field, text that is not UTF-8, malformed bytes): Python reads the
- * parsed Header. NULL on error. */
-static PyObject *wire_ext_header(const uint8_t *start, const uint8_t *end, PyObject *props, int *default_only) {
-    if (properties_name == NULL) {
-        for (int i = 0; i < N_EXT_HEADER; i++)
-            if ((ext_header_names[i] = PyUnicode_InternFromString(EXT_HEADER[i].name)) == NULL) return NULL;
-        if ((properties_name = PyUnicode_InternFromString("properties")) == NULL) return NULL;
-    }
+/* What C reads of an Entry's Header: the dts.header fields (ints and texts by EXT_HEADER index,
+ * `seen` those not at their default), timestamp and seqId (0 when absent) */
+typedef struct {
+    uint64_t ints[N_EXT_HEADER];
+    Span texts[N_EXT_HEADER];
+    unsigned seen;
+    uint64_t timestamp, seq_id;
+} HeaderView;
+
+/* Read the Header of an Entry's bytes into h: 1, or 0 where C is not sure (a field twice, of
+ * another wire type, an unknown field, malformed bytes): Python reads the parsed Header. */
+static int read_header(const uint8_t *start, const uint8_t *end, HeaderView *h) {
+    memset(h, 0, sizeof(*h));
     Span header = {NULL, 0};
     int found = bridge_only_submessage(start, end, F_ENTRY_HEADER, &header);
-    if (found < 0) Py_RETURN_NONE;
-    uint64_t ints[N_EXT_HEADER] = {0};
-    Span texts[N_EXT_HEADER];
-    unsigned seen = 0;
+    if (found < 0) return 0;
     const uint8_t *p = found ? header.p : NULL, *hend = found ? header.p + header.n : NULL; /* none: all defaults */
+    unsigned once = 0; /* timestamp and seqId: each at most once */
     while (p < hend) {
         uint64_t tag;
-        if (!read_varint(&p, hend, &tag)) Py_RETURN_NONE;
+        if (!read_varint(&p, hend, &tag)) return 0;
         uint32_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag), i = 0;
+        if (field == F_HEADER_TIMESTAMP || field == F_HEADER_SEQID) {
+            unsigned bit = field == F_HEADER_TIMESTAMP ? 1u : 2u;
+            uint64_t v;
+            if ((once & bit) || wt != WT_VARINT || !read_varint(&p, hend, &v)) return 0;
+            once |= bit;
+            if (field == F_HEADER_TIMESTAMP) h->timestamp = (uint32_t)v; /* a uint32, as protobuf truncates */
+            else h->seq_id = v;
+            continue;
+        }
         while (i < N_EXT_HEADER && EXT_HEADER[i].field != field) i++;
         if (i == N_EXT_HEADER) { /* said elsewhere, or the properties (given): skipped; anything else is Python's */
             if ((field != F_HEADER_PROPERTIES && !(field < 32 && (SAID_ELSEWHERE >> field & 1)))
                 || !skip_field(&p, hend, wt))
-                Py_RETURN_NONE;
+                return 0;
             continue;
         }
-        if (seen & (1u << i)) Py_RETURN_NONE;
-        seen |= 1u << i;
+        if (h->seen & (1u << i)) return 0;
+        h->seen |= 1u << i;
         if (EXT_HEADER[i].kind == H_STRING) {
-            if (wt != WT_LEN || !read_span(&p, hend, &texts[i])) Py_RETURN_NONE;
-            if (texts[i].n == 0) seen &= ~(1u << i); /* "" spelt out: the default */
+            if (wt != WT_LEN || !read_span(&p, hend, &h->texts[i])) return 0;
+            if (h->texts[i].n == 0) h->seen &= ~(1u << i); /* "" spelt out: the default */
         } else {
-            if (wt != WT_VARINT || !read_varint(&p, hend, &ints[i])) Py_RETURN_NONE;
-            uint64_t v = ints[i];
+            uint64_t v;
+            if (wt != WT_VARINT || !read_varint(&p, hend, &v)) return 0;
             if (EXT_HEADER[i].kind == H_INT32) v = (uint64_t)(int64_t)(int32_t)(uint32_t)v; /* as protobuf truncates */
-            ints[i] = v;
-            if (v == 0) seen &= ~(1u << i); /* 0 spelt out: the default */
+            h->ints[i] = v;
+            if (v == 0) h->seen &= ~(1u << i); /* 0 spelt out: the default */
         }
     }
+    return 1;
+}
+
+/* dts.header of a read Header (new reference), its properties `props` (a list, or None: none)
+ * last, as BlobEncoder._plain's _wire_header gives it; *default_only says whether it is the
+ * default header {"version": 1}. Py_None (a new reference) for text that is not UTF-8 (Python
+ * decides); NULL on error. */
+static PyObject *ext_header_dict(const HeaderView *h, PyObject *props, int *default_only) {
     PyObject *out = PyDict_New();
     if (out == NULL) return NULL;
     for (int i = 0; i < N_EXT_HEADER; i++) {
-        if (!(seen & (1u << i))) continue;
+        if (!(h->seen & (1u << i))) continue;
         PyObject *value;
         switch (EXT_HEADER[i].kind) {
         case H_INT32:
-        case H_INT64: value = PyLong_FromLongLong((long long)(int64_t)ints[i]); break;
-        case H_UINT64: value = PyLong_FromUnsignedLongLong((unsigned long long)ints[i]); break;
+        case H_INT64: value = PyLong_FromLongLong((long long)(int64_t)h->ints[i]); break;
+        case H_UINT64: value = PyLong_FromUnsignedLongLong((unsigned long long)h->ints[i]); break;
         case H_BOOL: value = Py_True, Py_INCREF(value); break;
         default:
-            value = PyUnicode_DecodeUTF8((const char *)texts[i].p, texts[i].n, NULL);
+            value = PyUnicode_DecodeUTF8((const char *)h->texts[i].p, h->texts[i].n, NULL);
             if (value == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                 PyErr_Clear();
                 Py_DECREF(out);
@@ -425,17 +442,45 @@ static PyObject *wire_ext_header(const uint8_t *start, const uint8_t *end, PyObj
         Py_DECREF(out);
         return NULL;
     }
-    *default_only = seen == 1u && ints[0] == 1 && !has_props; /* {"version": 1} */
+    *default_only = h->seen == 1u && h->ints[0] == 1 && !has_props; /* {"version": 1} */
     return out;
+}
+
+/* payload.timestamp of a read Header (new reference): {"eventTime": ms, "checkpointTime": ms}, as
+ * BlobEncoder._wire_stamp gives it; Py_None (a new reference) when ms is not 13 digits (Python's
+ * _timestamp reports it). NULL on error. */
+static PyObject *stamp_dict(const HeaderView *h) {
+    long long ms = (long long)h->timestamp * 1000;
+    if (ms < 1000000000000LL || ms > 9999999999999LL) Py_RETURN_NONE;
+    PyObject *out = PyDict_New(), *value = PyLong_FromLongLong(ms);
+    if (out == NULL || value == NULL || PyDict_SetItem(out, event_time_name, value) < 0
+        || PyDict_SetItem(out, checkpoint_time_name, value) < 0) {
+        Py_XDECREF(out);
+        Py_XDECREF(value);
+        return NULL;
+    }
+    Py_DECREF(value);
+    return out;
+}
+
+static int header_names_init(void) {
+    if (properties_name != NULL) return 1;
+    for (int i = 0; i < N_EXT_HEADER; i++)
+        if ((ext_header_names[i] = PyUnicode_InternFromString(EXT_HEADER[i].name)) == NULL) return 0;
+    return (event_time_name = PyUnicode_InternFromString("eventTime")) != NULL
+           && (checkpoint_time_name = PyUnicode_InternFromString("checkpointTime")) != NULL
+           && (properties_name = PyUnicode_InternFromString("properties")) != NULL;
 }
 
 /* Plan.messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix, seq_pad, stamp, version,
  * ext_header, ext_columns, quiet, nrows): the Blob message dicts of a plain DML Entry, every image
  * converted here (image_keys and ops: one str per image of the DML type; ext_header None in
  * strict mode); None when any image is one C is not sure of (then `rows` and Python decide).
- * ext_header given as (props,) is read here off the Entry's Header (wire_ext_header above), with
- * `props` as its properties; `quiet` then holds only where that header is the default one, and
- * None comes back where C is not sure of the Header either. */
+ * ext_header given as (props,) is read here off the Entry's Header (read_header above), with
+ * `props` as its properties; `quiet` then holds only where that header is the default one. stamp
+ * given as None: the timestamp and the sequenceId's seqId are read there too (seq_prefix and
+ * seq_pad are not read). None comes back where C is not sure of the Header either, or its
+ * timestamp gives no 13-digit eventTime (Python reports it). */
 PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 13 || !PyTuple_Check(args[3]) || !PyTuple_Check(args[4]) || !PyBytes_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix: bytes, "
@@ -451,37 +496,59 @@ PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "messages(): one image key and one op per image of the DML type");
         return NULL;
     }
-    PyObject *margs[13], *read_header = NULL;
+    /* what C reads off the Header: dts.header (ext_header given as (props,)) and, with stamp None,
+     * the timestamp and the sequenceId's seqId (seq_prefix and seq_pad are then not read) */
+    PyObject *margs[13], *read_ext = NULL, *read_stamp = NULL;
+    char seq_digits[24];
+    Py_ssize_t seq_digits_n = -1;
+    int read_seq_pad = 0;
     memcpy(margs, args, sizeof(margs));
-    if (PyTuple_Check(args[9])) { /* (props,): dts.header read off the bytes, here */
-        if (PyTuple_GET_SIZE(args[9]) != 1) {
-            PyErr_SetString(PyExc_TypeError, "messages(): ext_header is a dict, None or (props,)");
-            return NULL;
-        }
+    int want_ext = PyTuple_Check(args[9]), want_stamp = args[7] == Py_None;
+    if (want_ext && PyTuple_GET_SIZE(args[9]) != 1) {
+        PyErr_SetString(PyExc_TypeError, "messages(): ext_header is a dict, None or (props,)");
+        return NULL;
+    }
+    if (want_ext || want_stamp) {
+        if (!header_names_init()) return NULL;
         Py_buffer hbuf;
         if (PyObject_GetBuffer(args[0], &hbuf, PyBUF_SIMPLE) < 0) return NULL;
-        int default_only = 0;
-        read_header = wire_ext_header(hbuf.buf, (const uint8_t *)hbuf.buf + hbuf.len, PyTuple_GET_ITEM(args[9], 0),
-                                      &default_only);
+        HeaderView hv;
+        int ok = read_header(hbuf.buf, (const uint8_t *)hbuf.buf + hbuf.len, &hv);
         PyBuffer_Release(&hbuf);
-        if (read_header == NULL || read_header == Py_None) return read_header;
-        int quiet = PyObject_IsTrue(args[11]);
-        if (quiet < 0) {
-            Py_DECREF(read_header);
-            return NULL;
+        if (!ok) Py_RETURN_NONE;
+        if (want_ext) {
+            int default_only = 0, quiet = PyObject_IsTrue(args[11]);
+            if (quiet < 0 || (read_ext = ext_header_dict(&hv, PyTuple_GET_ITEM(args[9], 0), &default_only)) == NULL
+                || read_ext == Py_None)
+                return read_ext;
+            margs[9] = read_ext;
+            margs[11] = default_only && quiet ? Py_True : Py_False;
         }
-        margs[9] = read_header;
-        margs[11] = default_only && quiet ? Py_True : Py_False;
+        if (want_stamp) {
+            if ((read_stamp = stamp_dict(&hv)) == NULL || read_stamp == Py_None) {
+                Py_XDECREF(read_ext);
+                return read_stamp;
+            }
+            margs[7] = read_stamp;
+            seq_digits_n = hv.seq_id ? bridge_u64_text((unsigned long long)hv.seq_id, seq_digits) : 0;
+            read_seq_pad = hv.seq_id != 0;
+        }
     }
     args = margs;
     Layout L = {0};
-    L.seq_prefix = PyBytes_AS_STRING(args[5]);
-    L.seq_prefix_n = PyBytes_GET_SIZE(args[5]);
-    L.seq_pad = PyObject_IsTrue(args[6]);
-    if (L.seq_pad < 0) return NULL;
+    if (seq_digits_n >= 0) {
+        L.seq_prefix = seq_digits;
+        L.seq_prefix_n = seq_digits_n;
+        L.seq_pad = read_seq_pad;
+    } else {
+        L.seq_prefix = PyBytes_AS_STRING(args[5]);
+        L.seq_prefix_n = PyBytes_GET_SIZE(args[5]);
+        L.seq_pad = PyObject_IsTrue(args[6]);
+    }
     Py_buffer buf;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) {
-        Py_XDECREF(read_header);
+    if (L.seq_pad < 0 || PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) {
+        Py_XDECREF(read_ext);
+        Py_XDECREF(read_stamp);
         return NULL;
     }
     PyObject *result = NULL, *seq = NULL;
@@ -533,7 +600,8 @@ error:
     Py_CLEAR(result);
 done:
     Py_XDECREF(seq);
-    Py_XDECREF(read_header);
+    Py_XDECREF(read_ext);
+    Py_XDECREF(read_stamp);
     PyMem_Free(text.p);
     PyMem_Free(w.datas);
     PyBuffer_Release(&buf);
