@@ -340,7 +340,11 @@ def _native_images(fields: list, columns: list, options: Options) -> _NativeImag
         if adapt is not None:
             adapters.append((i, name, adapt))
         plan_columns.append(tuple(pc)[:-1])  # a Blob plan's columns: no `out`
-    return _NativeImages(speedups.Plan(plan_columns, True), [name for name, _ in fields], tuple(adapters))
+    try:
+        plan = speedups.Plan(plan_columns, True)
+    except (ValueError, TypeError, OverflowError):  # a column C's Plan refuses: the converters' table
+        return None
+    return _NativeImages(plan, [name for name, _ in fields], tuple(adapters))
 
 
 class _Half:
