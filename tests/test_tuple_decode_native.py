@@ -352,3 +352,21 @@ def test_compiled_checks_edges(field_type, value):
     row = {"x": value}
     assert_outcomes(outcome(lambda: _typed(decoder._checked(row, decoder._check))),
                     outcome(lambda: _typed(_field_checks(decoder, row))), field_type)
+
+
+@needs_native
+def test_decimal_shapes_without_columns_build_a_bounded_number_of_encoders():
+    """Without DTS columns each DECIMAL shape is a column set; values of ever new shapes must not
+    cost a C encoder per row, and the Entries stay the converters'."""
+    schema = {"fields": [{"name": "d", "type": "DECIMAL"}, *record_schema([])["fields"]]}
+    shapes = [(k, s) for k in range(12) for s in range(12)]  # k + 1 integer digits, s fraction digits
+    rows = [{"d": Decimal((0, (1,) * (k + 1 + s), -s)), "_sequence_id_": f"{n + 1}000000", "_operation_type_": "I",
+             "_execute_time_": 1605339932000, "_before_image_": "N", "_after_image_": "Y"}
+            for n, (k, s) in enumerate(shapes)]
+    decoder = TupleDecoder(schema, table=TABLE)
+    got = [e.SerializeToString() for row in rows for e in decoder.feed(row)]
+    reference = TupleDecoder(schema, table=TABLE, native=False)
+    assert got == [e.SerializeToString() for row in rows for e in reference.feed(row)]
+    built = [n for n in decoder._natives.values() if n is not None]
+    assert len(decoder._natives) == len(shapes) > tuple_decode._MAX_SHAPE_PLANS
+    assert len(built) == tuple_decode._MAX_SHAPE_PLANS

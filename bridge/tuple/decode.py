@@ -213,6 +213,7 @@ def _compile_checks(field_types: list, names: list):
 # image to the Python converters, which decide (and name the error).
 
 _MISS = object()  # an adapter's "not sure": the image goes to the converters
+_MAX_SHAPE_PLANS = 64  # C encoders one decoder builds for the shapes of its DECIMAL values
 _SHIPPED_ROWS = {row.kind: row for row in TYPES}  # a type row a test registered in place of one is Python's
 _DIGITS = re.compile(r"(?:0|[1-9][0-9]*)\Z").match
 _DAY_MICROS = 86_400_000_000
@@ -392,6 +393,7 @@ class TupleDecoder:
                                if ftype == "DECIMAL" and columns is None]
         # per column set (None: the fixed one; else the open DECIMAL columns' shapes): its C encoder
         self._natives: dict = {}
+        self._shape_plans = 0  # of them, built for DECIMAL shapes (no DTS columns)
         # (column set key, DML type, schema, table) -> an Entry with everything but the row's own fields
         self._templates: dict = {}
 
@@ -591,8 +593,17 @@ class TupleDecoder:
         return template
 
     def _native(self, key, columns) -> _NativeImages | None:
+        """The C encoder of a column set, built once. Without DTS columns each shape of the DECIMAL
+        values is a column set of its own: past _MAX_SHAPE_PLANS of them (values of ever new
+        shapes) the new ones stay with the converters, so a Plan is never built per row."""
         if len(self._natives) >= 1024:
             self._natives.clear()
+            self._shape_plans = 0
+        if key is not None:
+            if self._shape_plans >= _MAX_SHAPE_PLANS:
+                self._natives[key] = None
+                return None
+            self._shape_plans += 1
         native = self._natives[key] = _native_images(self._fields, columns, self.options)
         return native
 
