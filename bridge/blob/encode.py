@@ -436,23 +436,13 @@ class BlobEncoder:
                 cached.key_indexes, cached.table.foreign_default, source["dbName"].encode(),
                 source["tableName"].encode(), cached.table_shard.encode())
 
-    def _convert_serialised(self, entry: pb.Entry, header: pb.Header) -> list[dict]:
+    def _convert_serialised(self, entry: pb.Entry) -> list[dict]:
         """`convert(entry, entry.SerializeToString())` of a DML Entry (entry_to_blob's, under NATIVE):
         `_plain` first, then, when it gives None, `_convert` without trying it again; the same
         messages, errors and counts as `convert`."""
         raw = entry.SerializeToString()
-        try:
-            out = self._plain(entry, header, raw)
-        except BridgeError as exc:
-            raise exc.located(seq_id=header.seqId, table=_table_name(header))
-        except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
-            raise ConversionError(f"cannot convert entry ({exc})", seq_id=header.seqId,
-                                  table=_table_name(header)) from exc
-        if out is None:
-            return self._run(self._convert_rest, entry, raw)
-        self.entries += 1
-        self.emitted += len(out)
-        return out
+        out = self._run(self._plain, entry, raw)
+        return out if out is not None else self._run(self._convert_rest, entry, raw)
 
     def _run(self, method, entry: pb.Entry, raw: bytes | None, size=len):
         """Call a converter of one Entry: errors located at the Entry, output counted (`size`
@@ -1019,9 +1009,8 @@ def entry_to_blob(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list[d
     """Blob messages of one Entry (a list: an update gives two, a checkpoint in strict mode none).
     A DML Entry is serialised once so that the C fast path reads its rows off the wire: the same
     messages as `BlobEncoder.convert(entry, raw)`, with fewer steps between (`_convert_serialised`)."""
-    header = entry.header
-    if NATIVE and header.messageType == _DML:
-        return _encoder(options)._convert_serialised(entry, header)
+    if NATIVE and entry.header.messageType == _DML:
+        return _encoder(options)._convert_serialised(entry)
     return _encoder(options).convert(entry)
 
 
