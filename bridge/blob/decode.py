@@ -83,6 +83,10 @@ _FIELD_IMAGES = {name: image for image, (name, _) in _IMAGE_FIELDS.items()}
 # the half of an update each half's op carries (an op of one whole row: "both")
 _HALF_OF_OP = {i.op: i.image for i in DML_IMAGES[pb.UPDATE]}
 _OP_OF_HALF = {image: op for op, image in _HALF_OF_OP.items()}
+# the lane's ops (one image each): op -> (image, its RowChange field number, DMLType)
+_LANE_IMAGES = {op: (i.image, _IMAGE_FIELDS[i.image][1], i.dml_type) for op, i in OP_IMAGES.items()}
+_LANE_EXTENSION_KEYS = frozenset(("header", "columns", "row", "charsets", "values"))
+_ENTRY_FROM, _ROW_FROM = pb.Entry.FromString, pb.RowChange.FromString
 # a DML op -> the payload keys of a message that needs no shape fact (its images, op, sequenceId, timestamp)
 _PLAIN_PAYLOADS = {op: frozenset((*images, "op", "sequenceId", "timestamp")) for op, images in _IMAGES_OF_OP.items()}
 
@@ -188,6 +192,19 @@ class BlobDecoder:
             if type(rest) is dict and rest:  # `{"schema":..., }` is no JSON, though `{ }` is
                 msg = {"schema": self._schema_value}
                 msg.update(rest)
+                if self._native:  # the usual DML message: one C call (what `feed` does, in short)
+                    payload = rest.get("payload")
+                    ext = rest.get("dts") if self.options.lossless else None
+                    if type(payload) is dict and (ext is None or type(ext) is dict):
+                        self._line = line
+                        try:
+                            out = self._lane(msg, payload, payload.get("op"), ext)
+                        except BridgeError as exc:
+                            raise exc.located(line=line, sequence_id=_seq_of(msg))
+                        if out is not None:
+                            self.messages += 1
+                            self.entries += len(out)
+                            return out
                 check_shape(msg, line=line, source=source)
                 return self.feed(msg, line=line, checked=True)
         msg = decode_blob(data, line=line, source=source)
@@ -367,6 +384,58 @@ class BlobDecoder:
             return [entry]
         return self._regroup(entry, row, row_index, nrows, columns_key, unknown_key)
 
+    def _lane(self, msg: dict, payload: dict, op: str, ext) -> list[pb.Entry] | None:
+        """The usual DML message in one C call (`Plan.lane`), for `feed_line` before any other
+        check (it takes only messages `check_shape` and `_feed` pass): a line of a table whose schema,
+        source and column set were seen before and need no fact, one image, our version, no key
+        beyond what the encoder writes, and no extension part but header, columns, row, charsets
+        and values. C builds the Entry (without rows) and the row, or returns None wherever the
+        message needs a fact or holds a value it leaves to the codecs; then this returns None and
+        `_dml` takes the message from the start. The halves of an update and the rows of one event
+        meet as they do in `_dml` (`_partner`, `_pair`, `_regroup`)."""
+        lane = _LANE_IMAGES.get(op)
+        if (lane is None or msg["schema"] is not self._schema_value or payload.keys() != _PLAIN_PAYLOADS[op] or msg.get("version") != FORMAT_VERSION
+                or not msg.keys() <= _KNOWN_TOP_SET
+                or (ext and (not ext.keys() <= _LANE_EXTENSION_KEYS or None in ext.values()))):
+            return None
+        known = self._schema_known
+        source, own = known.get("source"), known.get("columns")
+        if source is None or source[1] or own is None:
+            return None
+        try:
+            columns_key = own + orjson.dumps(ext.get("columns") if ext else None)
+        except (TypeError, orjson.JSONEncodeError):
+            return None
+        cached = self._column_sets.get(columns_key)
+        if cached is None or cached[3] or cached[4] is None:  # table facts, or no C plan
+            return None
+        got = cached[4].lane(payload, ext, lane[0], lane[1], source[0], lane[2], cached[6])
+        if got is None:
+            return None
+        entry_bytes, row_bytes, row_index, nrows = got
+        entry = _ENTRY_FROM(entry_bytes)
+        seq = payload["sequenceId"]
+        half = _HALF_OF_OP.get(op, "both")
+        partner = self._partner(seq, half, entry, columns_key) if half != "both" else None
+        if partner is None:
+            row = _ROW_FROM(row_bytes)
+        else:
+            row = partner[0].row  # the waiting half's row takes this half's image
+            row.MergeFromString(row_bytes)
+            if half == "after":  # the joined row keeps the after half's properties: none
+                del row.properties[:]
+        facts: dict = {}
+        if half != "both":
+            row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key)
+            if not done:
+                return []
+        if facts and self.options.lossless:
+            _add_facts(row.properties, facts)
+        if not ext:
+            entry.event.dmlEvent.rows.append(row)
+            return [entry]
+        return self._regroup(entry, row, row_index, nrows, columns_key)
+
     # -- parts ---------------------------------------------------------------------------------
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
         header.messageType = mtype
@@ -513,12 +582,12 @@ class BlobDecoder:
             table_facts: dict = {}
             codecs, names = self._build_columns(template, schema, ext, table_facts)
             plan = native_plan(names, codecs, self.options.timezone == "UTC") if self._native else None
-            cached = (template, codecs, names, table_facts, plan, key)
+            cached = (template, codecs, names, table_facts, plan, key, template.SerializeToString())
             if key is not None:
                 if len(self._column_sets) > 4096:
                     self._column_sets.clear()
                 self._column_sets[key] = cached
-        template, codecs, names, table_facts, plan, key = cached
+        template, codecs, names, table_facts, plan, key, _ = cached
         dml.CopyFrom(template)  # several times faster than extending the repeated field
         facts.update(table_facts)
         return codecs, names, plan, key

@@ -309,6 +309,59 @@ static int encode_text_in(Col *c, PyObject *v, PyObject *charset, Buf *d) {
     return ok ? 1 : -1;
 }
 
+/* One image's Data as RowChange field `field` appended to out (Plan.encode's rules): 1 done, 0 not
+ * plain (the Python codecs decide), -1 error (set) */
+static int encode_image(PlanObject *self, PyObject *values, long field, PyObject *raws, PyObject *charsets,
+                        Buf *out) {
+    Buf d = {NULL, 0, 0}, tmp = {NULL, 0, 0};
+    int rc = -1;
+    PyObject **by = NULL; /* per column: its raw (by[i]) and its charset (by[ncols + i]) */
+    if (raws || charsets) {
+        by = PyMem_Calloc((size_t)(2 * self->ncols + 1), sizeof(PyObject *));
+        if (by == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (!by_index(raws, by, self->ncols) || !by_index(charsets, by + self->ncols, self->ncols)) {
+            rc = 0;
+            goto done;
+        }
+    }
+    Py_ssize_t found = 0;
+    uint64_t tag = TAG(field, WT_LEN);
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        Col *c = &self->cols[i];
+        PyObject *v = PyDict_GetItemWithError(values, c->name);
+        if (v == NULL && PyErr_Occurred()) goto done;
+        if (v != NULL && !c->dup) found++; /* a key counts once, however many columns share its name */
+        PyObject *raw = by ? by[i] : NULL;
+        if (raw == NULL && v == NULL) {
+            if (!bridge_put_varint(out, tag) || !bridge_put_varint(out, 2) || !put_datatype(out, DT_NA)) goto done;
+            continue;
+        }
+        if (raw == NULL && v == Py_None) {
+            if (!bridge_put_varint(out, tag) || !bridge_put_varint(out, 0)) goto done; /* NIL: an empty Data */
+            continue;
+        }
+        d.n = 0;
+        PyObject *charset = by && c->kind == K_TEXT ? by[self->ncols + i] : NULL; /* other codecs take none */
+        int one = raw ? encode_raw(raw, &d, &tmp)
+                      : charset ? encode_text_in(c, v, charset, &d) : encode_value(c, v, &d, &tmp);
+        if (one <= 0) {
+            rc = one;
+            goto done;
+        }
+        if (!bridge_put_varint(out, tag) || !bridge_put_varint(out, (uint64_t)d.n) || !buf_put(out, d.p, d.n))
+            goto done;
+    }
+    rc = found == PyDict_GET_SIZE(values);
+done:
+    PyMem_Free(d.p);
+    PyMem_Free(tmp.p);
+    PyMem_Free(by);
+    return rc;
+}
+
 /* Plan.encode(values, field, raws=None, charsets=None) -> the Data of one image as RowChange field
  * `field` (1 oldColumns, 2 newColumns) on the wire, for `row.MergeFromString`: each column's value
  * as its codec's from_blob gives it (None: NIL; absent: NA), with the default charset or the one
@@ -324,7 +377,6 @@ PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t
                                          "charsets: dict | None = None)");
         return NULL;
     }
-    PyObject *values = args[0];
     long field = PyLong_AsLong(args[1]);
     if (field == -1 && PyErr_Occurred()) return NULL;
     if (field != F_ROWCHANGE_OLDCOLUMNS && field != F_ROWCHANGE_NEWCOLUMNS) {
@@ -333,52 +385,286 @@ PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t
     }
     PyObject *raws = nargs > 2 && args[2] != Py_None && PyDict_GET_SIZE(args[2]) ? args[2] : NULL;
     PyObject *charsets = nargs > 3 && args[3] != Py_None && PyDict_GET_SIZE(args[3]) ? args[3] : NULL;
-    Buf out = {NULL, 0, 0}, d = {NULL, 0, 0}, tmp = {NULL, 0, 0};
-    PyObject *result = NULL;
-    PyObject **by = NULL; /* per column: its raw (by[i]) and its charset (by[ncols + i]) */
-    if (raws || charsets) {
-        by = PyMem_Calloc((size_t)(2 * self->ncols + 1), sizeof(PyObject *));
-        if (by == NULL) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        if (!by_index(raws, by, self->ncols) || !by_index(charsets, by + self->ncols, self->ncols)) goto none;
+    Buf out = {NULL, 0, 0};
+    int rc = encode_image(self, args[0], field, raws, charsets, &out);
+    PyObject *result = rc < 0 ? NULL : rc == 0 ? Py_NewRef(Py_None)
+                                               : PyBytes_FromStringAndSize((const char *)out.p, out.n);
+    PyMem_Free(out.p);
+    return result;
+}
+
+/* ---- the DML line lane: one whole Blob DML message -> its Entry (without rows) and its row ------- */
+
+/* whether str `key` is the ASCII text s (n bytes) */
+static inline int key_is(PyObject *key, const char *s, Py_ssize_t n) {
+    return PyUnicode_IS_ASCII(key) && PyUnicode_GET_LENGTH(key) == n && !memcmp(PyUnicode_1BYTE_DATA(key), s, n);
+}
+#define KEY_IS(key, lit) key_is(key, lit, (Py_ssize_t)sizeof(lit) - 1)
+
+/* the message keys the lane reads, made once */
+enum { L_DATACOLUMN, L_HEADER, L_VALUES, L_CHARSETS, L_ROW, L_TIMESTAMP, L_SYSTEMTIME, L_EVENTTIME, L_CHECKPOINTTIME,
+       L_SEQUENCEID, L_KEYS };
+static PyObject *LANE_KEYS[L_KEYS];
+static const char *const LANE_KEY_TEXT[L_KEYS] = {"dataColumn", "header", "values", "charsets", "row", "timestamp",
+                                                  "systemTime", "eventTime", "checkpointTime", "sequenceId"};
+
+/* d[key] (borrowed) or NULL with no error set: absent (an error of the lookup is cleared: the
+ * dicts hold only str keys, orjson's) */
+static inline PyObject *lane_get(PyObject *d, int key) {
+    PyObject *v = PyDict_GetItemWithError(d, LANE_KEYS[key]);
+    if (v == NULL) PyErr_Clear();
+    return v;
+}
+
+/* an exact int in [lo, hi] into *out; 0 for anything else (bool, another type, out of range) */
+static int int_in(PyObject *v, long long lo, long long hi, long long *out) {
+    if (v == NULL || !PyLong_CheckExact(v)) return 0;
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
     }
-    Py_ssize_t found = 0;
-    uint64_t tag = TAG(field, WT_LEN);
-    for (Py_ssize_t i = 0; i < self->ncols; i++) {
-        Col *c = &self->cols[i];
-        PyObject *v = PyDict_GetItemWithError(values, c->name);
-        if (v == NULL && PyErr_Occurred()) goto done;
-        if (v != NULL && !c->dup) found++; /* a key counts once, however many columns share its name */
-        PyObject *raw = by ? by[i] : NULL;
-        if (raw == NULL && v == NULL) {
-            if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, 2) || !put_datatype(&out, DT_NA)) goto done;
-            continue;
+    if (x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+
+/* an exact int in [0, 2^64) */
+static int uint64_of(PyObject *v, uint64_t *out) {
+    if (v == NULL || !PyLong_CheckExact(v)) return 0;
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* a str field (proto3: left out when empty); 0 for another type or text that is not UTF-8 */
+static int put_str_field(Buf *b, uint32_t field, PyObject *v) {
+    if (!PyUnicode_CheckExact(v)) return 0;
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(v, &n);
+    if (u == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return put_len_field(b, field, u, n) ? 1 : -1;
+}
+
+static int put_varint_field(Buf *b, uint32_t field, uint64_t v) {
+    if (v == 0) return 1; /* proto3: a default is left out */
+    return bridge_put_varint(b, TAG(field, WT_VARINT)) && bridge_put_varint(b, v);
+}
+
+/* [[key, value], ...] of str pairs as repeated KVPair field `field` (decode.py's _add_kv); 0 for
+ * any other shape (Python reports it) */
+static int put_properties(Buf *h, uint32_t field, PyObject *pairs) {
+    if (!PyList_CheckExact(pairs)) return 0;
+    Buf kv = {NULL, 0, 0};
+    int rc = 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pairs) && rc > 0; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyList_CheckExact(pair) || PyList_GET_SIZE(pair) != 2) {
+            rc = 0;
+            break;
         }
-        if (raw == NULL && v == Py_None) {
-            if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, 0)) goto done; /* NIL: an empty Data */
-            continue;
+        kv.n = 0;
+        rc = put_str_field(&kv, F_KVPAIR_KEY, PyList_GET_ITEM(pair, 0));
+        if (rc > 0) rc = put_str_field(&kv, F_KVPAIR_VALUE, PyList_GET_ITEM(pair, 1));
+        if (rc > 0 && !(bridge_put_varint(h, TAG(field, WT_LEN)) && bridge_put_varint(h, (uint64_t)kv.n)
+                        && buf_put(h, kv.p, kv.n)))
+            rc = -1;
+    }
+    PyMem_Free(kv.p);
+    return rc;
+}
+
+/* The Header fields of dts.header the lane sets (a name it does not know: Python decides) */
+static int put_header_fields(Buf *h, PyObject *fields) {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(fields, &pos, &key, &value)) {
+        long long x;
+        uint64_t u;
+        int rc;
+        if (!PyUnicode_CheckExact(key)) return 0;
+        if (KEY_IS(key, "version")) {
+            if (!int_in(value, INT32_MIN, INT32_MAX, &x)) return 0;
+            rc = put_varint_field(h, F_HEADER_VERSION, (uint64_t)x); /* negative: ten bytes, as protobuf */
+        } else if (KEY_IS(key, "serverId")) {
+            if (!int_in(value, INT64_MIN, INT64_MAX, &x)) return 0;
+            rc = put_varint_field(h, F_HEADER_SERVERID, (uint64_t)x);
+        } else if (KEY_IS(key, "position")) {
+            if (!uint64_of(value, &u)) return 0;
+            rc = put_varint_field(h, F_HEADER_POSITION, u);
+        } else if (KEY_IS(key, "eventIndex")) {
+            if (!uint64_of(value, &u)) return 0;
+            rc = put_varint_field(h, F_HEADER_EVENTINDEX, u);
+        } else if (KEY_IS(key, "isLast")) {
+            if (value != Py_True && value != Py_False) return 0;
+            rc = put_varint_field(h, F_HEADER_ISLAST, value == Py_True);
+        } else if (KEY_IS(key, "fileName")) {
+            rc = put_str_field(h, F_HEADER_FILENAME, value);
+        } else if (KEY_IS(key, "gtid")) {
+            rc = put_str_field(h, F_HEADER_GTID, value);
+        } else if (KEY_IS(key, "properties")) {
+            rc = put_properties(h, F_HEADER_PROPERTIES, value);
+        } else {
+            return 0;
         }
-        d.n = 0;
-        PyObject *charset = by && c->kind == K_TEXT ? by[self->ncols + i] : NULL; /* other codecs take none */
-        int rc = raw ? encode_raw(raw, &d, &tmp)
-                     : charset ? encode_text_in(c, v, charset, &d) : encode_value(c, v, &d, &tmp);
+        if (rc <= 0) return rc;
+    }
+    return 1;
+}
+
+/* The Header's seqId of a sequenceId that is exactly sequence_id(seqId, row) (values.events), or 0
+ * (a fact would travel: Python decides) */
+static int seq_of(PyObject *seq, long long row, uint64_t *seq_id) {
+    if (!PyUnicode_CheckExact(seq) || !PyUnicode_IS_ASCII(seq)) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(seq);
+    const uint8_t *s = PyUnicode_1BYTE_DATA(seq);
+    if (n == 0 || n > 26 || (n > 1 && s[0] == '0')) return 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (s[k] < '0' || s[k] > '9') return 0;
+    Py_ssize_t split = n > 6 ? n - 6 : 0;
+    uint64_t high = 0;
+    for (Py_ssize_t k = 0; k < split; k++) {
+        unsigned digit = s[k] - '0';
+        if (high > (UINT64_MAX - digit) / 10) return 0; /* seqId past 2^64 */
+        high = high * 10 + digit;
+    }
+    long long low = 0;
+    for (Py_ssize_t k = split; k < n; k++) low = low * 10 + (s[k] - '0');
+    if (low != row) return 0;
+    *seq_id = high;
+    return 1;
+}
+
+/* Plan.lane(payload, ext, image, field, source, dml_type, columns) -> (entry, row, row_index, nrows)
+ * or None. The usual DML message (bridge/blob/decode.py's BlobDecoder._lane has checked its
+ * top-level and payload keys and that its column set and source need no fact) as the Python path
+ * builds it: `entry` the Entry's bytes without rows (Header: messageType DML, dts.header's fields,
+ * the timestamp, source's (sourceType, schemaName, tableName), the seqId; the DMLEvent's type and
+ * `columns`, the column set's serialized columns), `row` the RowChange of the image `image` as
+ * field `field`; None wherever the message needs a fact (eventTime not whole seconds, no
+ * checkpointTime or another one, a systemTime, a sequenceId that is not seqId and row index),
+ * carries a header field the lane does not set, or holds a value Plan.encode leaves to Python. */
+PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *payload, *ext, *image, *source, *columns;
+    long field, dml_type;
+    if (nargs != 7 || !PyDict_Check(args[0]) || (args[1] != Py_None && !PyDict_Check(args[1]))
+        || !PyUnicode_Check(args[2]) || !PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != 3
+        || !PyBytes_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "lane(payload: dict, ext: dict | None, image: str, field: int, "
+                                         "source: tuple, dml_type: int, columns: bytes)");
+        return NULL;
+    }
+    if (LANE_KEYS[0] == NULL) {
+        for (int k = 0; k < L_KEYS; k++)
+            if ((LANE_KEYS[k] = PyUnicode_InternFromString(LANE_KEY_TEXT[k])) == NULL) return NULL;
+    }
+    payload = args[0];
+    ext = args[1] == Py_None || PyDict_GET_SIZE(args[1]) == 0 ? NULL : args[1];
+    image = args[2];
+    source = args[4];
+    columns = args[6];
+    field = PyLong_AsLong(args[3]);
+    if (field == -1 && PyErr_Occurred()) return NULL;
+    dml_type = PyLong_AsLong(args[5]);
+    if (dml_type == -1 && PyErr_Occurred()) return NULL;
+    if (field != F_ROWCHANGE_OLDCOLUMNS && field != F_ROWCHANGE_NEWCOLUMNS) {
+        PyErr_SetString(PyExc_ValueError, "field is 1 (oldColumns) or 2 (newColumns)");
+        return NULL;
+    }
+    Buf h = {NULL, 0, 0}, ev = {NULL, 0, 0}, out = {NULL, 0, 0}, row = {NULL, 0, 0};
+    PyObject *result = NULL;
+    int rc = 0;
+    /* the image's values */
+    PyObject *body = PyDict_GetItemWithError(payload, image);
+    PyObject *values = body != NULL && PyDict_CheckExact(body) ? lane_get(body, L_DATACOLUMN) : NULL;
+    if (values == NULL || !PyDict_CheckExact(values)) goto none;
+    /* the extension's parts */
+    PyObject *fields = NULL, *raws = NULL, *charsets = NULL;
+    long long row_index = 0, nrows = 1;
+    if (ext != NULL) {
+        fields = lane_get(ext, L_HEADER);
+        if (fields != NULL && (!PyDict_CheckExact(fields) || PyDict_GET_SIZE(fields) == 0)) {
+            if (!PyDict_CheckExact(fields)) goto none;
+            fields = NULL; /* {}: nothing set, and no default version (the extension is there) */
+        }
+        raws = lane_get(ext, L_VALUES);
+        charsets = lane_get(ext, L_CHARSETS);
+        if ((raws != NULL && !PyDict_CheckExact(raws)) || (charsets != NULL && !PyDict_CheckExact(charsets)))
+            goto none;
+        if (raws != NULL && PyDict_GET_SIZE(raws) == 0) raws = NULL;
+        if (charsets != NULL && PyDict_GET_SIZE(charsets) == 0) charsets = NULL;
+        PyObject *rows = lane_get(ext, L_ROW);
+        if (rows != NULL) {
+            if (!PyList_CheckExact(rows) || PyList_GET_SIZE(rows) != 2
+                || !int_in(PyList_GET_ITEM(rows, 0), 0, 999999, &row_index)
+                || !int_in(PyList_GET_ITEM(rows, 1), 1, INT32_MAX, &nrows) || row_index >= nrows)
+                goto none;
+        }
+    }
+    /* the timestamp: whole seconds within a uint32, checkpointTime the same, no systemTime */
+    PyObject *stamp = lane_get(payload, L_TIMESTAMP);
+    long long event_time, checkpoint;
+    if (stamp == NULL || !PyDict_CheckExact(stamp) || lane_get(stamp, L_SYSTEMTIME) != NULL
+        || !int_in(lane_get(stamp, L_EVENTTIME), 0, 4294967295000LL, &event_time)
+        || !int_in(lane_get(stamp, L_CHECKPOINTTIME), 0, 4294967295000LL, &checkpoint)
+        || event_time % 1000 || checkpoint != event_time)
+        goto none;
+    uint64_t seq_id;
+    PyObject *seq = lane_get(payload, L_SEQUENCEID);
+    if (seq == NULL || !seq_of(seq, row_index, &seq_id)) goto none;
+    long long source_type;
+    if (!int_in(PyTuple_GET_ITEM(source, 0), 0, INT32_MAX, &source_type)) goto none;
+    /* the Header, in field-number order (protobuf reads any order; the caller parses it) */
+    if (fields == NULL && ext == NULL && !put_varint_field(&h, F_HEADER_VERSION, 1)) goto done;
+    if (fields != NULL) {
+        rc = put_header_fields(&h, fields); /* (field order is free: the caller parses the bytes) */
         if (rc < 0) goto done;
         if (rc == 0) goto none;
-        if (!bridge_put_varint(&out, tag) || !bridge_put_varint(&out, (uint64_t)d.n) || !buf_put(&out, d.p, d.n))
-            goto done;
     }
-    if (found != PyDict_GET_SIZE(values)) goto none;
-    result = PyBytes_FromStringAndSize((const char *)out.p, out.n);
+    if (!put_varint_field(&h, F_HEADER_SOURCETYPE, (uint64_t)source_type)
+        || !put_varint_field(&h, F_HEADER_MESSAGETYPE, MT_DML)
+        || !put_varint_field(&h, F_HEADER_TIMESTAMP, (uint64_t)(event_time / 1000)))
+        goto done;
+    rc = put_str_field(&h, F_HEADER_SCHEMANAME, PyTuple_GET_ITEM(source, 1));
+    if (rc > 0) rc = put_str_field(&h, F_HEADER_TABLENAME, PyTuple_GET_ITEM(source, 2));
+    if (rc < 0) goto done;
+    if (rc == 0) goto none;
+    if (!put_varint_field(&h, F_HEADER_SEQID, seq_id)) goto done;
+    /* the row */
+    rc = encode_image(self, values, field, raws, charsets, &row);
+    if (rc < 0) goto done;
+    if (rc == 0) goto none;
+    /* Entry: header, event { dmlEvent { dmlEventType, columns } } */
+    Py_ssize_t ncol = PyBytes_GET_SIZE(columns);
+    if (!put_varint_field(&ev, F_DMLEVENT_DMLEVENTTYPE, (uint64_t)dml_type)
+        || !buf_put(&ev, PyBytes_AS_STRING(columns), ncol))
+        goto done;
+    Buf event = {NULL, 0, 0};
+    int ok = bridge_put_varint(&event, TAG(F_EVENT_DMLEVENT, WT_LEN)) && bridge_put_varint(&event, (uint64_t)ev.n)
+             && buf_put(&event, ev.p, ev.n)
+             && bridge_put_varint(&out, TAG(F_ENTRY_HEADER, WT_LEN)) && bridge_put_varint(&out, (uint64_t)h.n)
+             && buf_put(&out, h.p, h.n)
+             && bridge_put_varint(&out, TAG(F_ENTRY_EVENT, WT_LEN)) && bridge_put_varint(&out, (uint64_t)event.n)
+             && buf_put(&out, event.p, event.n);
+    PyMem_Free(event.p);
+    if (!ok) goto done;
+    result = Py_BuildValue("(y#y#LL)", (const char *)out.p, out.n, (const char *)row.p, row.n, row_index, nrows);
     goto done;
 none:
-    result = Py_None;
-    Py_INCREF(result);
+    if (PyErr_Occurred()) goto done;
+    result = Py_NewRef(Py_None);
 done:
+    PyMem_Free(h.p);
+    PyMem_Free(ev.p);
     PyMem_Free(out.p);
-    PyMem_Free(d.p);
-    PyMem_Free(tmp.p);
-    PyMem_Free(by);
+    PyMem_Free(row.p);
     return result;
 }

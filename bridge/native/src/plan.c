@@ -137,6 +137,10 @@ static PyMethodDef Plan_methods[] = {
      "encode(values, field, raws, charsets) -> the Data of one image as RowChange field 1 or 2 on the "
      "wire (raws, charsets: the lossless extension's dts.values and dts.charsets, or None), or None for "
      "values the Python codecs must judge"},
+    {"lane", (PyCFunction)(void (*)(void))bridge_Plan_lane, METH_FASTCALL,
+     "lane(payload, ext, image, field, source, dml_type, columns) -> (entry, row, row_index, nrows): the "
+     "usual Blob DML message as its Entry's bytes without rows and its RowChange's bytes, or None for "
+     "the Python path to decide"},
     {"tuples", (PyCFunction)(void (*)(void))bridge_Plan_tuples, METH_FASTCALL,
      "tuples(entry_bytes, dml_type, seq_key, seq_base, metas) -> a Tuple plan's rows of a DML Entry "
      "image by image (None: Python converts that image), or None for an Entry to convert in Python"},

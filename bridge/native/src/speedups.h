@@ -472,6 +472,7 @@ PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
 /* decode.c: Blob -> DTS */
 int bridge_put_varint(Buf *b, uint64_t v);
 PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* Blob -> DTS (values.c): text in a charset of the table, as its codec encodes it; NULL with no
  * error set when the table has no text codec for it or the text does not encode (Python decides) */
 PyObject *bridge_encode_text(Col *c, Span cs, PyObject *text);
