@@ -166,6 +166,7 @@ class BlobDecoder:
         self._line: int | None = None
         self._column_sets: dict = {}  # JSON of (dataColumn, primaryKey, dts.columns) -> built columns
         self._native = True  # the C image encoder where it applies (tests switch it off to compare)
+        self._lane_last: tuple | None = None  # _lane's last column set and the JSON texts naming it
         self._sources: dict = {}  # schema.source JSON -> ((sourceType, schemaName, tableName), facts)
         self._schema_prefix: bytes | None = None  # b'{"schema":<JSON>,' of the last line parsed whole
         self._schema_value: dict | None = None  # and its schema, shared by the lines that repeat it
@@ -190,21 +191,21 @@ class BlobDecoder:
             except orjson.JSONDecodeError:
                 rest = None  # parsed whole below, for the error's position
             if type(rest) is dict and rest:  # `{"schema":..., }` is no JSON, though `{ }` is
-                msg = {"schema": self._schema_value}
-                msg.update(rest)
                 if self._native:  # the usual DML message: one C call (what `feed` does, in short)
                     payload = rest.get("payload")
                     ext = rest.get("dts") if self.options.lossless else None
                     if type(payload) is dict and (ext is None or type(ext) is dict):
                         self._line = line
                         try:
-                            out = self._lane(msg, payload, payload.get("op"), ext)
+                            out = self._lane(rest, payload, payload.get("op"), ext)
                         except BridgeError as exc:
-                            raise exc.located(line=line, sequence_id=_seq_of(msg))
+                            raise exc.located(line=line, sequence_id=_seq_of(rest))
                         if out is not None:
                             self.messages += 1
                             self.entries += len(out)
                             return out
+                msg = {"schema": self._schema_value}
+                msg.update(rest)
                 check_shape(msg, line=line, source=source)
                 return self.feed(msg, line=line, checked=True)
         msg = decode_blob(data, line=line, source=source)
@@ -384,18 +385,19 @@ class BlobDecoder:
             return [entry]
         return self._regroup(entry, row, row_index, nrows, columns_key, unknown_key)
 
-    def _lane(self, msg: dict, payload: dict, op: str, ext) -> list[pb.Entry] | None:
+    def _lane(self, rest: dict, payload: dict, op: str, ext) -> list[pb.Entry] | None:
         """The usual DML message in one C call (`Plan.lane`), for `feed_line` before any other
         check (it takes only messages `check_shape` and `_feed` pass): a line of a table whose schema,
         source and column set were seen before and need no fact, one image, our version, no key
         beyond what the encoder writes, and no extension part but header, columns, row, charsets
         and values. C builds the Entry (without rows) and the row, or returns None wherever the
         message needs a fact or holds a value it leaves to the codecs; then this returns None and
-        `_dml` takes the message from the start. The halves of an update and the rows of one event
-        meet as they do in `_dml` (`_partner`, `_pair`, `_regroup`)."""
+        `feed_line` goes on as for any line (`check_shape`, `feed`). `rest`: the line's keys but the
+        shared schema. The halves of an update and the rows of one event meet as they do in `_dml`
+        (`_partner`, `_pair`, `_regroup`)."""
         lane = _LANE_IMAGES.get(op)
-        if (lane is None or msg["schema"] is not self._schema_value or payload.keys() != _PLAIN_PAYLOADS[op] or msg.get("version") != FORMAT_VERSION
-                or not msg.keys() <= _KNOWN_TOP_SET
+        if (lane is None or payload.keys() != _PLAIN_PAYLOADS[op] or rest.get("version") != FORMAT_VERSION
+                or "schema" in rest or not rest.keys() <= _KNOWN_TOP_SET
                 or (ext and (not ext.keys() <= _LANE_EXTENSION_KEYS or None in ext.values()))):
             return None
         known = self._schema_known
@@ -403,12 +405,18 @@ class BlobDecoder:
         if source is None or source[1] or own is None:
             return None
         try:
-            columns_key = own + orjson.dumps(ext.get("columns") if ext else None)
+            columns_json = orjson.dumps(ext.get("columns") if ext else None)
         except (TypeError, orjson.JSONEncodeError):
             return None
-        cached = self._column_sets.get(columns_key)
-        if cached is None or cached[3] or cached[4] is None:  # table facts, or no C plan
-            return None
+        last = self._lane_last  # (schema JSON, columns JSON, column set) of the last line taken
+        if last is not None and last[0] is own and last[1] == columns_json:
+            cached = last[2]
+        else:
+            cached = self._column_sets.get(own + columns_json)
+            if cached is None or cached[3] or cached[4] is None:  # table facts, or no C plan
+                return None
+            self._lane_last = (own, columns_json, cached)
+        columns_key = cached[5]
         got = cached[4].lane(payload, ext, lane[0], lane[1], source[0], lane[2], cached[6])
         if got is None:
             return None
