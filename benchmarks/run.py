@@ -59,8 +59,12 @@ METHOD = """
   Floor: `orjson.loads` of the lossless lines plus serialising the equivalent Entries. Python
   build floor: `orjson.loads`, one `Data` per value through the repeated field's `add()` with no
   type conversion, serialise: the bound for a pure-Python (d).
-- **(e) DTS -> Tuple**: per Entry `Entry.FromString` and `TupleEncoder.convert` (row dicts of typed
-  values; no file writing).
+- **(e) DTS -> Tuple**: per Entry `Entry.FromString` and `TupleEncoder.convert(entry, raw)` (row
+  dicts of typed values; no file writing). Tuple -> DTS: the Tuple rows `convert` writes for the
+  chunk, per table, made once per chunk; timed: `TupleDecoder.feed` of each row (schema, table and
+  DTS columns as `convert` gives them) and `SerializeToString` of each Entry it completes. In the
+  value-shape matrix both are also put beside Blob (DTS -> Tuple / `convert_lines`, Tuple -> DTS /
+  Blob -> DTS): the "Tuple as fast as Blob" targets.
 - **(f) Spark**: `bridge.spark.local_session()` (local[2]); the Envelopes as a Kafka-shaped
   DataFrame (key, value, topic, partition 0..1 interleaved, offset, timestamp) read from Parquet
   and cached, and the same rows in the layout Spark's Kafka source reads them (each Kafka

@@ -28,7 +28,9 @@ class Plan:
               ) -> list[bytes] | tuple[list[bytes], list[bytes | None]] | tuple[Any, tuple[int, int] | None] | None: ...
     def messages(self, entry_bytes: bytes, dml_type: int, schema: dict, image_keys: tuple[str, ...],
                  ops: tuple[str, ...], seq_prefix: bytes, seq_pad: bool, stamp: Any, version: Any,
-                 ext_header: Any, ext_columns: Any, quiet: bool, nrows: int, /) -> list[dict] | None: ...
+                 ext_header: Any, ext_columns: Any, quiet: bool, nrows: int, /) -> list[dict] | None:
+        """stamp None: the timestamp and seqId are read off the Entry's Header; ext_header a 1-tuple
+        (props,): dts.header is read off the Header too (None where C is not sure)."""
     def encode(self, values: dict[str, Any], field: int, raws: dict[str, Any] | None = None,
                charsets: dict[str, Any] | None = None, /) -> bytes | None: ...
     def lane(self, payload: dict[str, Any], ext: dict[str, Any] | None, image: str, field: int,

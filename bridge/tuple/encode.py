@@ -114,7 +114,7 @@ def _meta_fields(options: Options) -> list[str]:
 @dataclass
 class _TupleTable:
     """Per column set: names, converters and the RecordSchema, built once; `native` the C plan of
-    the column set (blob_rows.native_tuple_plan) or None."""
+    the column set (bridge.values.plans.native_tuple_plan) or None."""
     names: list
     converters: list
     schema: dict
