@@ -872,3 +872,46 @@ def test_unknown_fields_come_back_and_a_before_half_holds_only_its_image_s():
     with pytest.raises(ConversionError, match="different unknown fields"):
         decoder.feed(other)
     assert decoder.pending_messages == 1  # the waiting half keeps waiting
+
+
+@pytest.mark.parametrize("options", [Options(strict=True), Options()], ids=["strict", "lossless"])
+@pytest.mark.parametrize("native", [False, True], ids=["python", "c"])
+@pytest.mark.parametrize("as_lines", [False, True], ids=["feed", "feed_line"])
+def test_an_update_whose_before_half_comes_second_keeps_its_row(options, native, as_lines):
+    """The after half first, then the before half, of single-row updates without a `dts`
+    extension (strict lines, or lossless lines that have none): each completed Entry holds its
+    row, as when the halves come in order. (The Python path once appended the row to the event it
+    had before the waiting half's Entry was copied in, and gave an Entry without rows.)"""
+    entries = []
+    for seq in (7, 8):
+        entry = pb.Entry(header=pb.Header(messageType=pb.DML, seqId=seq, timestamp=1700000000 + seq,
+                                          schemaName="shop", tableName="t", sourceType=pb.MYSQL, version=1))
+        dml = entry.event.dmlEvent
+        dml.dmlEventType = pb.UPDATE
+        dml.columns.add(name="id", originalType="int(11)", isKey=True)
+        dml.columns.add(name="name", originalType="varchar(8)")
+        row = dml.rows.add()
+        row.oldColumns.add(dataType=pb.INT32, sv=str(seq))
+        row.oldColumns.add(dataType=pb.STRING, charset="utf8mb4", bv=b"old")
+        row.newColumns.add(dataType=pb.INT32, sv=str(seq))
+        row.newColumns.add(dataType=pb.STRING, charset="utf8mb4", bv=b"new")
+        entries.append(entry)
+    halves = []
+    for entry in entries:
+        before, after = bridge.BlobEncoder(options).convert(entry)
+        for msg in (before, after):
+            msg.pop("dts", None)
+        halves.append((before, after))
+
+    def decode(order):
+        decoder = bridge.BlobDecoder(options)
+        decoder._native = native
+        feed = (lambda m: decoder.feed_line(orjson.dumps(m))) if as_lines else \
+            (lambda m: decoder.feed(copy.deepcopy(m)))
+        got = [e.SerializeToString() for pair in halves for msg in order(pair) for e in feed(msg)]
+        assert decoder.finish() == []
+        return got
+
+    in_order, after_first = decode(lambda pair: pair), decode(lambda pair: pair[::-1])
+    assert [len(pb.Entry.FromString(e).event.dmlEvent.rows) for e in after_first] == [1, 1]
+    assert after_first == in_order

@@ -92,8 +92,10 @@ def _decode(messages: list[dict], options, native: bool) -> list:
             line = orjson.dumps(msg)
         except TypeError:  # text JSON cannot carry (a lone surrogate): as a dict, through `feed`
             out.append(_outcome(lambda msg=msg, i=i: [e.SerializeToString() for e in decoder.feed(msg, line=i)]))
-            continue
-        out.append(_outcome(lambda line=line, i=i: [e.SerializeToString() for e in decoder.feed_line(line, line=i)]))
+        else:
+            out.append(_outcome(lambda line=line, i=i: [e.SerializeToString()
+                                                        for e in decoder.feed_line(line, line=i)]))
+        out.append([decoder.messages, decoder.entries, decoder.pending])  # the counters, after each
     out.append([(type(e).__name__, str(e)) for e in decoder.finish()])
     return out
 
@@ -217,13 +219,16 @@ def _lane_mutated(draw, messages: list[dict]) -> list[dict]:
             payload[draw(st.sampled_from(["ddl", "before", "after", "extra"]))] = draw(st.sampled_from([None, {}, 1]))
         elif what == 7:
             msg["payload"]["op"] = draw(st.sampled_from(["INSERT", "DELETE", "UPDATE_BEFOR", "UPDATE_AFTER",
-                                                         "UPDATE"]))
+                                                         "UPDATE", ["INSERT"], {"x": 1}, None, 1]))
         elif what == 8:
             image = next(k for k in ("before", "after") if k in payload)
             payload[image] = draw(st.sampled_from([None, {}, {"dataColumn": None}, {"dataColumn": {}},
                                                    {**payload[image], "extra": 1}]))
         else:
             del msg["dts"]
+    for _ in range(draw(st.integers(0, 2))):  # halves and rows out of order
+        i = draw(st.integers(0, len(out) - 2))
+        out[i], out[i + 1] = out[i + 1], out[i]
     return out
 
 

@@ -380,8 +380,9 @@ class BlobDecoder:
                 return []
         if self.options.lossless:
             _add_facts(row.properties, facts)
-        if not ext:
-            dml.rows.append(row)
+        if not ext:  # (`entry`, not `dml`: a before half that completes its update has had the
+            # waiting after half's Entry copied into `entry`, which leaves `dml` detached)
+            entry.event.dmlEvent.rows.append(row)
             return [entry]
         return self._regroup(entry, row, row_index, nrows, columns_key, unknown_key)
 
@@ -395,7 +396,7 @@ class BlobDecoder:
         `feed_line` goes on as for any line (`check_shape`, `feed`). `rest`: the line's keys but the
         shared schema. The halves of an update and the rows of one event meet as they do in `_dml`
         (`_partner`, `_pair`, `_regroup`)."""
-        lane = _LANE_IMAGES.get(op)
+        lane = _LANE_IMAGES.get(op) if type(op) is str else None  # (an op of any JSON type: check_shape's)
         if (lane is None or payload.keys() != _PLAIN_PAYLOADS[op] or rest.get("version") != FORMAT_VERSION
                 or "schema" in rest or not rest.keys() <= _KNOWN_TOP_SET
                 or (ext and (not ext.keys() <= _LANE_EXTENSION_KEYS or None in ext.values()))):

@@ -562,9 +562,15 @@ PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t n
                                          "source: tuple, dml_type: int, columns: bytes)");
         return NULL;
     }
-    if (LANE_KEYS[0] == NULL) {
-        for (int k = 0; k < L_KEYS; k++)
-            if ((LANE_KEYS[k] = PyUnicode_InternFromString(LANE_KEY_TEXT[k])) == NULL) return NULL;
+    if (LANE_KEYS[L_KEYS - 1] == NULL) { /* made once; all or none (a failure leaves none set) */
+        PyObject *made[L_KEYS];
+        for (int k = 0; k < L_KEYS; k++) {
+            if ((made[k] = PyUnicode_InternFromString(LANE_KEY_TEXT[k])) == NULL) {
+                while (k--) Py_DECREF(made[k]);
+                return NULL;
+            }
+        }
+        memcpy(LANE_KEYS, made, sizeof(made));
     }
     payload = args[0];
     ext = args[1] == Py_None || PyDict_GET_SIZE(args[1]) == 0 ? NULL : args[1];
@@ -656,7 +662,8 @@ PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t n
              && buf_put(&out, event.p, event.n);
     PyMem_Free(event.p);
     if (!ok) goto done;
-    result = Py_BuildValue("(y#y#LL)", (const char *)out.p, out.n, (const char *)row.p, row.n, row_index, nrows);
+    result = Py_BuildValue("(y#y#LL)", out.p ? (const char *)out.p : "", out.n, row.p ? (const char *)row.p : "",
+                           row.n, row_index, nrows); /* (y# of NULL would be None) */
     goto done;
 none:
     if (PyErr_Occurred()) goto done;
