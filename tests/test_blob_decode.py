@@ -915,3 +915,29 @@ def test_an_update_whose_before_half_comes_second_keeps_its_row(options, native,
     in_order, after_first = decode(lambda pair: pair), decode(lambda pair: pair[::-1])
     assert [len(pb.Entry.FromString(e).event.dmlEvent.rows) for e in after_first] == [1, 1]
     assert after_first == in_order
+
+
+@pytest.mark.parametrize("where", ["header", "event", "rowProperties", "columns"])
+@pytest.mark.parametrize("pair", [["k", None], [None, "v"], ["k", 1], ["k", True]])
+def test_extension_properties_hold_strings_only(where, pair):
+    """A property whose key or value is not a string (null included: protobuf would store an
+    empty string) is the library's error, on every path, and never a changed value."""
+    entry = pb.Entry(header=pb.Header(messageType=pb.DML, seqId=3, timestamp=1700000000, schemaName="shop",
+                                      tableName="t", sourceType=pb.MYSQL, version=1))
+    dml = entry.event.dmlEvent
+    dml.columns.add(name="id", originalType="int(11)", isKey=True)
+    dml.rows.add().newColumns.add(dataType=pb.INT64, sv="1")
+    entry.header.properties.add(key="a", value="b")
+    entry.event.properties.add(key="a", value="b")
+    dml.rows[0].properties.add(key="a", value="b")
+    dml.columns[0].properties.add(key="a", value="b")
+    (msg,) = bridge.BlobEncoder(Options()).convert(entry)
+    ext = msg["dts"]
+    target = {"header": lambda: ext["header"]["properties"], "event": lambda: ext["event"]["properties"],
+              "rowProperties": lambda: ext["rowProperties"], "columns": lambda: ext["columns"]["properties"]["0"]}
+    target[where]()[0] = pair
+    for native in (False, True):
+        decoder = bridge.BlobDecoder(Options())
+        decoder._native = native
+        with pytest.raises(BlobFormatError, match="pairs of strings"):
+            decoder.feed_line(orjson.dumps(msg))

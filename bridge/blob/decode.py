@@ -934,9 +934,12 @@ def _same_but_time(a, b) -> bool:
 
 def _pairs(pairs) -> list:
     """The [key, value] pairs of an extension's properties, checked: a dict or a two-letter string
-    would unpack as well, and mean something else."""
-    if type(pairs) is not list or any(type(p) is not list or len(p) != 2 for p in pairs):
-        raise BlobFormatError("the 'dts' extension's properties are a list of [key, value] pairs", value=pairs)
+    would unpack as well, and mean something else; and both are strings (protobuf takes a null
+    for an empty string, which would change the value without a word)."""
+    if type(pairs) is not list or any(type(p) is not list or len(p) != 2 or type(p[0]) is not str
+                                      or type(p[1]) is not str for p in pairs):
+        raise BlobFormatError("the 'dts' extension's properties are a list of [key, value] pairs of strings",
+                              value=pairs)
     return pairs
 
 
