@@ -374,14 +374,20 @@ class BlobDecoder:
             row.properties.extend(properties)
         if below:
             _patch(row, below)
+        return self._complete(seq, half, entry, row, facts, partner, ext, row_index, nrows, columns_key, unknown_key)
+
+    def _complete(self, seq, half, entry, row, facts, partner, ext, row_index, nrows, columns_key,
+                  unknown_key=None) -> list[pb.Entry]:
+        """A message's row, its images in: an update half meets its partner (or waits), the facts
+        go into the row (lossless), and the row completes its Entry, or its event (`_regroup`)."""
         if half != "both":
             row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key, unknown_key)
             if not done:
                 return []
-        if self.options.lossless:
+        if facts and self.options.lossless:
             _add_facts(row.properties, facts)
-        if not ext:  # (`entry`, not `dml`: a before half that completes its update has had the
-            # waiting after half's Entry copied into `entry`, which leaves `dml` detached)
+        if not ext:  # (`entry`, not a DMLEvent held before: a before half that completes its update
+            # has had the waiting after half's Entry copied into `entry`)
             entry.event.dmlEvent.rows.append(row)
             return [entry]
         return self._regroup(entry, row, row_index, nrows, columns_key, unknown_key)
@@ -397,8 +403,7 @@ class BlobDecoder:
         shared schema. The halves of an update and the rows of one event meet as they do in `_dml`
         (`_partner`, `_pair`, `_regroup`)."""
         lane = _LANE_IMAGES.get(op) if type(op) is str else None  # (an op of any JSON type: check_shape's)
-        if (lane is None or payload.keys() != _PLAIN_PAYLOADS[op] or rest.get("version") != FORMAT_VERSION
-                or "schema" in rest or not rest.keys() <= _KNOWN_TOP_SET
+        if (lane is None or "schema" in rest or not _usual_shape(rest, payload, op)
                 or (ext and (not ext.keys() <= _LANE_EXTENSION_KEYS or None in ext.values()))):
             return None
         known = self._schema_known
@@ -433,17 +438,7 @@ class BlobDecoder:
             row.MergeFromString(row_bytes)
             if half == "after":  # the joined row keeps the after half's properties: none
                 del row.properties[:]
-        facts: dict = {}
-        if half != "both":
-            row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key)
-            if not done:
-                return []
-        if facts and self.options.lossless:
-            _add_facts(row.properties, facts)
-        if not ext:
-            entry.event.dmlEvent.rows.append(row)
-            return [entry]
-        return self._regroup(entry, row, row_index, nrows, columns_key)
+        return self._complete(seq, half, entry, row, {}, partner, ext, row_index, nrows, columns_key)
 
     # -- parts ---------------------------------------------------------------------------------
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
@@ -542,9 +537,8 @@ class BlobDecoder:
         """Facts for what the message holds beyond what its Entry says: a version other than
         ours, unknown keys, a `ddl` where the op has none (`ddl_extra`), images the op does not
         read, null images. Every extra payload key goes into one `payloadExtra`."""
-        if (payload.keys() == _PLAIN_PAYLOADS.get(payload["op"]) and msg.get("version") == FORMAT_VERSION
-                and msg.keys() <= _KNOWN_TOP_SET):
-            return  # the usual message: our version, no extra keys, only the images its op reads
+        if _usual_shape(msg, payload, payload["op"]):
+            return
         version = msg.get("version", None)
         if version is None and "version" not in msg:
             facts["version"] = "none"
@@ -930,6 +924,13 @@ def _same_but_time(a, b) -> bool:
     c.CopyFrom(a)
     c.timestamp = b.timestamp
     return c == b
+
+
+def _usual_shape(msg: dict, payload: dict, op) -> bool:
+    """The usual DML message, which needs no shape fact: our version, no top-level key but ours,
+    and a payload of only the images its op reads, op, sequenceId and timestamp."""
+    return (payload.keys() == _PLAIN_PAYLOADS.get(op) and msg.get("version") == FORMAT_VERSION
+            and msg.keys() <= _KNOWN_TOP_SET)
 
 
 def _pairs(pairs) -> list:
