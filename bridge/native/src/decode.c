@@ -401,17 +401,10 @@ static inline int key_is(PyObject *key, const char *s, Py_ssize_t n) {
 }
 #define KEY_IS(key, lit) key_is(key, lit, (Py_ssize_t)sizeof(lit) - 1)
 
-/* the message keys the lane reads, made once */
-enum { L_DATACOLUMN, L_HEADER, L_VALUES, L_CHARSETS, L_ROW, L_TIMESTAMP, L_SYSTEMTIME, L_EVENTTIME, L_CHECKPOINTTIME,
-       L_SEQUENCEID, L_KEYS };
-static PyObject *LANE_KEYS[L_KEYS];
-static const char *const LANE_KEY_TEXT[L_KEYS] = {"dataColumn", "header", "values", "charsets", "row", "timestamp",
-                                                  "systemTime", "eventTime", "checkpointTime", "sequenceId"};
-
 /* d[key] (borrowed) or NULL with no error set: absent (an error of the lookup is cleared: the
  * dicts hold only str keys, orjson's) */
 static inline PyObject *lane_get(PyObject *d, int key) {
-    PyObject *v = PyDict_GetItemWithError(d, LANE_KEYS[key]);
+    PyObject *v = PyDict_GetItemWithError(d, bridge_names[key]);
     if (v == NULL) PyErr_Clear();
     return v;
 }
@@ -487,33 +480,39 @@ static int put_header_fields(Buf *h, PyObject *fields) {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(fields, &pos, &key, &value)) {
-        long long x;
-        uint64_t u;
-        int rc;
         if (!PyUnicode_CheckExact(key)) return 0;
-        if (KEY_IS(key, "version")) {
-            if (!int_in(value, INT32_MIN, INT32_MAX, &x)) return 0;
-            rc = put_varint_field(h, F_HEADER_VERSION, (uint64_t)x); /* negative: ten bytes, as protobuf */
-        } else if (KEY_IS(key, "serverId")) {
-            if (!int_in(value, INT64_MIN, INT64_MAX, &x)) return 0;
-            rc = put_varint_field(h, F_HEADER_SERVERID, (uint64_t)x);
-        } else if (KEY_IS(key, "position")) {
-            if (!uint64_of(value, &u)) return 0;
-            rc = put_varint_field(h, F_HEADER_POSITION, u);
-        } else if (KEY_IS(key, "eventIndex")) {
-            if (!uint64_of(value, &u)) return 0;
-            rc = put_varint_field(h, F_HEADER_EVENTINDEX, u);
-        } else if (KEY_IS(key, "isLast")) {
-            if (value != Py_True && value != Py_False) return 0;
-            rc = put_varint_field(h, F_HEADER_ISLAST, value == Py_True);
-        } else if (KEY_IS(key, "fileName")) {
-            rc = put_str_field(h, F_HEADER_FILENAME, value);
-        } else if (KEY_IS(key, "gtid")) {
-            rc = put_str_field(h, F_HEADER_GTID, value);
-        } else if (KEY_IS(key, "properties")) {
+        int rc;
+        if (KEY_IS(key, "properties")) {
             rc = put_properties(h, F_HEADER_PROPERTIES, value);
         } else {
-            return 0;
+            int i = 0;
+            while (i < N_EXT_HEADER
+                   && !key_is(key, bridge_ext_header[i].name, (Py_ssize_t)strlen(bridge_ext_header[i].name)))
+                i++;
+            if (i == N_EXT_HEADER) return 0;
+            uint32_t field = bridge_ext_header[i].field;
+            long long x;
+            uint64_t u;
+            switch (bridge_ext_header[i].kind) {
+            case H_INT32: /* negative: ten bytes, as protobuf */
+                if (!int_in(value, INT32_MIN, INT32_MAX, &x)) return 0;
+                rc = put_varint_field(h, field, (uint64_t)x);
+                break;
+            case H_INT64:
+                if (!int_in(value, INT64_MIN, INT64_MAX, &x)) return 0;
+                rc = put_varint_field(h, field, (uint64_t)x);
+                break;
+            case H_UINT64:
+                if (!uint64_of(value, &u)) return 0;
+                rc = put_varint_field(h, field, u);
+                break;
+            case H_BOOL:
+                if (value != Py_True && value != Py_False) return 0;
+                rc = put_varint_field(h, field, value == Py_True);
+                break;
+            default:
+                rc = put_str_field(h, field, value);
+            }
         }
         if (rc <= 0) return rc;
     }
@@ -562,16 +561,6 @@ PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t n
                                          "source: tuple, dml_type: int, columns: bytes)");
         return NULL;
     }
-    if (LANE_KEYS[L_KEYS - 1] == NULL) { /* made once; all or none (a failure leaves none set) */
-        PyObject *made[L_KEYS];
-        for (int k = 0; k < L_KEYS; k++) {
-            if ((made[k] = PyUnicode_InternFromString(LANE_KEY_TEXT[k])) == NULL) {
-                while (k--) Py_DECREF(made[k]);
-                return NULL;
-            }
-        }
-        memcpy(LANE_KEYS, made, sizeof(made));
-    }
     payload = args[0];
     ext = args[1] == Py_None || PyDict_GET_SIZE(args[1]) == 0 ? NULL : args[1];
     image = args[2];
@@ -590,24 +579,24 @@ PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t n
     int rc = 0;
     /* the image's values */
     PyObject *body = PyDict_GetItemWithError(payload, image);
-    PyObject *values = body != NULL && PyDict_CheckExact(body) ? lane_get(body, L_DATACOLUMN) : NULL;
+    PyObject *values = body != NULL && PyDict_CheckExact(body) ? lane_get(body, N_DATACOLUMN) : NULL;
     if (values == NULL || !PyDict_CheckExact(values)) goto none;
     /* the extension's parts */
     PyObject *fields = NULL, *raws = NULL, *charsets = NULL;
     long long row_index = 0, nrows = 1;
     if (ext != NULL) {
-        fields = lane_get(ext, L_HEADER);
+        fields = lane_get(ext, N_HEADER);
         if (fields != NULL && (!PyDict_CheckExact(fields) || PyDict_GET_SIZE(fields) == 0)) {
             if (!PyDict_CheckExact(fields)) goto none;
             fields = NULL; /* {}: nothing set, and no default version (the extension is there) */
         }
-        raws = lane_get(ext, L_VALUES);
-        charsets = lane_get(ext, L_CHARSETS);
+        raws = lane_get(ext, N_VALUES);
+        charsets = lane_get(ext, N_CHARSETS);
         if ((raws != NULL && !PyDict_CheckExact(raws)) || (charsets != NULL && !PyDict_CheckExact(charsets)))
             goto none;
         if (raws != NULL && PyDict_GET_SIZE(raws) == 0) raws = NULL;
         if (charsets != NULL && PyDict_GET_SIZE(charsets) == 0) charsets = NULL;
-        PyObject *rows = lane_get(ext, L_ROW);
+        PyObject *rows = lane_get(ext, N_ROW);
         if (rows != NULL) {
             if (!PyList_CheckExact(rows) || PyList_GET_SIZE(rows) != 2
                 || !int_in(PyList_GET_ITEM(rows, 0), 0, 999999, &row_index)
@@ -616,15 +605,15 @@ PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t n
         }
     }
     /* the timestamp: whole seconds within a uint32, checkpointTime the same, no systemTime */
-    PyObject *stamp = lane_get(payload, L_TIMESTAMP);
+    PyObject *stamp = lane_get(payload, N_TIMESTAMP);
     long long event_time, checkpoint;
-    if (stamp == NULL || !PyDict_CheckExact(stamp) || lane_get(stamp, L_SYSTEMTIME) != NULL
-        || !int_in(lane_get(stamp, L_EVENTTIME), 0, 4294967295000LL, &event_time)
-        || !int_in(lane_get(stamp, L_CHECKPOINTTIME), 0, 4294967295000LL, &checkpoint)
+    if (stamp == NULL || !PyDict_CheckExact(stamp) || lane_get(stamp, N_SYSTEMTIME) != NULL
+        || !int_in(lane_get(stamp, N_EVENTTIME), 0, 4294967295000LL, &event_time)
+        || !int_in(lane_get(stamp, N_CHECKPOINTTIME), 0, 4294967295000LL, &checkpoint)
         || event_time % 1000 || checkpoint != event_time)
         goto none;
     uint64_t seq_id;
-    PyObject *seq = lane_get(payload, L_SEQUENCEID);
+    PyObject *seq = lane_get(payload, N_SEQ);
     if (seq == NULL || !seq_of(seq, row_index, &seq_id)) goto none;
     long long source_type;
     if (!int_in(PyTuple_GET_ITEM(source, 0), 0, INT32_MAX, &source_type)) goto none;

@@ -336,21 +336,16 @@ error:
 /* The Header fields dts.header holds, in field-number order: bridge/blob/encode.py's wire_ext_header
  * (every scalar field but those the envelope and schema.source say: messageType, timestamp, seqId,
  * sourceType, schemaName, tableName), each kept when not its default, as protobuf reads it. */
-enum { H_INT32, H_INT64, H_UINT64, H_BOOL, H_STRING };
-static const struct {
-    uint32_t field;
-    const char *name;
-    int kind;
-} EXT_HEADER[] = {{F_HEADER_VERSION, "version", H_INT32},   {F_HEADER_SERVERID, "serverId", H_INT64},
-                  {F_HEADER_FILENAME, "fileName", H_STRING}, {F_HEADER_POSITION, "position", H_UINT64},
-                  {F_HEADER_GTID, "gtid", H_STRING},         {F_HEADER_EVENTINDEX, "eventIndex", H_UINT64},
-                  {F_HEADER_ISLAST, "isLast", H_BOOL}};
-#define N_EXT_HEADER ((int)(sizeof(EXT_HEADER) / sizeof(EXT_HEADER[0])))
+const ExtHeaderField bridge_ext_header[N_EXT_HEADER] = {
+    {F_HEADER_VERSION, "version", H_INT32},   {F_HEADER_SERVERID, "serverId", H_INT64},
+    {F_HEADER_FILENAME, "fileName", H_STRING}, {F_HEADER_POSITION, "position", H_UINT64},
+    {F_HEADER_GTID, "gtid", H_STRING},         {F_HEADER_EVENTINDEX, "eventIndex", H_UINT64},
+    {F_HEADER_ISLAST, "isLast", H_BOOL}};
 /* the Header fields the envelope and schema.source say (left out of dts.header): varints and strings */
 #define SAID_ELSEWHERE (1u << F_HEADER_SOURCETYPE | 1u << F_HEADER_MESSAGETYPE | 1u << F_HEADER_TIMESTAMP \
                         | 1u << F_HEADER_SCHEMANAME | 1u << F_HEADER_TABLENAME | 1u << F_HEADER_SEQID)
 
-static PyObject *ext_header_names[N_EXT_HEADER], *properties_name, *event_time_name, *checkpoint_time_name;
+static PyObject *ext_header_names[N_EXT_HEADER], *properties_name;
 
 /* What C reads of an Entry's Header: the dts.header fields (ints and texts by EXT_HEADER index,
  * `seen` those not at their default), timestamp and seqId (0 when absent) */
@@ -384,7 +379,7 @@ static int read_header(const uint8_t *start, const uint8_t *end, HeaderView *h) 
             else h->seq_id = v;
             continue;
         }
-        while (i < N_EXT_HEADER && EXT_HEADER[i].field != field) i++;
+        while (i < N_EXT_HEADER && bridge_ext_header[i].field != field) i++;
         if (i == N_EXT_HEADER) { /* said elsewhere, or the properties (given): skipped; anything else is Python's */
             if ((field != F_HEADER_PROPERTIES && !(field < 32 && (SAID_ELSEWHERE >> field & 1)))
                 || !skip_field(&p, hend, wt))
@@ -393,13 +388,13 @@ static int read_header(const uint8_t *start, const uint8_t *end, HeaderView *h) 
         }
         if (h->seen & (1u << i)) return 0;
         h->seen |= 1u << i;
-        if (EXT_HEADER[i].kind == H_STRING) {
+        if (bridge_ext_header[i].kind == H_STRING) {
             if (wt != WT_LEN || !read_span(&p, hend, &h->texts[i])) return 0;
             if (h->texts[i].n == 0) h->seen &= ~(1u << i); /* "" spelt out: the default */
         } else {
             uint64_t v;
             if (wt != WT_VARINT || !read_varint(&p, hend, &v)) return 0;
-            if (EXT_HEADER[i].kind == H_INT32) v = (uint64_t)(int64_t)(int32_t)(uint32_t)v; /* as protobuf truncates */
+            if (bridge_ext_header[i].kind == H_INT32) v = (uint64_t)(int64_t)(int32_t)(uint32_t)v; /* as protobuf truncates */
             h->ints[i] = v;
             if (v == 0) h->seen &= ~(1u << i); /* 0 spelt out: the default */
         }
@@ -417,7 +412,7 @@ static PyObject *ext_header_dict(const HeaderView *h, PyObject *props, int *defa
     for (int i = 0; i < N_EXT_HEADER; i++) {
         if (!(h->seen & (1u << i))) continue;
         PyObject *value;
-        switch (EXT_HEADER[i].kind) {
+        switch (bridge_ext_header[i].kind) {
         case H_INT32:
         case H_INT64: value = PyLong_FromLongLong((long long)(int64_t)h->ints[i]); break;
         case H_UINT64: value = PyLong_FromUnsignedLongLong((unsigned long long)h->ints[i]); break;
@@ -453,8 +448,8 @@ static PyObject *stamp_dict(const HeaderView *h) {
     long long ms = (long long)h->timestamp * 1000;
     if (ms < 1000000000000LL || ms > 9999999999999LL) Py_RETURN_NONE;
     PyObject *out = PyDict_New(), *value = PyLong_FromLongLong(ms);
-    if (out == NULL || value == NULL || PyDict_SetItem(out, event_time_name, value) < 0
-        || PyDict_SetItem(out, checkpoint_time_name, value) < 0) {
+    if (out == NULL || value == NULL || PyDict_SetItem(out, bridge_names[N_EVENTTIME], value) < 0
+        || PyDict_SetItem(out, bridge_names[N_CHECKPOINTTIME], value) < 0) {
         Py_XDECREF(out);
         Py_XDECREF(value);
         return NULL;
@@ -466,10 +461,8 @@ static PyObject *stamp_dict(const HeaderView *h) {
 static int header_names_init(void) {
     if (properties_name != NULL) return 1;
     for (int i = 0; i < N_EXT_HEADER; i++)
-        if ((ext_header_names[i] = PyUnicode_InternFromString(EXT_HEADER[i].name)) == NULL) return 0;
-    return (event_time_name = PyUnicode_InternFromString("eventTime")) != NULL
-           && (checkpoint_time_name = PyUnicode_InternFromString("checkpointTime")) != NULL
-           && (properties_name = PyUnicode_InternFromString("properties")) != NULL;
+        if ((ext_header_names[i] = PyUnicode_InternFromString(bridge_ext_header[i].name)) == NULL) return 0;
+    return (properties_name = PyUnicode_InternFromString("properties")) != NULL;
 }
 
 /* Plan.messages(entry_bytes, dml_type, schema, image_keys, ops, seq_prefix, seq_pad, stamp, version,

@@ -5,7 +5,8 @@
 static const char *const NAME_TEXT[N_NAMES] = {"schema", "payload", "version", "dts", "dataColumn", "op",
                                                 "sequenceId", "timestamp", "header", "columns", "row",
                                                 "charsets", "values", "dataType",
-                                                "charset", "sv", "bv"};
+                                                "charset", "sv", "bv", "eventTime", "checkpointTime",
+                                                "systemTime"};
 PyObject *bridge_names[N_NAMES]; /* interned once: the keys of every message dict */
 
 int bridge_names_init(void) {

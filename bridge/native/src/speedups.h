@@ -214,7 +214,8 @@ enum { V_VALUE, V_NULL, V_SKIP, V_MISS };
 
 /* The keys of every message dict (bridge_names, interned once by rows.c) */
 enum { N_SCHEMA, N_PAYLOAD, N_VERSION, N_DTS, N_DATACOLUMN, N_OP, N_SEQ, N_TIMESTAMP, N_HEADER, N_COLUMNS,
-       N_ROW, N_CHARSETS, N_VALUES, N_DATATYPE, N_CHARSET, N_SV, N_BV, N_NAMES };
+       N_ROW, N_CHARSETS, N_VALUES, N_DATATYPE, N_CHARSET, N_SV, N_BV, N_EVENTTIME, N_CHECKPOINTTIME,
+       N_SYSTEMTIME, N_NAMES };
 
 /* The extension entries of one image, as JSON members: `"3":"gbk"` of dts.charsets and
  * `"4":{"dataType":13,...}` of dts.values (data_to_raw), comma-separated, in column order. */
@@ -473,6 +474,18 @@ PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
 int bridge_put_varint(Buf *b, uint64_t v);
 PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* The Header fields dts.header holds, in field-number order (lines.c): bridge/blob/encode.py's
+ * wire_ext_header, every scalar field but those the envelope and schema.source say (messageType,
+ * timestamp, seqId, sourceType, schemaName, tableName). Plan.messages reads them off the Header;
+ * Plan.lane writes them back. */
+enum { H_INT32, H_INT64, H_UINT64, H_BOOL, H_STRING };
+typedef struct {
+    uint32_t field;
+    const char *name;
+    int kind;
+} ExtHeaderField;
+#define N_EXT_HEADER 7
+extern const ExtHeaderField bridge_ext_header[N_EXT_HEADER];
 /* Blob -> DTS (values.c): text in a charset of the table, as its codec encodes it; NULL with no
  * error set when the table has no text codec for it or the text does not encode (Python decides) */
 PyObject *bridge_encode_text(Col *c, Span cs, PyObject *text);
