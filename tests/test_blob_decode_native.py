@@ -273,3 +273,191 @@ def test_the_lane_takes_the_usual_lines():
     assert decoder.finish() == []
     assert back == [pb.Entry.FromString(r).SerializeToString() for r in raws]
     assert len(taken) == len(lines) - 1 and None not in taken[1:]
+
+
+# ---- the lane's assembly on bytes (BlobDecoder._assemble): halves and rows met without parsing ------
+
+@st.composite
+def _reordered(draw, messages: list[dict]) -> list[dict]:
+    """The messages with the order and the grouping of halves and rows disturbed: windows shuffled,
+    a line repeated or dropped (a repeated row, a second half of a kind, an orphan half, an event
+    left open), a row taking a part the lane leaves to Python (rowProperties: Python's way in the
+    middle of an event the lane holds), dts.header in another key order or with a default spelt out
+    (the same Header: still one event), an update half a second later (halves that join with a fact)."""
+    out = copy.deepcopy(messages)
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, len(out) - 2))
+        j = min(len(out), i + draw(st.integers(2, 7)))
+        window = out[i:j]
+        out[i:j] = draw(st.permutations(window))
+    for msg in out:
+        if msg["payload"]["op"] not in ("INSERT", "DELETE", "UPDATE_BEFOR", "UPDATE_AFTER") or draw(st.integers(0, 5)):
+            continue
+        ext = msg.setdefault("dts", {})
+        what = draw(st.integers(0, 4))
+        if what == 0:
+            ext["rowProperties"] = [["k", "v"]]
+        elif what == 1 and ext.get("header"):
+            ext["header"] = dict(reversed(list(ext["header"].items())))
+        elif what == 2:
+            ext.setdefault("header", {}).update(draw(st.sampled_from([{"serverId": 0}, {"gtid": ""}, {"isLast": False},
+                                                                      {"eventIndex": 0}])))
+        elif what == 3 and msg["payload"]["op"].startswith("UPDATE"):
+            stamp = msg["payload"]["timestamp"]
+            stamp["eventTime"] = stamp["checkpointTime"] = stamp["eventTime"] + 1000
+        elif what == 4:
+            ext.pop("header", None)
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, len(out) - 1))
+        if draw(st.integers(0, 2)):
+            out.insert(draw(st.integers(i, min(len(out), i + 4))), copy.deepcopy(out[i]))
+        else:
+            del out[i]
+    return out
+
+
+def _event_messages(seed: int) -> list[dict]:
+    """One table's lines: events of 1 to 3 rows, INSERT, UPDATE (two halves a row) and DELETE."""
+    encoder = bridge.BlobEncoder(bridge.DEFAULT_OPTIONS)
+    out = []
+    for i, raw in enumerate(realistic_entries(3, seed=seed, rows_per_entry=1 + seed % 2)
+                            + realistic_entries(9, seed=seed + 1, rows_per_entry=3)):
+        entry = pb.Entry.FromString(raw)
+        entry.header.seqId += 100 * (i // 3)  # (the two parts' seqIds apart)
+        dml = entry.event.dmlEvent
+        if i % 3:
+            dml.dmlEventType = pb.UPDATE if i % 3 == 1 else pb.DELETE
+            for row in dml.rows:
+                row.oldColumns.extend(row.newColumns)
+                if i % 3 == 2:
+                    del row.newColumns[:]
+                else:
+                    row.newColumns[0].CopyFrom(row.newColumns[-1])
+        out += [orjson.loads(line) for line in encoder.convert_lines(entry, entry.SerializeToString())]
+    return out
+
+
+def _decode_lines(messages: list[dict], options, native: bool, max_pending: int) -> list:
+    decoder = bridge.BlobDecoder(options, max_pending=max_pending)
+    decoder._native = native
+    out = []
+    for i, msg in enumerate(messages):
+        line = orjson.dumps(msg)
+        out.append(_outcome(lambda line=line, i=i: [e.SerializeToString() for e in decoder.feed_line(line, line=i)]))
+        out.append([decoder.messages, decoder.entries, decoder.pending, [str(e) for e in decoder.evicted]])
+    out.append([(type(e).__name__, str(e), e.count) for e in decoder.finish()])
+    return out
+
+
+@needs_native
+@settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(seed=st.integers(0, 10_000), options=st.sampled_from([bridge.DEFAULT_OPTIONS, bridge.Options(strict=True)]),
+       max_pending=st.sampled_from([1, 2, 3, 100_000]), data=st.data())
+def test_the_lane_assembles_halves_and_events_as_python_does(seed, options, max_pending, data):
+    """Halves and event rows the lane meets on bytes, and what it hands to Python when a line goes
+    the Python way, a half has no partner or the pairing window is full: line by line the same
+    Entries (in order), errors, counters (pending included) and evictions as the Python path."""
+    messages = data.draw(_reordered(_event_messages(seed)))
+    got, expected = (_decode_lines(messages, options, native, max_pending) for native in (True, False))
+    for index, (g, e) in enumerate(zip(got, expected)):
+        assert_outcomes(g, e, f"step {index}")
+    assert len(got) == len(expected)
+
+
+@needs_native
+def test_the_lane_holds_and_hands_over():
+    """An event's rows and an update's first half wait on bytes in the lane (pending counts them);
+    a line that goes the Python way moves them into the Python state, where the event completes."""
+    encoder = bridge.BlobEncoder(bridge.DEFAULT_OPTIONS)
+    raws = realistic_entries(8, seed=11, rows_per_entry=3)
+    lines = [line for raw in raws for line in encoder.convert_lines(pb.Entry.FromString(raw), raw)]
+    decoder = bridge.BlobDecoder(bridge.DEFAULT_OPTIONS)
+    out = [e.SerializeToString() for line in lines[:4] for e in decoder.feed_line(line)]
+    held = decoder.pending
+    assert held and (decoder._lane_events or decoder._lane_halves)
+    odd = orjson.loads(lines[4])
+    odd["dts"]["rowProperties"] = []  # the same row, not the lane's
+    out += [e.SerializeToString() for e in decoder.feed_line(orjson.dumps(odd))]
+    assert not decoder._lane_events and not decoder._lane_halves
+    out += [e.SerializeToString() for line in lines[5:] for e in decoder.feed_line(line)]
+    assert decoder.finish() == [] and decoder.pending == 0
+    assert out == [pb.Entry.FromString(r).SerializeToString() for r in raws]
+
+
+@needs_native
+def test_with_rows_appends_rows_to_the_dml_event():
+    from bridge.native import speedups
+    entry = pb.Entry()
+    entry.header.seqId = 7
+    entry.event.dmlEvent.dmlEventType = pb.INSERT
+    entry.event.dmlEvent.columns.add(name="a")
+    rows = [pb.RowChange(), pb.RowChange(newColumns=[pb.Data(dataType=pb.STRING, bv=b"x")]),
+            pb.RowChange(oldColumns=[pb.Data(dataType=pb.NIL)])]
+    got = pb.Entry.FromString(speedups.with_rows(entry.SerializeToString(), [r.SerializeToString() for r in rows]))
+    entry.event.dmlEvent.rows.extend(rows)
+    assert got == entry and len(got.event.dmlEvent.rows) == 3
+    assert pb.Entry.FromString(speedups.with_rows(b"", [])) == pb.Entry(event=pb.Event(dmlEvent=pb.DMLEvent()))
+    for bad in ((b"", [1]), ("", []), (b"", ()), (b"",)):
+        with pytest.raises(TypeError):
+            speedups.with_rows(*bad)
+
+
+def _edits(messages: list[dict], i: int):
+    """One change at line i: repeated right after or two lines later, dropped, swapped with the
+    next, taking rowProperties (Python's way), a second later (an update's halves then differ)."""
+    def changed(change):
+        out = copy.deepcopy(messages)
+        change(out)
+        return out
+
+    def later(out):
+        stamp = out[i]["payload"]["timestamp"]
+        stamp["eventTime"] = stamp["checkpointTime"] = stamp["eventTime"] + 1000
+
+    yield "repeated", changed(lambda out: out.insert(i + 1, copy.deepcopy(out[i])))
+    yield "repeated later", changed(lambda out: out.insert(i + 3, copy.deepcopy(out[i])))
+    yield "dropped", changed(lambda out: out.pop(i))
+    yield "swapped", changed(lambda out: out.insert(i + 1, out.pop(i)))
+    yield "rowProperties", changed(lambda out: out[i].setdefault("dts", {}).update(rowProperties=[["k", "v"]]))
+    yield "a second later", changed(later)
+
+
+@needs_native
+@pytest.mark.parametrize(("seed", "max_pending"), [(0, 1), (1, 100_000)])
+def test_the_lane_assembles_every_single_edit_as_python_does(seed, max_pending):
+    """Every one-line edit at every line of a table's events (rows of 1 to 3, updates' halves):
+    the lane, holding rows and halves on bytes, and the Python path give the same outcome line by
+    line (a repeated row and a second half of a kind are errors, a dropped one an open event)."""
+    messages = _event_messages(seed)
+    for i in range(len(messages)):
+        for what, edited in _edits(messages, i):
+            got, expected = (_decode_lines(edited, bridge.DEFAULT_OPTIONS, native, max_pending)
+                             for native in (True, False))
+            for index, (g, e) in enumerate(zip(got, expected)):
+                assert_outcomes(g, e, f"{what} at line {i}, step {index}")
+
+
+@needs_native
+def test_the_lane_writes_the_header_canonically():
+    """Plan.lane's Entry bytes are protobuf's own serialization of the Entry they parse to (fields
+    in number order, defaults left out), whatever the order of dts.header's keys and whether a
+    default is spelt out: the bytes the lane groups rows and pairs halves by are equal exactly
+    when the Headers are (`_event_key` compares them serialized)."""
+    messages = _event_messages(2)
+    seen = []
+    for variant in range(3):
+        decoder = bridge.BlobDecoder(bridge.DEFAULT_OPTIONS)
+        assemble = decoder._assemble
+        decoder._assemble = lambda entry_bytes, *rest: seen.append(entry_bytes) or assemble(entry_bytes, *rest)
+        for msg in copy.deepcopy(messages):
+            header = msg["dts"]["header"]
+            if variant == 1:
+                msg["dts"]["header"] = dict(reversed(list(header.items())))
+            elif variant == 2:
+                header.update(serverId=0, gtid="", isLast=False, eventIndex=0)
+            decoder.feed_line(orjson.dumps(msg))
+        assert decoder.finish() == []
+    assert len(seen) == 3 * (len(messages) - 1)
+    assert all(pb.Entry.FromString(b).SerializeToString() == b for b in seen)
+    third = len(seen) // 3
+    assert seen[:third] == seen[third:2 * third] != seen[2 * third:]  # (variant 2 drops isLast and serverId)

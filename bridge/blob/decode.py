@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from bridge.blob.encode import FORMAT_VERSION
 from bridge.blob.rows import native_plan
 from bridge.errors import BlobFormatError, BridgeError, ConversionError
+from bridge.native import speedups
 from bridge.native.contract import PROTO_FIELDS
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.values import (
@@ -87,6 +88,7 @@ _OP_OF_HALF = {image: op for op, image in _HALF_OF_OP.items()}
 _LANE_IMAGES = {op: (i.image, _IMAGE_FIELDS[i.image][1], i.dml_type) for op, i in OP_IMAGES.items()}
 _LANE_EXTENSION_KEYS = frozenset(("header", "columns", "row", "charsets", "values"))
 _ENTRY_FROM, _ROW_FROM = pb.Entry.FromString, pb.RowChange.FromString
+_WITH_ROWS = speedups.with_rows if speedups is not None else None  # (the lane runs only where C does)
 # a DML op -> the payload keys of a message that needs no shape fact (its images, op, sequenceId, timestamp)
 _PLAIN_PAYLOADS = {op: frozenset((*images, "op", "sequenceId", "timestamp")) for op, images in _IMAGES_OF_OP.items()}
 
@@ -167,6 +169,10 @@ class BlobDecoder:
         self._column_sets: dict = {}  # JSON of (dataColumn, primaryKey, dts.columns) -> built columns
         self._native = True  # the C image encoder where it applies (tests switch it off to compare)
         self._lane_last: tuple | None = None  # _lane's last column set and the JSON texts naming it
+        # what the lane holds on bytes while the Python state below is empty (see _assemble):
+        # sequenceId -> waiting update half; (Entry bytes, row count, column-set key) -> open event
+        self._lane_halves: dict = {}
+        self._lane_events: dict = {}
         self._sources: dict = {}  # schema.source JSON -> ((sourceType, schemaName, tableName), facts)
         self._schema_prefix: bytes | None = None  # b'{"schema":<JSON>,' of the last line parsed whole
         self._schema_value: dict | None = None  # and its schema, shared by the lines that repeat it
@@ -240,10 +246,12 @@ class BlobDecoder:
     @property
     def pending_messages(self) -> int:
         """Messages fed but not yet part of a returned Entry (update halves, rows of open events)."""
-        return len(self._halves) + sum(e.messages for e in self._events.values())
+        return (len(self._halves) + sum(e.messages for e in self._events.values())
+                + len(self._lane_halves) + sum(e[2] for e in self._lane_events.values()))
 
     def finish(self) -> list[ConversionError]:
         """Errors for every update half or partial event still waiting at end of input."""
+        self._unassemble()
         errors = self.evicted
         self.evicted = []
         for seq, (row, *_) in self._halves.items():
@@ -263,6 +271,8 @@ class BlobDecoder:
 
     # -- per message ---------------------------------------------------------------------------
     def _feed(self, msg: dict, checked: bool) -> list[pb.Entry]:
+        if self._lane_halves or self._lane_events:  # what the lane holds joins the Python state first
+            self._unassemble()
         if not checked:
             check_shape(msg)
         payload = msg["payload"]
@@ -427,9 +437,15 @@ class BlobDecoder:
         if got is None:
             return None
         entry_bytes, row_bytes, row_index, nrows = got
-        entry = _ENTRY_FROM(entry_bytes)
         seq = payload["sequenceId"]
         half = _HALF_OF_OP.get(op, "both")
+        if not self._halves and not self._events:  # the Python state is empty: the lane assembles
+            out = self._assemble(entry_bytes, row_bytes, row_index, nrows, seq, half, columns_key, bool(ext),
+                                 lane[2] == _UPDATE)
+            if out is not None:
+                return out
+        self._unassemble()
+        entry = _ENTRY_FROM(entry_bytes)
         partner = self._partner(seq, half, entry, columns_key) if half != "both" else None
         if partner is None:
             row = _ROW_FROM(row_bytes)
@@ -439,6 +455,64 @@ class BlobDecoder:
             if half == "after":  # the joined row keeps the after half's properties: none
                 del row.properties[:]
         return self._complete(seq, half, entry, row, {}, partner, ext, row_index, nrows, columns_key)
+
+    def _assemble(self, entry_bytes, row_bytes, row_index, nrows, seq, half, columns_key, grouped, update
+                  ) -> list[pb.Entry] | None:
+        """The lane's message completed on bytes while the Python state (`_halves`, `_events`) is
+        empty: update halves wait in `_lane_halves` and an event's rows in `_lane_events`, and an
+        Entry is parsed once, whole (`with_rows`). Plan.lane writes the Header canonically, so equal
+        Entry bytes are what `_partner` and `_regroup` call the same Entry: halves with equal bytes
+        and column-set key join with no fact, and rows with equal bytes, count and key are one
+        event's. None, with nothing changed, wherever Python would do more than that (halves
+        that differ, a second half of a kind, a repeated row, the pairing window full): then
+        `_unassemble` moves what the lane holds into the Python state, as the Python path would
+        have built it, and the message goes the Python way."""
+        halves = self._lane_halves
+        if half != "both":
+            waiting = halves.get(seq)
+            if waiting is None:
+                if len(halves) >= self.max_pending:
+                    return None
+                halves[seq] = (entry_bytes, row_bytes, half, columns_key, self._line)
+                return []
+            if waiting[2] == half or waiting[0] != entry_bytes or waiting[3] != columns_key:
+                return None
+            row_bytes = waiting[1] + row_bytes  # protobuf merges the two halves' images into one row
+        if not grouped or nrows == 1:
+            if half != "both":
+                del halves[seq]
+            return [_ENTRY_FROM(_WITH_ROWS(entry_bytes, [row_bytes]))]
+        key = (entry_bytes, nrows, columns_key)
+        event = self._lane_events.get(key)
+        if event is not None and event[0][row_index] is not None:
+            return None  # a repeated row: Python's error
+        if half != "both":
+            del halves[seq]
+        if event is None:
+            event = self._lane_events[key] = [[None] * nrows, 0, 0]  # rows, rows in, messages
+        event[0][row_index] = row_bytes
+        event[1] += 1
+        event[2] += 2 if update else 1
+        if event[1] < nrows:
+            return []
+        del self._lane_events[key]
+        return [_ENTRY_FROM(_WITH_ROWS(entry_bytes, event[0]))]
+
+    def _unassemble(self) -> None:
+        """Move what the lane holds on bytes into the Python state, as the Python path builds it
+        (`_pair`'s waiting half, `_regroup`'s open event), in the order the lane took it."""
+        if self._lane_halves:
+            for seq, (entry_bytes, row_bytes, half, columns_key, line) in self._lane_halves.items():
+                self._halves[seq] = (_Row(seq, _ROW_FROM(row_bytes), {half}, line), {}, _ENTRY_FROM(entry_bytes),
+                                     columns_key)
+            self._lane_halves.clear()
+        if self._lane_events:
+            for (entry_bytes, nrows, columns_key), (rows, _, messages) in self._lane_events.items():
+                entry = _ENTRY_FROM(entry_bytes)
+                event = self._events[_event_key(entry, nrows, columns_key)] = _Event(entry, nrows)
+                event.rows = {i: _ROW_FROM(row) for i, row in enumerate(rows) if row is not None}
+                event.messages = messages
+            self._lane_events.clear()
 
     # -- parts ---------------------------------------------------------------------------------
     def _header(self, header, msg, payload, mtype, ext, facts, with_source) -> None:
@@ -753,11 +827,7 @@ class BlobDecoder:
         # which the column-set key fixes, and its type; else its bytes), same row count. A
         # message differing in any of them starts an event of its own (reported if it never
         # completes): it never merges into another, losing what differs.
-        dml = entry.event.dmlEvent
-        event_props = entry.event.properties
-        key = (entry.header.SerializeToString(), dml.dmlEventType,
-               ("json", columns_key) if columns_key is not None else ("pb", dml.SerializeToString()),
-               tuple((p.key, p.value) for p in event_props) if event_props else None, nrows, unknown_key)
+        key = _event_key(entry, nrows, columns_key, unknown_key)
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = _Event(entry, nrows)
@@ -772,6 +842,16 @@ class BlobDecoder:
         rows = event.rows
         out.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
         return [out]
+
+
+def _event_key(entry, nrows, columns_key=None, unknown_key=None) -> tuple:
+    """What the rows of one event share: its header, DML type, columns (the column-set key, else
+    the DMLEvent's bytes), event properties, row count and unknown fields (`_regroup`)."""
+    dml = entry.event.dmlEvent
+    event_props = entry.event.properties
+    return (entry.header.SerializeToString(), dml.dmlEventType,
+            ("json", columns_key) if columns_key is not None else ("pb", dml.SerializeToString()),
+            tuple((p.key, p.value) for p in event_props) if event_props else None, nrows, unknown_key)
 
 
 # the top level of the `dts` extension as the encoder writes it (bridge/blob/blob.schema.json, dtsExtension)

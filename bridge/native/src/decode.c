@@ -475,48 +475,48 @@ static int put_properties(Buf *h, uint32_t field, PyObject *pairs) {
     return rc;
 }
 
-/* The Header fields of dts.header the lane sets (a name it does not know: Python decides) */
-static int put_header_fields(Buf *h, PyObject *fields) {
+/* dts.header's values by bridge_ext_header index into vals, its properties into *props (borrowed;
+ * NULL where absent); 0 for a name the lane does not know (Python decides) */
+static int header_values(PyObject *fields, PyObject *vals[N_EXT_HEADER], PyObject **props) {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(fields, &pos, &key, &value)) {
         if (!PyUnicode_CheckExact(key)) return 0;
-        int rc;
         if (KEY_IS(key, "properties")) {
-            rc = put_properties(h, F_HEADER_PROPERTIES, value);
-        } else {
-            int i = 0;
-            while (i < N_EXT_HEADER
-                   && !key_is(key, bridge_ext_header[i].name, (Py_ssize_t)strlen(bridge_ext_header[i].name)))
-                i++;
-            if (i == N_EXT_HEADER) return 0;
-            uint32_t field = bridge_ext_header[i].field;
-            long long x;
-            uint64_t u;
-            switch (bridge_ext_header[i].kind) {
-            case H_INT32: /* negative: ten bytes, as protobuf */
-                if (!int_in(value, INT32_MIN, INT32_MAX, &x)) return 0;
-                rc = put_varint_field(h, field, (uint64_t)x);
-                break;
-            case H_INT64:
-                if (!int_in(value, INT64_MIN, INT64_MAX, &x)) return 0;
-                rc = put_varint_field(h, field, (uint64_t)x);
-                break;
-            case H_UINT64:
-                if (!uint64_of(value, &u)) return 0;
-                rc = put_varint_field(h, field, u);
-                break;
-            case H_BOOL:
-                if (value != Py_True && value != Py_False) return 0;
-                rc = put_varint_field(h, field, value == Py_True);
-                break;
-            default:
-                rc = put_str_field(h, field, value);
-            }
+            *props = value;
+            continue;
         }
-        if (rc <= 0) return rc;
+        int i = 0;
+        while (i < N_EXT_HEADER
+               && !key_is(key, bridge_ext_header[i].name, (Py_ssize_t)strlen(bridge_ext_header[i].name)))
+            i++;
+        if (i == N_EXT_HEADER) return 0;
+        vals[i] = value;
     }
     return 1;
+}
+
+/* dts.header's field of bridge_ext_header index i, value v; 0 for a value of another type or range */
+static int put_ext_header_field(Buf *h, int i, PyObject *value) {
+    uint32_t field = bridge_ext_header[i].field;
+    long long x;
+    uint64_t u;
+    switch (bridge_ext_header[i].kind) {
+    case H_INT32: /* negative: ten bytes, as protobuf */
+        if (!int_in(value, INT32_MIN, INT32_MAX, &x)) return 0;
+        return put_varint_field(h, field, (uint64_t)x) ? 1 : -1;
+    case H_INT64:
+        if (!int_in(value, INT64_MIN, INT64_MAX, &x)) return 0;
+        return put_varint_field(h, field, (uint64_t)x) ? 1 : -1;
+    case H_UINT64:
+        if (!uint64_of(value, &u)) return 0;
+        return put_varint_field(h, field, u) ? 1 : -1;
+    case H_BOOL:
+        if (value != Py_True && value != Py_False) return 0;
+        return put_varint_field(h, field, value == Py_True) ? 1 : -1;
+    default:
+        return put_str_field(h, field, value);
+    }
 }
 
 /* The Header's seqId of a sequenceId that is exactly sequence_id(seqId, row) (values.events), or 0
@@ -617,22 +617,28 @@ PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t n
     if (seq == NULL || !seq_of(seq, row_index, &seq_id)) goto none;
     long long source_type;
     if (!int_in(PyTuple_GET_ITEM(source, 0), 0, INT32_MAX, &source_type)) goto none;
-    /* the Header, in field-number order (protobuf reads any order; the caller parses it) */
+    /* the Header, in field-number order with defaults left out: canonical, so equal Headers are
+     * equal bytes (BlobDecoder groups an event's rows and pairs an update's halves by these bytes) */
+    PyObject *vals[N_EXT_HEADER] = {NULL}, *props = NULL;
+    if (fields != NULL && !header_values(fields, vals, &props)) goto none;
     if (fields == NULL && ext == NULL && !put_varint_field(&h, F_HEADER_VERSION, 1)) goto done;
-    if (fields != NULL) {
-        rc = put_header_fields(&h, fields); /* (field order is free: the caller parses the bytes) */
+    for (uint32_t f = 1; f <= F_HEADER_PROPERTIES; f++) {
+        rc = 1;
+        switch (f) {
+        case F_HEADER_SOURCETYPE: rc = put_varint_field(&h, f, (uint64_t)source_type) ? 1 : -1; break;
+        case F_HEADER_MESSAGETYPE: rc = put_varint_field(&h, f, MT_DML) ? 1 : -1; break;
+        case F_HEADER_TIMESTAMP: rc = put_varint_field(&h, f, (uint64_t)(event_time / 1000)) ? 1 : -1; break;
+        case F_HEADER_SCHEMANAME: rc = put_str_field(&h, f, PyTuple_GET_ITEM(source, 1)); break;
+        case F_HEADER_TABLENAME: rc = put_str_field(&h, f, PyTuple_GET_ITEM(source, 2)); break;
+        case F_HEADER_SEQID: rc = put_varint_field(&h, f, seq_id) ? 1 : -1; break;
+        case F_HEADER_PROPERTIES: if (props != NULL) rc = put_properties(&h, f, props); break;
+        default:
+            for (int i = 0; i < N_EXT_HEADER; i++)
+                if (bridge_ext_header[i].field == f && vals[i] != NULL) rc = put_ext_header_field(&h, i, vals[i]);
+        }
         if (rc < 0) goto done;
         if (rc == 0) goto none;
     }
-    if (!put_varint_field(&h, F_HEADER_SOURCETYPE, (uint64_t)source_type)
-        || !put_varint_field(&h, F_HEADER_MESSAGETYPE, MT_DML)
-        || !put_varint_field(&h, F_HEADER_TIMESTAMP, (uint64_t)(event_time / 1000)))
-        goto done;
-    rc = put_str_field(&h, F_HEADER_SCHEMANAME, PyTuple_GET_ITEM(source, 1));
-    if (rc > 0) rc = put_str_field(&h, F_HEADER_TABLENAME, PyTuple_GET_ITEM(source, 2));
-    if (rc < 0) goto done;
-    if (rc == 0) goto none;
-    if (!put_varint_field(&h, F_HEADER_SEQID, seq_id)) goto done;
     /* the row */
     rc = encode_image(self, values, field, raws, charsets, &row);
     if (rc < 0) goto done;
@@ -662,5 +668,43 @@ done:
     PyMem_Free(ev.p);
     PyMem_Free(out.p);
     PyMem_Free(row.p);
+    return result;
+}
+
+/* with_rows(entry, rows) -> entry + the Entry field event { dmlEvent { rows } } holding `rows` (a
+ * list of RowChange bytes): protobuf merges a message field that comes twice, so the bytes parse
+ * as `entry` with the rows appended to its DMLEvent (BlobDecoder's lane: an Entry completed
+ * from its rows' bytes, one parse) */
+PyObject *bridge_with_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "with_rows(entry: bytes, rows: list[bytes])");
+        return NULL;
+    }
+    PyObject *rows = args[1];
+    Buf dml = {NULL, 0, 0}, event = {NULL, 0, 0}, out = {NULL, 0, 0};
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyBytes_CheckExact(row)) {
+            PyErr_SetString(PyExc_TypeError, "with_rows: each row is bytes");
+            goto done;
+        }
+        Py_ssize_t k = PyBytes_GET_SIZE(row); /* (an empty row is a row: its tag is written) */
+        if (!bridge_put_varint(&dml, TAG(F_DMLEVENT_ROWS, WT_LEN)) || !bridge_put_varint(&dml, (uint64_t)k)
+            || !buf_put(&dml, PyBytes_AS_STRING(row), k))
+            goto done;
+    }
+    if (!bridge_put_varint(&event, TAG(F_EVENT_DMLEVENT, WT_LEN)) || !bridge_put_varint(&event, (uint64_t)dml.n)
+        || !buf_put(&event, dml.p, dml.n)
+        || !buf_put(&out, PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]))
+        || !bridge_put_varint(&out, TAG(F_ENTRY_EVENT, WT_LEN)) || !bridge_put_varint(&out, (uint64_t)event.n)
+        || !buf_put(&out, event.p, event.n))
+        goto done;
+    result = PyBytes_FromStringAndSize((const char *)out.p, out.n);
+done:
+    PyMem_Free(dml.p);
+    PyMem_Free(event.p);
+    PyMem_Free(out.p);
     return result;
 }

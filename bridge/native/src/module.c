@@ -88,6 +88,8 @@ static PyMethodDef module_methods[] = {
     {"set_charsets", (PyCFunction)bridge_set_charsets, METH_O,
      "set_charsets(table): the charsets text columns decode in C, table a sequence of (name, mode, codec, mapping, "
      "check)"},
+    {"with_rows", (PyCFunction)(void (*)(void))bridge_with_rows, METH_FASTCALL,
+     "with_rows(entry_bytes, rows) -> entry_bytes and the rows (RowChange bytes) appended to its DMLEvent"},
     {NULL, NULL, 0, NULL},
 };
 

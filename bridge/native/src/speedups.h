@@ -474,6 +474,7 @@ PyObject *bridge_Plan_messages(PlanObject *self, PyObject *const *args, Py_ssize
 int bridge_put_varint(Buf *b, uint64_t v);
 PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *bridge_with_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 /* The Header fields dts.header holds, in field-number order (lines.c): bridge/blob/encode.py's
  * wire_ext_header, every scalar field but those the envelope and schema.source say (messageType,
  * timestamp, seqId, sourceType, schemaName, tableName). Plan.messages reads them off the Header;
