@@ -461,3 +461,32 @@ def test_the_lane_writes_the_header_canonically():
     assert all(pb.Entry.FromString(b).SerializeToString() == b for b in seen)
     third = len(seen) // 3
     assert seen[:third] == seen[third:2 * third] != seen[2 * third:]  # (variant 2 drops isLast and serverId)
+
+
+@needs_native
+def test_the_lane_holds_what_came_not_what_a_line_announces():
+    """A line announcing 2**31 - 1 rows (found by review: the lane made a slot per announced row,
+    about 16 GiB, and lost the waiting half when that failed) holds one row and reports the open
+    event at the end, as the Python path does; an update half joins first."""
+    messages = _event_messages(0)
+    index = next(i for i, m in enumerate(messages) if m["payload"]["op"] == "UPDATE_AFTER" and i > 4)
+    before, after = copy.deepcopy(messages[index - 1]), copy.deepcopy(messages[index])
+    for msg in (before, after):
+        msg["dts"]["row"] = [0, 2**31 - 1]
+    lines = [messages[0], before, after]
+    got, expected = (_decode_lines(lines, bridge.DEFAULT_OPTIONS, native, 100_000) for native in (True, False))
+    assert got == expected
+    seq_id = int(after["payload"]["sequenceId"]) // 10**6
+    assert got[-1] == [("ConversionError", f"DML event incomplete at end of input: 1 of {2**31 - 1} rows "
+                        f"(seqId {seq_id})", 2)]
+    decoder = bridge.BlobDecoder()
+    for msg in lines:
+        decoder.feed_line(orjson.dumps(msg))
+    ((rows, messages),) = decoder._lane_events.values()  # held by the lane: the one row that came
+    assert list(rows) == [0] and messages == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", None])
+def test_max_pending_is_a_whole_number_of_at_least_one(bad):
+    with pytest.raises(bridge.errors.OptionsError, match="max_pending"):
+        bridge.BlobDecoder(max_pending=bad)

@@ -29,7 +29,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from bridge.blob.encode import FORMAT_VERSION
 from bridge.blob.rows import native_plan
-from bridge.errors import BlobFormatError, BridgeError, ConversionError
+from bridge.errors import BlobFormatError, BridgeError, ConversionError, OptionsError
 from bridge.native import speedups
 from bridge.native.contract import PROTO_FIELDS
 from bridge.options import DEFAULT_OPTIONS, Options
@@ -88,7 +88,7 @@ _OP_OF_HALF = {image: op for op, image in _HALF_OF_OP.items()}
 _LANE_IMAGES = {op: (i.image, _IMAGE_FIELDS[i.image][1], i.dml_type) for op, i in OP_IMAGES.items()}
 _LANE_EXTENSION_KEYS = frozenset(("header", "columns", "row", "charsets", "values"))
 _ENTRY_FROM, _ROW_FROM = pb.Entry.FromString, pb.RowChange.FromString
-_WITH_ROWS = speedups.with_rows if speedups is not None else None  # (the lane runs only where C does)
+_WITH_ROWS = getattr(speedups, "with_rows", None)  # (the lane runs only where C does)
 # a DML op -> the payload keys of a message that needs no shape fact (its images, op, sequenceId, timestamp)
 _PLAIN_PAYLOADS = {op: frozenset((*images, "op", "sequenceId", "timestamp")) for op, images in _IMAGES_OF_OP.items()}
 
@@ -159,6 +159,9 @@ class BlobDecoder:
     """Stream-level Blob -> DTS converter: `feed` messages, collect Entries; `finish` at end of input."""
 
     def __init__(self, options: Options = DEFAULT_OPTIONS, max_pending: int = 100_000) -> None:
+        if type(max_pending) is not int or max_pending < 1:
+            raise OptionsError(f"max_pending = {max_pending!r}: the update halves waiting for their partner, "
+                               "a whole number of at least 1")
         self.options = options
         self.max_pending = max_pending
         self._halves: OrderedDict = OrderedDict()   # sequenceId -> (_Row, facts, Entry, column-set key)
@@ -247,7 +250,7 @@ class BlobDecoder:
     def pending_messages(self) -> int:
         """Messages fed but not yet part of a returned Entry (update halves, rows of open events)."""
         return (len(self._halves) + sum(e.messages for e in self._events.values())
-                + len(self._lane_halves) + sum(e[2] for e in self._lane_events.values()))
+                + len(self._lane_halves) + sum(e[1] for e in self._lane_events.values()))
 
     def finish(self) -> list[ConversionError]:
         """Errors for every update half or partial event still waiting at end of input."""
@@ -439,7 +442,7 @@ class BlobDecoder:
         entry_bytes, row_bytes, row_index, nrows = got
         seq = payload["sequenceId"]
         half = _HALF_OF_OP.get(op, "both")
-        if not self._halves and not self._events:  # the Python state is empty: the lane assembles
+        if not self._halves and not self._events and _WITH_ROWS:  # the Python state is empty: the lane assembles
             out = self._assemble(entry_bytes, row_bytes, row_index, nrows, seq, half, columns_key, bool(ext),
                                  lane[2] == _UPDATE)
             if out is not None:
@@ -484,19 +487,19 @@ class BlobDecoder:
             return [_ENTRY_FROM(_WITH_ROWS(entry_bytes, [row_bytes]))]
         key = (entry_bytes, nrows, columns_key)
         event = self._lane_events.get(key)
-        if event is not None and event[0][row_index] is not None:
-            return None  # a repeated row: Python's error
-        if half != "both":
-            del halves[seq]
         if event is None:
-            event = self._lane_events[key] = [[None] * nrows, 0, 0]  # rows, rows in, messages
-        event[0][row_index] = row_bytes
-        event[1] += 1
-        event[2] += 2 if update else 1
-        if event[1] < nrows:
+            event = self._lane_events[key] = [{}, 0]  # row index -> row bytes (as many as came), messages
+        elif row_index in event[0]:
+            return None  # a repeated row: Python's error
+        rows = event[0]
+        rows[row_index] = row_bytes
+        event[1] += 2 if update else 1
+        if half != "both":  # (last: nothing above may leave the half neither waiting nor in its row)
+            del halves[seq]
+        if len(rows) < nrows:
             return []
         del self._lane_events[key]
-        return [_ENTRY_FROM(_WITH_ROWS(entry_bytes, event[0]))]
+        return [_ENTRY_FROM(_WITH_ROWS(entry_bytes, [rows[i] for i in range(nrows)]))]
 
     def _unassemble(self) -> None:
         """Move what the lane holds on bytes into the Python state, as the Python path builds it
@@ -507,10 +510,13 @@ class BlobDecoder:
                                      columns_key)
             self._lane_halves.clear()
         if self._lane_events:
-            for (entry_bytes, nrows, columns_key), (rows, _, messages) in self._lane_events.items():
+            for (entry_bytes, nrows, columns_key), (rows, messages) in self._lane_events.items():
                 entry = _ENTRY_FROM(entry_bytes)
-                event = self._events[_event_key(entry, nrows, columns_key)] = _Event(entry, nrows)
-                event.rows = {i: _ROW_FROM(row) for i, row in enumerate(rows) if row is not None}
+                key = _event_key(entry, nrows, columns_key)
+                if key in self._events:  # (cannot be: the lane holds only while the Python state is empty)
+                    raise RuntimeError("BlobDecoder: an event held by the lane is open in the Python state too")
+                event = self._events[key] = _Event(entry, nrows)
+                event.rows = {i: _ROW_FROM(row) for i, row in rows.items()}
                 event.messages = messages
             self._lane_events.clear()
 
