@@ -81,6 +81,10 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     log(f"spark streaming: {rows} rows in {len(envelopes)} Envelopes ({split} segments of split Entries), "
         f"{FILES} files, {inside} cuts inside an Entries; starting local[2]")
     spark = bs.local_session("bridge-bench")
+    # the one-file pass reads every 64 KiB Envelope in one Parquet batch: 4,096 rows (the default)
+    # asked for 74 MB of contiguous heap and ran out of it on 2026-11-26 (a 1 GiB driver); 256 rows
+    # a batch is what a job reading large binary values sets
+    spark.conf.set("spark.sql.parquet.columnarReaderBatchSize", "256")
     checkpoints = os.path.join(work_dir, "spark_stream_checkpoints")
     counter = iter(range(1 << 30))
     add_batch: list = []  # seconds of the one-micro-batch pass's addBatch
