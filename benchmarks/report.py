@@ -12,6 +12,10 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
     "dts_to_blob_batch_vs_naive": ("(b) batch form: entries_to_blob_lines / (a) naive", ">=", 8, "target"),
     "shapes_dts_to_blob_min_vs_naive": ("(h) the lowest DTS -> Blob cell of the value-shape matrix / its naive "
                                         "baseline", ">=", 8, "target"),
+    "dts_to_blob_entry_api_vs_floor": ("(b) entry_to_blob + encode_blob / its floor (parse + SerializeToString + "
+                                       "orjson.dumps: the dicts built for free)", None, None, "info"),
+    "entry_api_floor_vs_naive": ("entry API floor / (a) naive: the most a dict API reading the Entry's bytes could "
+                                 "reach", None, None, "info"),
     "dts_to_blob_vs_floor": ("(b) lossless / combined floor (parse + orjson.dumps)", ">=", 0.2, "stretch"),
     "dts_to_blob_strict_vs_floor": ("(b) strict / combined floor (strict dicts)", ">=", 0.2, "stretch"),
     "blob_to_dts_vs_naive": ("(d) Blob -> DTS lossless / naive (json.loads + ParseDict)", ">=", 8, "target"),
@@ -79,6 +83,8 @@ def compute_ratios(results: dict) -> dict:
                 ("dts_to_blob_batch_vs_naive", "dts_to_blob_batch", "naive_dts_to_blob"),
                 ("dts_to_blob_dicts_vs_naive", "dts_to_blob_dicts", "naive_dts_to_blob"),
                 ("dts_to_blob_python_vs_naive", "dts_to_blob_python", "naive_dts_to_blob"),
+                ("dts_to_blob_entry_api_vs_floor", "dts_to_blob_entry_api", "entry_api_floor"),
+                ("entry_api_floor_vs_naive", "entry_api_floor", "naive_dts_to_blob"),
                 ("dts_to_blob_vs_floor", "dts_to_blob", "combined_floor"),
                 ("dts_to_blob_strict_vs_floor", "dts_to_blob_strict", "combined_floor_strict"),
                 ("blob_to_dts_vs_naive", "blob_to_dts", "naive_blob_to_dts"),

@@ -111,6 +111,8 @@ SHAPES: dict[str, tuple[str, Callable[[int, int], list[bytes]]]] = {
 # case -> (what, function, the naive case it is a ratio to); the order is the matrix's columns
 MATRIX_CASES: dict[str, tuple[str, Callable, str]] = {
     "entry_to_blob": ("DTS -> Blob: entry_to_blob + encode_blob", cases.bridge_entry_to_blob, "naive_dts_to_blob"),
+    "entry_api_floor": ("its floor: parse + SerializeToString + orjson.dumps of prebuilt dicts (no target)",
+                        cases.entry_api_floor, "naive_dts_to_blob"),
     "entries_to_blob_lines": ("DTS -> Blob: entries_to_blob_lines (batch)", cases.bridge_entries_to_blob_lines,
                               "naive_dts_to_blob"),
     "convert_lines": ("DTS -> Blob: BlobEncoder.convert_lines", cases.CASES["dts_to_blob"][1], "naive_dts_to_blob"),
