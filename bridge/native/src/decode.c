@@ -16,10 +16,24 @@ static int put_datatype(Buf *b, int dt) {
     return bridge_put_varint(b, TAG(F_DATA_DATATYPE, WT_VARINT)) && bridge_put_varint(b, (uint64_t)dt);
 }
 
-/* a length-delimited field; proto3 leaves an empty one out */
-static int put_len_field(Buf *b, uint32_t field, const void *p, Py_ssize_t n) {
-    if (n == 0) return 1;
+/* an embedded message (or any length-delimited field), written even when empty: a message that is
+ * there, a row or a Data with nothing set, stays there */
+static int put_message_field(Buf *b, uint32_t field, const void *p, Py_ssize_t n) {
     return bridge_put_varint(b, TAG(field, WT_LEN)) && bridge_put_varint(b, (uint64_t)n) && buf_put(b, p, n);
+}
+
+/* a string or bytes field; proto3 leaves an empty one out */
+static int put_len_field(Buf *b, uint32_t field, const void *p, Py_ssize_t n) {
+    return n == 0 || put_message_field(b, field, p, n);
+}
+
+/* the Entry field event { dmlEvent { <dml: the DMLEvent's fields> } } appended to out */
+static int put_event_dml(Buf *out, const Buf *dml) {
+    Buf event = {NULL, 0, 0};
+    int ok = put_message_field(&event, F_EVENT_DMLEVENT, dml->p, dml->n)
+             && put_message_field(out, F_ENTRY_EVENT, event.p, event.n);
+    PyMem_Free(event.p);
+    return ok;
 }
 
 static void civil_from_days(long long z, long long *y, unsigned *m, unsigned *d) {
@@ -328,7 +342,7 @@ static int encode_image(PlanObject *self, PyObject *values, long field, PyObject
         }
     }
     Py_ssize_t found = 0;
-    uint64_t tag = TAG(field, WT_LEN);
+    static const uint8_t NA_DATA[2] = {TAG(F_DATA_DATATYPE, WT_VARINT), DT_NA}; /* a Data of dataType NA alone */
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Col *c = &self->cols[i];
         PyObject *v = PyDict_GetItemWithError(values, c->name);
@@ -336,11 +350,11 @@ static int encode_image(PlanObject *self, PyObject *values, long field, PyObject
         if (v != NULL && !c->dup) found++; /* a key counts once, however many columns share its name */
         PyObject *raw = by ? by[i] : NULL;
         if (raw == NULL && v == NULL) {
-            if (!bridge_put_varint(out, tag) || !bridge_put_varint(out, 2) || !put_datatype(out, DT_NA)) goto done;
+            if (!put_message_field(out, (uint32_t)field, NA_DATA, 2)) goto done;
             continue;
         }
         if (raw == NULL && v == Py_None) {
-            if (!bridge_put_varint(out, tag) || !bridge_put_varint(out, 0)) goto done; /* NIL: an empty Data */
+            if (!put_message_field(out, (uint32_t)field, "", 0)) goto done; /* NIL: an empty Data */
             continue;
         }
         d.n = 0;
@@ -351,8 +365,7 @@ static int encode_image(PlanObject *self, PyObject *values, long field, PyObject
             rc = one;
             goto done;
         }
-        if (!bridge_put_varint(out, tag) || !bridge_put_varint(out, (uint64_t)d.n) || !buf_put(out, d.p, d.n))
-            goto done;
+        if (!put_message_field(out, (uint32_t)field, d.p, d.n)) goto done;
     }
     rc = found == PyDict_GET_SIZE(values);
 done:
@@ -467,9 +480,7 @@ static int put_properties(Buf *h, uint32_t field, PyObject *pairs) {
         kv.n = 0;
         rc = put_str_field(&kv, F_KVPAIR_KEY, PyList_GET_ITEM(pair, 0));
         if (rc > 0) rc = put_str_field(&kv, F_KVPAIR_VALUE, PyList_GET_ITEM(pair, 1));
-        if (rc > 0 && !(bridge_put_varint(h, TAG(field, WT_LEN)) && bridge_put_varint(h, (uint64_t)kv.n)
-                        && buf_put(h, kv.p, kv.n)))
-            rc = -1;
+        if (rc > 0 && !put_message_field(h, field, kv.p, kv.n)) rc = -1;
     }
     PyMem_Free(kv.p);
     return rc;
@@ -648,15 +659,7 @@ PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t n
     if (!put_varint_field(&ev, F_DMLEVENT_DMLEVENTTYPE, (uint64_t)dml_type)
         || !buf_put(&ev, PyBytes_AS_STRING(columns), ncol))
         goto done;
-    Buf event = {NULL, 0, 0};
-    int ok = bridge_put_varint(&event, TAG(F_EVENT_DMLEVENT, WT_LEN)) && bridge_put_varint(&event, (uint64_t)ev.n)
-             && buf_put(&event, ev.p, ev.n)
-             && bridge_put_varint(&out, TAG(F_ENTRY_HEADER, WT_LEN)) && bridge_put_varint(&out, (uint64_t)h.n)
-             && buf_put(&out, h.p, h.n)
-             && bridge_put_varint(&out, TAG(F_ENTRY_EVENT, WT_LEN)) && bridge_put_varint(&out, (uint64_t)event.n)
-             && buf_put(&out, event.p, event.n);
-    PyMem_Free(event.p);
-    if (!ok) goto done;
+    if (!put_message_field(&out, F_ENTRY_HEADER, h.p, h.n) || !put_event_dml(&out, &ev)) goto done;
     result = Py_BuildValue("(y#y#LL)", out.p ? (const char *)out.p : "", out.n, row.p ? (const char *)row.p : "",
                            row.n, row_index, nrows); /* (y# of NULL would be None) */
     goto done;
@@ -682,7 +685,7 @@ PyObject *bridge_with_rows(PyObject *module, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *rows = args[1];
-    Buf dml = {NULL, 0, 0}, event = {NULL, 0, 0}, out = {NULL, 0, 0};
+    Buf dml = {NULL, 0, 0}, out = {NULL, 0, 0};
     PyObject *result = NULL;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); i++) {
         PyObject *row = PyList_GET_ITEM(rows, i);
@@ -690,21 +693,12 @@ PyObject *bridge_with_rows(PyObject *module, PyObject *const *args, Py_ssize_t n
             PyErr_SetString(PyExc_TypeError, "with_rows: each row is bytes");
             goto done;
         }
-        Py_ssize_t k = PyBytes_GET_SIZE(row); /* (an empty row is a row: its tag is written) */
-        if (!bridge_put_varint(&dml, TAG(F_DMLEVENT_ROWS, WT_LEN)) || !bridge_put_varint(&dml, (uint64_t)k)
-            || !buf_put(&dml, PyBytes_AS_STRING(row), k))
-            goto done;
+        if (!put_message_field(&dml, F_DMLEVENT_ROWS, PyBytes_AS_STRING(row), PyBytes_GET_SIZE(row))) goto done;
     }
-    if (!bridge_put_varint(&event, TAG(F_EVENT_DMLEVENT, WT_LEN)) || !bridge_put_varint(&event, (uint64_t)dml.n)
-        || !buf_put(&event, dml.p, dml.n)
-        || !buf_put(&out, PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]))
-        || !bridge_put_varint(&out, TAG(F_ENTRY_EVENT, WT_LEN)) || !bridge_put_varint(&out, (uint64_t)event.n)
-        || !buf_put(&out, event.p, event.n))
-        goto done;
+    if (!buf_put(&out, PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0])) || !put_event_dml(&out, &dml)) goto done;
     result = PyBytes_FromStringAndSize((const char *)out.p, out.n);
 done:
     PyMem_Free(dml.p);
-    PyMem_Free(event.p);
     PyMem_Free(out.p);
     return result;
 }
