@@ -968,3 +968,81 @@ def test_mapping_doc_names_every_table_entry():
     )
     missing = [item for item in expected if item not in doc]
     assert not missing, f"docs/mapping.md does not mention {missing}"
+
+
+# ---- a charset on temporal and time text is a label: it travels in dts.charsets -----------------
+
+def _one_column_entry(type_text: str, data: pb.Data) -> pb.Entry:
+    e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1621236162,
+                                  seqId=7, schemaName="shop", tableName="t"))
+    dml = e.event.dmlEvent
+    dml.dmlEventType = pb.INSERT
+    dml.columns.add(name="id", originalType="int(11)", isKey=True)
+    dml.columns.add(name="c", originalType=type_text)
+    dml.rows.add(newColumns=[pb.Data(dataType=pb.INT32, sv="1"), data])
+    return e
+
+
+_LABELLED = [("date", "2021-05-17", 1621209600000), ("datetime", "2021-05-17 07:22:42", 1621236162000),
+             ("datetime(3)", "2021-05-17 07:22:42.123", 1621236162123),
+             ("timestamp", "2021-05-17 07:22:42 +00:00", 1621236162000), ("time", "-838:59:59", "-838:59:59")]
+
+
+@pytest.mark.parametrize("charset", ["utf8mb4", "binary", "latin1", "GBK", "no such charset"])
+@pytest.mark.parametrize(("type_text", "text", "value"), _LABELLED, ids=[t for t, _, _ in _LABELLED])
+def test_a_charset_on_temporal_and_time_text_travels_as_a_label(type_text, text, value, charset):
+    """DTS may name a charset on temporal text (docs/mapping.md, "Charsets"): the value stays what
+    the column makes of its text, the charset goes into dts.charsets (not the whole Data into
+    dts.values), every face of the encoder agrees, and the way back gives the same bytes."""
+    entry = _one_column_entry(type_text, pb.Data(dataType=pb.STRING, charset=charset, bv=text.encode()))
+    raw = entry.SerializeToString()
+    from support.native_paths import assert_same
+    (msg,) = assert_same(raw)
+    assert msg["payload"]["after"]["dataColumn"]["c"] == value
+    assert msg["dts"]["charsets"] == {"1": charset}
+    assert "values" not in msg["dts"]
+    (back,) = bridge.blob_to_entries([orjson.loads(orjson.dumps(msg))])
+    assert back.SerializeToString() == raw
+    decoder = bridge.BlobDecoder()
+    (line_back,) = decoder.feed_line(orjson.dumps(msg))  # the C lane's way
+    assert line_back.SerializeToString() == raw
+    (strict,) = assert_same(raw, Options(strict=True))
+    assert strict["payload"]["after"]["dataColumn"]["c"] == value and "dts" not in strict
+
+
+@pytest.mark.parametrize(("type_text", "text"), [("datetime(6)", "2021-05-17 07:22:42.123456"),
+                                                 ("date", "0000-00-00"), ("datetime", "2021-05-17T07:22:42")])
+def test_a_temporal_the_value_cannot_carry_keeps_its_charset_in_the_raw_data(type_text, text):
+    """Sub-millisecond digits, a zero date or a non-canonical spelling: the Data travels whole
+    (dts.values, with its charset), and no dts.charsets entry repeats it."""
+    entry = _one_column_entry(type_text, pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=text.encode()))
+    raw = entry.SerializeToString()
+    from support.native_paths import assert_same
+    (msg,) = assert_same(raw)
+    assert msg["dts"]["values"]["1"]["charset"] == "utf8mb4"
+    assert "charsets" not in msg["dts"]
+    (back,) = bridge.blob_to_entries([msg])
+    assert back.SerializeToString() == raw
+
+
+def test_json_bytes_with_a_charset_travel_raw():
+    """json is BYTES: a charset on them is not the canonical value, so the Data travels whole."""
+    entry = _one_column_entry("json", pb.Data(dataType=pb.BYTES, charset="utf8mb4", bv=b'{"a": 1}'))
+    raw = entry.SerializeToString()
+    from support.native_paths import assert_same
+    (msg,) = assert_same(raw)
+    assert msg["payload"]["after"]["dataColumn"]["c"] == '{"a": 1}'
+    assert msg["dts"]["values"] == {"1": {"dataType": pb.BYTES, "charset": "utf8mb4", "bv": "eyJhIjogMX0="}}
+    (back,) = bridge.blob_to_entries([msg])
+    assert back.SerializeToString() == raw
+
+
+@pytest.mark.parametrize("label", [5, None, ["utf8mb4"], "\ud800"])
+def test_a_charsets_entry_that_is_no_label_is_an_error_naming_the_column(label):
+    entry = _one_column_entry("datetime", pb.Data(dataType=pb.STRING, charset="utf8mb4",
+                                                   bv=b"2021-05-17 07:22:42"))
+    (msg,) = bridge.entry_to_blob(entry)
+    msg["dts"]["charsets"]["1"] = label
+    with pytest.raises(ConversionError, match="charsets") as caught:
+        list(bridge.blob_to_entries([msg]))
+    assert caught.value.where["column"] == "c"

@@ -806,6 +806,13 @@ def _shape_values(type_text: str):
     if type_text in _TEMPORALS:
         return st.builds(lambda text, cs: pb.Data(dataType=pb.STRING, charset=cs, bv=text.encode()),
                          _temporal_text(type_text), st.sampled_from(["", "", "utf8mb4", "binary", "utf8"]))
+    if type_text == "time":  # time text: a charset on it is a label, as on the temporals
+        return st.builds(lambda text, cs: pb.Data(dataType=pb.STRING, charset=cs, bv=text.encode()),
+                         st.sampled_from(["20:12:22", "-838:59:59", "100:00:00", "00:00:00.5"]),
+                         st.sampled_from(["", "", "utf8mb4", "binary", "gbk"]))
+    if type_text == "json":  # BYTES: a charset on them is not canonical (raw Data)
+        return st.builds(lambda text, cs: pb.Data(dataType=pb.BYTES, charset=cs, bv=text.encode()),
+                         st.sampled_from(['{"a": 1}', "[]", '"\u00e9"']), st.sampled_from(["", "", "utf8mb4"]))
     if type_text == "double":
         return st.builds(lambda x, whole: pb.Data(dataType=pb.FLOAT64, sv=str(int(x)) if whole else repr(x)),
                          st.floats(-1e15, 1e15, allow_nan=False), st.booleans()) | st.sampled_from(
@@ -816,7 +823,7 @@ def _shape_values(type_text: str):
     return st.integers(1901, 2155).map(lambda v: pb.Data(dataType=pb.INT64, sv=str(v)))  # year
 
 
-_SHAPE_TYPES = ["varchar(32)", *_TEMPORALS, "double", "bit(1)", "bit(8)", "bit(63)", "year(4)"]
+_SHAPE_TYPES = ["varchar(32)", *_TEMPORALS, "time", "json", "double", "bit(1)", "bit(8)", "bit(63)", "year(4)"]
 
 
 @st.composite
@@ -855,7 +862,7 @@ def _clean(entry: pb.Entry) -> bool:
             for data, column in zip(image, entry.event.dmlEvent.columns):
                 if data.dataType == pb.FLOAT64 and "e" in repr(float(data.sv)):
                     return False  # orjson writes exponents its own way: documented as Python's
-                if data.dataType != pb.STRING or column.originalType in _TEMPORALS:
+                if data.dataType != pb.STRING or column.originalType in _TEMPORALS or column.originalType == "time":
                     continue
                 codec = values_table.charset_codec(data.charset)
                 try:

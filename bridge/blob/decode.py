@@ -35,7 +35,6 @@ from bridge.native.contract import PROTO_FIELDS
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.values import (
     DDL_OP_NAMES,
-    DEFAULT_CHARSET,
     DML_IMAGES,
     EVENT_FIELDS,
     FOREIGN_COLUMN_TYPES,
@@ -761,8 +760,8 @@ class BlobDecoder:
                 out.append(_NA_DATA)
             else:
                 try:
-                    out.append(codecs[i].from_blob(value, charsets.get(str(i), DEFAULT_CHARSET) if charsets
-                                                   else DEFAULT_CHARSET))
+                    charset = charsets.get(str(i), _ABSENT) if charsets else _ABSENT  # absent: Codec.charset
+                    out.append(codecs[i].from_blob(value) if charset is _ABSENT else codecs[i].from_blob(value, charset))
                 except BridgeError as exc:
                     raise exc.located(column=name)
         target.extend(out)

@@ -37,7 +37,6 @@ from bridge.native import speedups
 from bridge.options import DEFAULT_OPTIONS, Options, per_options
 from bridge.values import (
     CONTROL_MESSAGE_TYPES,
-    DEFAULT_CHARSET,
     DML_IMAGES,
     DML_OPS,
     EVENT_FIELDS,
@@ -299,8 +298,8 @@ class _TableCodec:
     schema_columns: list
     primary_key: list
     ext_columns: dict
-    text: list  # per column: is it text whose charset must travel
-    columns: list = field(default_factory=list)  # (name, to_blob, text, index) per column, for the hot loop
+    text: list  # per column: Codec.charset (a value's charset other than it travels; None: none does)
+    columns: list = field(default_factory=list)  # (name, to_blob, charset, index) per column, for the hot loop
     foreign_default: bool = False  # the columns are what a message without extension decodes to
     fast_image: Any = None  # compiled converter of canonical images (blob_rows), built when first needed
     native: Any = None  # C converter of canonical images on an Entry's bytes (blob_rows.native_plan)
@@ -828,7 +827,7 @@ class BlobEncoder:
         values = {}
         raws = None
         charsets = None
-        for d, (name, to_blob, text, index) in zip(datas, table.columns):
+        for d, (name, to_blob, own_charset, index) in zip(datas, table.columns):
             dt = d.dataType
             if not 0 < dt < _NA:  # NIL, NA, or a number the enum does not know
                 if dt == _NIL:
@@ -841,7 +840,7 @@ class BlobEncoder:
                 continue
             try:
                 values[name] = to_blob(d)
-                if text and d.charset != DEFAULT_CHARSET:
+                if own_charset is not None and d.charset != own_charset:
                     charsets = charsets or {}
                     charsets[index] = d.charset
             except Inexact as inexact:
@@ -883,7 +882,7 @@ class BlobEncoder:
         props = {str(i): _kv(c.properties) for i, c in enumerate(columns) if c.properties}
         if props:
             ext["properties"] = props
-        text = [codec.ct.kind == "text" for codec in codecs]
+        text = [codec.charset for codec in codecs]
         foreign = {"types": [FOREIGN_COLUMN_TYPES[c["type"]][0] for c in schema_columns]}
         foreign_props = {str(i): [list(kv) for kv in FOREIGN_COLUMN_TYPES[c["type"]][1]]
                          for i, c in enumerate(schema_columns) if FOREIGN_COLUMN_TYPES[c["type"]][1]}

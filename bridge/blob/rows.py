@@ -61,6 +61,10 @@ _BODIES = {
     Kind.BASE64: ("if d.charset != charset{n} or d.sv: raise Miss\n"
                   "values[name{n}] = b64encode(d.bv).decode('ascii')"),
     "call": "values[name{n}] = to_blob{n}(d)",
+    # a codec whose values may carry a charset the extension names (temporal and time text): a
+    # value with another than its own is the per-value path's, which records it
+    "call with charset": ("if d.charset != charset{n}: raise Miss\n"
+                          "values[name{n}] = to_blob{n}(d)"),
 }
 
 # C kind -> the Blob type of the value it makes: a Blob column takes its row's kind only when the
@@ -83,6 +87,8 @@ def _body(codec: Codec) -> tuple:
     canonical value carries) of a column of a compiled image."""
     column = _blob_column("", codec, False)  # temporal kinds are C's only
     if column is None or column.kind not in _BODIES:
+        if codec.charset is not None:
+            return "call with charset", None, codec.charset
         return "call", None, ""
     return column.kind, column.datatype, column.charset
 
@@ -99,7 +105,7 @@ def compile_image(names: list, codecs: list[Codec]):
         scope[f"to_blob{n}"] = codec.to_blob
         if body in (Kind.LONG, Kind.DIGITS):
             scope[f"lo{n}"], scope[f"hi{n}"] = codec.ct.int_range
-        if body in (Kind.TEXT, Kind.BASE64):
+        if body in (Kind.TEXT, Kind.BASE64, "call with charset"):
             scope[f"charset{n}"] = charset
         test = f"dt == {dt}" if dt is not None else f"{NIL} < dt < {NA}"
         lines += [f"    d = datas[{n}]",

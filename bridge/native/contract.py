@@ -89,6 +89,7 @@ class WireType(IntEnum):
 
 MT_DML = 2  # subscribe.proto MessageType.DML: the only Entries C converts (C `MT_DML`)
 NIL = 0   # subscribe.proto DataType.NIL: a null value (C `DT_NIL`)
+STRING = 13  # DataType.STRING: text, temporal and time values (C `DT_STRING`)
 NA = 14   # DataType.NA: the column is not in the image (C `DT_NA`), the largest DataType
 TUPLE_TS_HI = 253402271999000000  # bridge.tuple.encode.TIMESTAMP_RANGE's end, in microseconds (C `TUPLE_TS_HI`)
 
@@ -195,7 +196,7 @@ _PREFIXES = ((Kind, "K_"), (Out, "O_"), (CharsetMode, "CS_"), (SinkOp, "OP_"), (
 def c_constants() -> dict[str, int]:
     """Every shared number under its C name: what `_speedups.CONTRACT` must equal."""
     out = {prefix + member.name: int(member) for enum, prefix in _PREFIXES for member in enum}
-    out.update(MT_DML=MT_DML, DT_NIL=NIL, DT_NA=NA, TUPLE_TS_HI=TUPLE_TS_HI)
+    out.update(MT_DML=MT_DML, DT_NIL=NIL, DT_STRING=STRING, DT_NA=NA, TUPLE_TS_HI=TUPLE_TS_HI)
     for path, number in PROTO_FIELDS.items():
         message, field = path.split(".")
         out[f"F_{message.upper()}_{field.upper()}"] = number

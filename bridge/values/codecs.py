@@ -118,6 +118,22 @@ class Codec:
     blob_type: str
     to_blob: Callable[[pb.Data], Any]
     from_blob: Callable[[Any, str], pb.Data]  # (value, charset) -> Data
+    # The charset a value of the column has when the lossless extension's dts.charsets names none
+    # (its entry carries any other); None: the Blob value keeps no charset (a value with one is
+    # inexact). Text: utf8mb4. Temporal and time text: none, and any charset DTS puts on it (a
+    # label: the ASCII text reads the same in all of them) travels in dts.charsets.
+    charset: str | None = None
+
+
+def _label(charset) -> str:
+    """A dts.charsets entry as the charset label of a temporal or time Data (a str protobuf takes)."""
+    if not isinstance(charset, str):
+        raise ConversionError("a dts.charsets entry must be a string", value=charset)
+    try:
+        charset.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConversionError("a dts.charsets entry is not UTF-8 text", value=charset) from None
+    return charset
 
 
 def _integer_codec(ct: ColumnType, options: Options) -> Codec:
@@ -252,7 +268,7 @@ def _text_codec(ct: ColumnType, options: Options) -> Codec:
             raise ConversionError(f"text does not encode in {charset}", value=value) from exc
         return pb.Data(dataType=STRING, charset=charset, bv=raw)
 
-    return Codec(ct, "STRING", to_blob, from_blob)
+    return Codec(ct, "STRING", to_blob, from_blob, DEFAULT_CHARSET)
 
 
 def _bytes_codec(ct: ColumnType, options: Options) -> Codec:
@@ -285,22 +301,25 @@ def _utf8_codec(ct: ColumnType, options: Options) -> Codec:
     `need_bv`)."""
     kind, dt, need_bv = ct.kind, ct.canonical_datatype(), ct.row.need_bv
     not_utf8 = f"{kind} text is not UTF-8" if need_bv else f"{kind} bytes are not UTF-8"
+    labelled = dt == STRING  # time text: a charset on it is a label (dts.charsets); json's BYTES have none
 
     def to_blob(d: pb.Data):
         try:
             text = _text_of(d) if need_bv else d.bv.decode("utf-8")
         except UnicodeDecodeError:
             raise Inexact(None, not_utf8) from None
-        if d.dataType != dt or d.charset or d.sv or need_bv and not d.bv:
+        if d.dataType != dt or d.charset and not labelled or d.sv or need_bv and not d.bv:
             raise Inexact(text, f"non-canonical {kind} value", changed=False)
         return text
 
     def from_blob(value, charset=""):
         if not isinstance(value, str):
             raise ConversionError(f"{kind} value must be a STRING", value=value)
+        if labelled and charset != "":
+            return pb.Data(dataType=dt, charset=_label(charset), bv=value.encode("utf-8"))
         return pb.Data(dataType=dt, bv=value.encode("utf-8"))
 
-    return Codec(ct, "STRING", to_blob, from_blob)
+    return Codec(ct, "STRING", to_blob, from_blob, "" if labelled else None)
 
 
 def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
@@ -359,9 +378,9 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             raise Inexact(ms, f"{kind} {text} does not exist in time zone {options.timezone}")
         if micros:
             sub_millisecond(ms, micros, d)
-        if d.dataType != STRING or d.charset or d.sv or again != text:
+        if d.dataType != STRING or d.sv or again != text:
             raise Inexact(ms, f"{kind} text does not come back from epoch milliseconds", changed=False)
-        return ms
+        return ms  # a charset on it travels in dts.charsets (Codec.charset)
 
     def from_blob(value, charset=""):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -370,9 +389,11 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             text = format_temporal(value, kind, fsp, zone)
         except (ValueError, OverflowError, OSError):
             raise ConversionError("DATE value out of range", value=value) from None
+        if charset != "":
+            return pb.Data(dataType=STRING, charset=_label(charset), bv=text.encode("ascii"))
         return pb.Data(dataType=STRING, bv=text.encode("ascii"))
 
-    return Codec(ct, "DATE", to_blob, from_blob)
+    return Codec(ct, "DATE", to_blob, from_blob, "")
 
 
 class ColumnSetCache:

@@ -129,8 +129,9 @@ static int base64_decode(const uint8_t *p, Py_ssize_t n, Buf *out) {
     return 1;
 }
 
-/* the Data body of one non-null value (the codec's from_blob); 1 done, 0 not plain, -1 error */
-static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp) {
+/* the Data body of one non-null value (the codec's from_blob); 1 done, 0 not plain, -1 error.
+ * `label`: the charset dts.charsets names for a temporal or time value (n 0: none) */
+static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp, Span label) {
     int dt = c->dt;
     char text[64];
     Py_ssize_t len;
@@ -210,6 +211,8 @@ static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp) {
             bv = (const char *)tmp->p;
             n = tmp->n;
         }
+        if (label.n) return put_datatype(d, dt) && put_len_field(d, F_DATA_CHARSET, label.p, label.n)
+                            && put_len_field(d, F_DATA_BV, bv, n) ? 1 : -1;
         return put_datatype(d, dt) && put_len_field(d, F_DATA_CHARSET, c->charset, c->charset_len)
                && put_len_field(d, F_DATA_BV, bv, n) ? 1 : -1;
     }
@@ -222,7 +225,8 @@ static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp) {
             return 0;
         }
         if (!format_temporal(c, ms, text, &len)) return 0;
-        return put_datatype(d, dt) && put_len_field(d, F_DATA_BV, text, len) ? 1 : -1;
+        return put_datatype(d, dt) && put_len_field(d, F_DATA_CHARSET, label.p, label.n)
+               && put_len_field(d, F_DATA_BV, text, len) ? 1 : -1;
     }
     }
 }
@@ -358,9 +362,26 @@ static int encode_image(PlanObject *self, PyObject *values, long field, PyObject
             continue;
         }
         d.n = 0;
-        PyObject *charset = by && c->kind == K_TEXT ? by[self->ncols + i] : NULL; /* other codecs take none */
+        PyObject *charset = by ? by[self->ncols + i] : NULL;
+        Span label = {(const uint8_t *)"", 0};
+        if (charset != NULL && c->kind != K_TEXT) {
+            /* temporal and time text take it as a label (Codec.charset); other codecs take none */
+            if (c->kind >= K_DATE || (c->kind == K_UTF8 && c->dt == DT_STRING)) {
+                if (!PyUnicode_CheckExact(charset)) {
+                    rc = 0; /* the codec names what is wrong */
+                    goto done;
+                }
+                label.p = (const uint8_t *)PyUnicode_AsUTF8AndSize(charset, &label.n);
+                if (label.p == NULL) {
+                    PyErr_Clear(); /* surrogates: the codec reports them */
+                    rc = 0;
+                    goto done;
+                }
+            }
+            charset = NULL;
+        }
         int one = raw ? encode_raw(raw, &d, &tmp)
-                      : charset ? encode_text_in(c, v, charset, &d) : encode_value(c, v, &d, &tmp);
+                      : charset ? encode_text_in(c, v, charset, &d) : encode_value(c, v, &d, &tmp, label);
         if (one <= 0) {
             rc = one;
             goto done;

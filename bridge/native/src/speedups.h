@@ -69,10 +69,10 @@ enum { CS_UTF8 = 0, CS_CODEC = 1, CS_CHARMAP = 2 };
 enum { OP_INSERT = 0, OP_UPDATE_BEFOR = 1, OP_UPDATE_AFTER = 2, OP_DELETE = 3 };
 
 /* subscribe.proto's DMLType (contract.DmlType), its MessageType DML (contract.MT_DML) and the
- * DataTypes C names (contract.NIL, NA) */
+ * DataTypes C names (contract.NIL, STRING, NA) */
 enum { DML_INSERT = 0, DML_UPDATE = 1, DML_DELETE = 2 };
 enum { MT_DML = 2 };
-enum { DT_NIL = 0, DT_NA = 14 };
+enum { DT_NIL = 0, DT_STRING = 13, DT_NA = 14 };
 
 /* Protobuf wire types (contract.WireType) and a tag's parts */
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
@@ -165,7 +165,8 @@ typedef struct {
 enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL, C_NULL, C_TABLE };
 
 /* What a value needs besides its Blob value, as the codecs decide it (bridge/values/codecs.py):
- * X_CHARSET: text in a charset other than utf8mb4 (lossless: dts.charsets names it);
+ * X_CHARSET: a charset other than the column's own (text: utf8mb4; temporal and time text: none),
+ * which lossless mode names in dts.charsets;
  * X_RAW: the Blob value is the same value spelt canonically (`Inexact(changed=False)`: lossless
  * carries the Data in dts.values, strict emits the value); X_CHANGED: the Blob value differs
  * (`Inexact`, changed: lossless carries the Data, strict leaves the image to the codec, which

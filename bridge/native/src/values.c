@@ -320,8 +320,11 @@ static int check_base64(const Col *c, const DataView *d, Canon *v) {
     return 1;
 }
 
+/* json's bytes (BYTES: a charset on them is not canonical, X_RAW) and time text (STRING: a charset
+ * on it is a label, X_CHARSET), as `_utf8_codec` decides */
 static int check_utf8(const Col *c, const DataView *d, Canon *v) {
-    if (d->sv.n || d->cs.n || (c->need_bv && !d->bv.n)) return 0;
+    if (d->sv.n || (c->need_bv && !d->bv.n)) return 0;
+    if (d->cs.n) v->extra = c->dt == DT_STRING ? X_CHARSET : X_RAW;
     v->tag = C_UTF8;
     v->s = d->bv;
     return 1;
@@ -354,8 +357,9 @@ static long long days_from_civil(long long y, unsigned m, unsigned d) {
     return era * 146097 + (long long)doe - 719468;
 }
 
-/* Canonical text of the column's layout in UTC -> epoch ms. A charset on it (DTS may name one) or
- * sub-millisecond digits make it an X_RAW / X_CHANGED value, as the temporal codec decides. */
+/* Canonical text of the column's layout in UTC -> epoch ms. A charset on it (DTS may name one)
+ * makes it an X_CHARSET value (its label travels in dts.charsets), sub-millisecond digits an
+ * X_CHANGED one, as the temporal codec decides. */
 static int check_temporal(const Col *c, const DataView *d, Canon *v) {
     if (d->sv.n) return 0;
     const uint8_t *p = d->bv.p;
@@ -387,7 +391,7 @@ static int check_temporal(const Col *c, const DataView *d, Canon *v) {
         return 1;
     }
     if (frac % 1000) v->extra = X_CHANGED; /* sub-millisecond digits: epoch ms cannot hold them */
-    else if (d->cs.n) v->extra = X_RAW;
+    else if (d->cs.n) v->extra = X_CHARSET; /* a label on the text: dts.charsets names it */
     v->tag = C_INT;
     v->us = (days_from_civil(y, (unsigned)mo, (unsigned)da) * 86400LL + hh * 3600LL + mi * 60LL + ss) * 1000000LL
             + frac;
