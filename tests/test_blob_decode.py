@@ -941,3 +941,59 @@ def test_extension_properties_hold_strings_only(where, pair):
         decoder._native = native
         with pytest.raises(BlobFormatError, match="pairs of strings"):
             decoder.feed_line(orjson.dumps(msg))
+
+
+# ---- an update whose halves differ in whether they carry the extension ---------------------------
+
+def _foreign_update(before: pb.Data, after: pb.Data) -> pb.Entry:
+    """A one-row UPDATE of a table whose column types are the ones a message without the extension
+    decodes to (bigint(20), datetime(3)): a half that needs nothing of the extension leaves it out."""
+    e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1621236162,
+                                  seqId=1, schemaName="shop", tableName="t"))
+    dml = e.event.dmlEvent
+    dml.dmlEventType = pb.UPDATE
+    dml.columns.add(name="id", originalType="bigint(20)", isKey=True)
+    dml.columns.add(name="c", originalType="datetime(3)")
+    row = dml.rows.add()
+    row.oldColumns.extend([pb.Data(dataType=pb.INT64, sv="1"), before])
+    row.newColumns.extend([pb.Data(dataType=pb.INT64, sv="1"), after])
+    return e
+
+
+_PLAIN_DT3 = pb.Data(dataType=pb.STRING, bv=b"2021-05-17 07:22:42.123")
+_NEEDS_DTS = {"label": pb.Data(dataType=pb.STRING, charset="binary", bv=b"2021-05-17 07:22:42.123"),
+              "raw": pb.Data(dataType=pb.STRING, bv=b"2021-05-17 07:22:42.1234")}
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c-lane", "python"])
+@pytest.mark.parametrize("order", ["in-order", "after-first"])
+@pytest.mark.parametrize("half", ["before", "after"])
+@pytest.mark.parametrize("kind", sorted(_NEEDS_DTS))
+def test_update_halves_join_when_only_one_carries_the_extension(kind, half, order, native):
+    """The encoder leaves the extension out of a half that says nothing new; its partner that
+    needs one (a charset label, a raw value) has it. Their column sets are the same, so they join
+    (they were refused as "different column sets" until session 10), with either path, in either
+    order, and the Entry comes back byte for byte."""
+    special = _NEEDS_DTS[kind]
+    entry = _foreign_update(special, _PLAIN_DT3) if half == "before" else _foreign_update(_PLAIN_DT3, special)
+    raw = entry.SerializeToString()
+    lines = bridge.BlobEncoder().convert_lines(entry, raw)
+    assert [b'"dts"' in line for line in lines] == ([True, False] if half == "before" else [False, True])
+    decoder = bridge.BlobDecoder()
+    decoder._native = native
+    got = [e.SerializeToString() for line in (lines if order == "in-order" else lines[::-1])
+           for e in decoder.feed_line(line)]
+    assert got == [raw]
+    assert decoder.finish() == []
+
+
+def test_update_halves_with_different_columns_are_still_refused():
+    """The columns decide when the keys differ: a datetime(6) half does not join a datetime(3) one."""
+    entry = _foreign_update(_NEEDS_DTS["label"], _PLAIN_DT3)
+    lines = bridge.BlobEncoder().convert_lines(entry, entry.SerializeToString())
+    other = orjson.loads(lines[0])
+    other["dts"]["columns"]["types"][1] = "datetime(6)"
+    decoder = bridge.BlobDecoder()
+    assert decoder.feed_line(orjson.dumps(other)) == []
+    with pytest.raises(ConversionError, match="different column sets"):
+        decoder.feed_line(lines[1])

@@ -786,9 +786,12 @@ class BlobDecoder:
             raise ConversionError("the halves of an update name different tables", sequence_id=seq)
         if bh != ah and not _same_but_time(bh, ah):  # a differing timestamp travels as before.eventTime
             raise ConversionError("the halves of an update carry different headers", sequence_id=seq)
-        # one row has one column set: halves with different ones (primaryKey, types) cannot join
-        if (columns_key != other_columns if columns_key is not None and other_columns is not None
-                else entry.event.dmlEvent.columns != other_entry.event.dmlEvent.columns):
+        # one row has one column set: halves with different ones (primaryKey, types) cannot join.
+        # Equal keys (the JSON of schema.dataColumn and dts.columns) are the same set; different
+        # keys may be too (a half whose extension was left out because it said nothing new, beside
+        # one that has it): then the columns themselves decide
+        if ((columns_key is None or columns_key != other_columns)
+                and entry.event.dmlEvent.columns != other_entry.event.dmlEvent.columns):
             raise ConversionError("the halves of an update carry different column sets", sequence_id=seq)
         if holder.unknown != unknown_key:
             raise ConversionError("the halves of an update carry different unknown fields", sequence_id=seq)

@@ -298,7 +298,7 @@ class _TableCodec:
     schema_columns: list
     primary_key: list
     ext_columns: dict
-    text: list  # per column: Codec.charset (a value's charset other than it travels; None: none does)
+    charsets: list  # per column: Codec.charset (a value's charset other than it travels; None: none does)
     columns: list = field(default_factory=list)  # (name, to_blob, charset, index) per column, for the hot loop
     foreign_default: bool = False  # the columns are what a message without extension decodes to
     fast_image: Any = None  # compiled converter of canonical images (blob_rows), built when first needed
@@ -882,14 +882,14 @@ class BlobEncoder:
         props = {str(i): _kv(c.properties) for i, c in enumerate(columns) if c.properties}
         if props:
             ext["properties"] = props
-        text = [codec.charset for codec in codecs]
+        charsets = [codec.charset for codec in codecs]
         foreign = {"types": [FOREIGN_COLUMN_TYPES[c["type"]][0] for c in schema_columns]}
         foreign_props = {str(i): [list(kv) for kv in FOREIGN_COLUMN_TYPES[c["type"]][1]]
                          for i, c in enumerate(schema_columns) if FOREIGN_COLUMN_TYPES[c["type"]][1]}
         if foreign_props:
             foreign["properties"] = foreign_props
-        columns = [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, text))]
-        table = _TableCodec(names, codecs, schema_columns, pkey, ext, text, columns, ext == foreign)
+        columns = [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, charsets))]
+        table = _TableCodec(names, codecs, schema_columns, pkey, ext, charsets, columns, ext == foreign)
         table.native = native_plan(names, codecs, self.options.timezone == "UTC", self.options.lossless)
         return table
 

@@ -30,7 +30,7 @@ class Kind(IntEnum):
     DECIMAL = 3    # -?[0-9]+(\.[0-9]+)? -> the same text
     TEXT = 4       # text in a charset of the `set_charsets` table -> str
     BASE64 = 5     # bytes -> standard base64 str
-    UTF8 = 6       # UTF-8 bytes without charset (json; time with need_bv) -> str
+    UTF8 = 6       # UTF-8 bytes (json, BYTES; time with need_bv, STRING: a charset on it is a label) -> str
     BOOL = 7       # INT8 "0" / "1" -> False / True
     DATE = 8       # YYYY-MM-DD (UTC) -> epoch ms
     DATETIME = 9   # YYYY-MM-DD HH:MM:SS[.f{fsp}] (UTC) -> epoch ms

@@ -399,7 +399,8 @@ done:
 /* Plan.encode(values, field, raws=None, charsets=None) -> the Data of one image as RowChange field
  * `field` (1 oldColumns, 2 newColumns) on the wire, for `row.MergeFromString`: each column's value
  * as its codec's from_blob gives it (None: NIL; absent: NA), with the default charset or the one
- * `charsets` (dts.charsets: str(index) -> charset) names for a text column, or the raw Data of
+ * `charsets` (dts.charsets: str(index) -> charset) names for a text column (for a temporal or time
+ * column: the label it names, else none), or the raw Data of
  * `raws` (dts.values: str(index) -> raw Data) in its place; None when any value is not plain (a type
  * the codec rejects, surrogates, out of range, a charset without a codec...) or a key names no
  * column: the Python path then decides and names what is wrong. */

@@ -47,7 +47,7 @@ enum {
     K_DECIMAL = 3,   /* -?[0-9]+(\.[0-9]+)? -> the same text */
     K_TEXT = 4,      /* text in any charset of the table `set_charsets` gave -> str */
     K_BASE64 = 5,    /* bytes -> standard base64 str */
-    K_UTF8 = 6,      /* UTF-8 bytes without charset (json; time when need_bv) -> str */
+    K_UTF8 = 6,      /* UTF-8 bytes (json, BYTES; time when need_bv, STRING: a charset is a label) -> str */
     K_BOOL = 7,      /* INT8 "0" / "1" -> False / True */
     K_DATE = 8,      /* YYYY-MM-DD (UTC) -> epoch ms */
     K_DATETIME = 9,  /* YYYY-MM-DD HH:MM:SS[.f{fsp}] (UTC) -> epoch ms */
