@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
+from bridge.values import FOREIGN_COLUMN_TYPES
 from bridge.wire import subscribe_pb2 as pb
 from support.wire_spec import varint
 
@@ -195,14 +196,21 @@ def column_names() -> st.SearchStrategy[str]:
         lambda s: s.strip() == s and s not in _META_COLUMNS)
 
 
+_FOREIGN_TYPES = sorted(type_text for type_text, _ in FOREIGN_COLUMN_TYPES.values())
+
+
 @st.composite
 def mysql_columns(draw, min_size: int = 1, max_size: int = 8, names=None) -> list[tuple[str, str, bool]]:
-    """(name, originalType, isKey) per column; names unique case-insensitively, maybe no key at all."""
+    """(name, originalType, isKey) per column; names unique case-insensitively, maybe no key at all.
+    One table in six has only the types a Blob message without the extension decodes to
+    (bigint(20), double, tinyint(1), longtext, longblob, datetime(3)): there the encoder leaves the
+    extension out of a message that says nothing new, a path of its own."""
     names = draw(st.lists(names or column_names(), min_size=min_size, max_size=max_size,
                           unique_by=str.casefold))
+    foreign = draw(st.integers(0, 5)) == 0
     columns = []
     for name in names:
-        type_text = draw(mysql_types())
+        type_text = draw(st.sampled_from(_FOREIGN_TYPES) if foreign else mysql_types())
         keyable = parse_mysql_type(type_text).family not in _NO_KEY_FAMILIES
         columns.append((name, type_text, keyable and draw(st.integers(0, 3)) == 0))
     return columns
