@@ -34,6 +34,7 @@ from bridge.blob.rows import (
 )
 from bridge.errors import BridgeError, ConversionError, DecodeError
 from bridge.native import speedups
+from bridge.native.contract import SinkTable
 from bridge.options import DEFAULT_OPTIONS, Options, per_options
 from bridge.values import (
     CONTROL_MESSAGE_TYPES,
@@ -418,12 +419,13 @@ class BlobEncoder:
                 return out
         return self._run(self._columns, entry, raw, _column_length)
 
-    def sink_table(self, entry: pb.Entry, raw: bytes) -> tuple | None:
-        """What `_speedups.Sink.entries` needs to write a plain DML Entry's table on its own: (Plan,
-        (pre, post) per dmlEventType, the extension's columns JSON, the shard key's column indexes,
-        whether the columns are the foreign default, db, table, and the table's shard key, as
-        UTF-8), the same parts `convert_columns` takes from this encoder's caches; None for an
-        Entry the C path does not take, or under `system_time` (which stamps each message)."""
+    def sink_table(self, entry: pb.Entry, raw: bytes) -> SinkTable | None:
+        """What `_speedups.Sink.entries` needs to write a plain DML Entry's table on its own (the
+        contract's `SinkTable`: Plan, (pre, post) per dmlEventType, the extension's columns JSON,
+        the shard key's column indexes, whether the columns are the foreign default, db, table, and
+        the table's shard key, as UTF-8), the same parts `convert_columns` takes from this encoder's
+        caches; None for an Entry the C path does not take, or under `system_time` (which stamps
+        each message)."""
         if not NATIVE or self.options.system_time or entry.header.messageType != _DML:
             return None
         found = self._wire_table(entry, entry.header, raw)
@@ -431,9 +433,10 @@ class BlobEncoder:
             return None
         cached = found[0]
         source = cached.schema["source"]
-        return (cached.table.native, tuple(cached.templates(t) for t in range(3)), cached.ext_columns_json,
-                cached.key_indexes, cached.table.foreign_default, source["dbName"].encode(),
-                source["tableName"].encode(), cached.table_shard.encode())
+        return SinkTable(plan=cached.table.native, templates=tuple(cached.templates(t) for t in range(3)),
+                         ext_columns=cached.ext_columns_json, key_indexes=cached.key_indexes,
+                         foreign_default=cached.table.foreign_default, db=source["dbName"].encode(),
+                         table=source["tableName"].encode(), table_shard=cached.table_shard.encode())
 
     def _convert_serialised(self, entry: pb.Entry) -> list[dict]:
         """`convert(entry, entry.SerializeToString())` of a DML Entry (entry_to_blob's, under NATIVE):
