@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import random
 
 import orjson
 import pytest
@@ -164,7 +165,6 @@ _LABELLED_COLUMNS = (("d", "date", pb.STRING, ["2021-05-17", "0000-00-00"]),
 def _labelled_messages(seed: int) -> list[dict]:
     """Lossless messages of a table of temporal, time and json columns whose values carry a
     charset or none (a label in dts.charsets, or raw Data where the value cannot carry them)."""
-    import random
     rng = random.Random(seed)
     encoder = bridge.BlobEncoder(bridge.DEFAULT_OPTIONS)
     out = []

@@ -42,10 +42,12 @@ from hypothesis import strategies as st
 
 import bridge
 from bridge import ConversionError, Options, OptionsError, pb
+from bridge.blob import rows as blob_rows
 from bridge.blob.encode import sequence_id
 from bridge.stream import ErrorPolicy, dts_records_to_entries
 from bridge.values import ddl_op
 from support.blob_strategies import blob_dml_entries, blob_entries
+from support.native_paths import assert_same
 from support.strategies import ddl_statements
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -972,11 +974,6 @@ def test_mapping_doc_names_every_table_entry():
 
 # ---- a charset on temporal and time text is a label: it travels in dts.charsets -----------------
 
-def _native_on() -> bool:
-    from bridge.blob import rows as blob_rows
-    return blob_rows.NATIVE
-
-
 def _one_column_entry(type_text: str, data: pb.Data) -> pb.Entry:
     e = pb.Entry(header=pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1621236162,
                                   seqId=7, schemaName="shop", tableName="t"))
@@ -1001,9 +998,8 @@ def test_a_charset_on_temporal_and_time_text_travels_as_a_label(type_text, text,
     dts.values), every face of the encoder agrees, and the way back gives the same bytes."""
     entry = _one_column_entry(type_text, pb.Data(dataType=pb.STRING, charset=charset, bv=text.encode()))
     raw = entry.SerializeToString()
-    from support.native_paths import assert_same
     (msg,) = assert_same(raw)
-    if _native_on():  # C takes the value (it does not give way to Python)
+    if blob_rows.NATIVE:  # C takes the value (it does not give way to Python)
         assert bridge.BlobEncoder()._dml_lines(entry, entry.header, raw) == [orjson.dumps(msg)]
     assert msg["payload"]["after"]["dataColumn"]["c"] == value
     assert msg["dts"]["charsets"] == {"1": charset}
@@ -1024,7 +1020,6 @@ def test_a_temporal_the_value_cannot_carry_keeps_its_charset_in_the_raw_data(typ
     (dts.values, with its charset), and no dts.charsets entry repeats it."""
     entry = _one_column_entry(type_text, pb.Data(dataType=pb.STRING, charset="utf8mb4", bv=text.encode()))
     raw = entry.SerializeToString()
-    from support.native_paths import assert_same
     (msg,) = assert_same(raw)
     assert msg["dts"]["values"]["1"]["charset"] == "utf8mb4"
     assert "charsets" not in msg["dts"]
@@ -1036,7 +1031,6 @@ def test_json_bytes_with_a_charset_travel_raw():
     """json is BYTES: a charset on them is not the canonical value, so the Data travels whole."""
     entry = _one_column_entry("json", pb.Data(dataType=pb.BYTES, charset="utf8mb4", bv=b'{"a": 1}'))
     raw = entry.SerializeToString()
-    from support.native_paths import assert_same
     (msg,) = assert_same(raw)
     assert msg["payload"]["after"]["dataColumn"]["c"] == '{"a": 1}'
     assert msg["dts"]["values"] == {"1": {"dataType": pb.BYTES, "charset": "utf8mb4", "bv": "eyJhIjogMX0="}}

@@ -760,8 +760,8 @@ class BlobDecoder:
                 out.append(_NA_DATA)
             else:
                 try:
-                    charset = charsets.get(str(i), _ABSENT) if charsets else _ABSENT  # absent: Codec.charset
-                    out.append(codecs[i].from_blob(value) if charset is _ABSENT else codecs[i].from_blob(value, charset))
+                    own = codecs[i].charset or ""  # a value's charset when dts.charsets names none
+                    out.append(codecs[i].from_blob(value, charsets.get(str(i), own) if charsets else own))
                 except BridgeError as exc:
                     raise exc.located(column=name)
         target.extend(out)

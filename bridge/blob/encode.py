@@ -299,8 +299,9 @@ class _TableCodec:
     schema_columns: list
     primary_key: list
     ext_columns: dict
-    charsets: list  # per column: Codec.charset (a value's charset other than it travels; None: none does)
-    columns: list = field(default_factory=list)  # (name, to_blob, charset, index) per column, for the hot loop
+    # (name, to_blob, Codec.charset, index) per column, for the hot loop (a value's charset other than
+    # the codec's travels in dts.charsets; None: none does)
+    columns: list = field(default_factory=list)
     foreign_default: bool = False  # the columns are what a message without extension decodes to
     fast_image: Any = None  # compiled converter of canonical images (blob_rows), built when first needed
     native: Any = None  # C converter of canonical images on an Entry's bytes (blob_rows.native_plan)
@@ -885,14 +886,13 @@ class BlobEncoder:
         props = {str(i): _kv(c.properties) for i, c in enumerate(columns) if c.properties}
         if props:
             ext["properties"] = props
-        charsets = [codec.charset for codec in codecs]
         foreign = {"types": [FOREIGN_COLUMN_TYPES[c["type"]][0] for c in schema_columns]}
         foreign_props = {str(i): [list(kv) for kv in FOREIGN_COLUMN_TYPES[c["type"]][1]]
                          for i, c in enumerate(schema_columns) if FOREIGN_COLUMN_TYPES[c["type"]][1]}
         if foreign_props:
             foreign["properties"] = foreign_props
-        columns = [(n, c.to_blob, t, str(i)) for i, (n, c, t) in enumerate(zip(names, codecs, charsets))]
-        table = _TableCodec(names, codecs, schema_columns, pkey, ext, charsets, columns, ext == foreign)
+        columns = [(n, c.to_blob, c.charset, str(i)) for i, (n, c) in enumerate(zip(names, codecs))]
+        table = _TableCodec(names, codecs, schema_columns, pkey, ext, columns, ext == foreign)
         table.native = native_plan(names, codecs, self.options.timezone == "UTC", self.options.lossless)
         return table
 

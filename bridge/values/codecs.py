@@ -315,9 +315,8 @@ def _utf8_codec(ct: ColumnType, options: Options) -> Codec:
     def from_blob(value, charset=""):
         if not isinstance(value, str):
             raise ConversionError(f"{kind} value must be a STRING", value=value)
-        if labelled and charset != "":
-            return pb.Data(dataType=dt, charset=_label(charset), bv=value.encode("utf-8"))
-        return pb.Data(dataType=dt, bv=value.encode("utf-8"))
+        return pb.Data(dataType=dt, charset=_label(charset) if labelled and charset != "" else "",
+                       bv=value.encode("utf-8"))
 
     return Codec(ct, "STRING", to_blob, from_blob, "" if labelled else None)
 
@@ -389,9 +388,7 @@ def _temporal_codec(ct: ColumnType, options: Options) -> Codec:
             text = format_temporal(value, kind, fsp, zone)
         except (ValueError, OverflowError, OSError):
             raise ConversionError("DATE value out of range", value=value) from None
-        if charset != "":
-            return pb.Data(dataType=STRING, charset=_label(charset), bv=text.encode("ascii"))
-        return pb.Data(dataType=STRING, bv=text.encode("ascii"))
+        return pb.Data(dataType=STRING, charset=_label(charset) if charset != "" else "", bv=text.encode("ascii"))
 
     return Codec(ct, "DATE", to_blob, from_blob, "")
 

@@ -211,9 +211,8 @@ static int encode_value(const Col *c, PyObject *v, Buf *d, Buf *tmp, Span label)
             bv = (const char *)tmp->p;
             n = tmp->n;
         }
-        if (label.n) return put_datatype(d, dt) && put_len_field(d, F_DATA_CHARSET, label.p, label.n)
-                            && put_len_field(d, F_DATA_BV, bv, n) ? 1 : -1;
-        return put_datatype(d, dt) && put_len_field(d, F_DATA_CHARSET, c->charset, c->charset_len)
+        Span cs = label.n ? label : (Span){(const uint8_t *)c->charset, c->charset_len};
+        return put_datatype(d, dt) && put_len_field(d, F_DATA_CHARSET, cs.p, cs.n)
                && put_len_field(d, F_DATA_BV, bv, n) ? 1 : -1;
     }
     default: { /* temporal */
@@ -366,14 +365,11 @@ static int encode_image(PlanObject *self, PyObject *values, long field, PyObject
         Span label = {(const uint8_t *)"", 0};
         if (charset != NULL && c->kind != K_TEXT) {
             /* temporal and time text take it as a label (Codec.charset); other codecs take none */
-            if (c->kind >= K_DATE || (c->kind == K_UTF8 && c->dt == DT_STRING)) {
-                if (!PyUnicode_CheckExact(charset)) {
-                    rc = 0; /* the codec names what is wrong */
-                    goto done;
-                }
-                label.p = (const uint8_t *)PyUnicode_AsUTF8AndSize(charset, &label.n);
-                if (label.p == NULL) {
-                    PyErr_Clear(); /* surrogates: the codec reports them */
+            if (bridge_labelled(c)) {
+                label.p = PyUnicode_CheckExact(charset)
+                          ? (const uint8_t *)PyUnicode_AsUTF8AndSize(charset, &label.n) : NULL;
+                if (label.p == NULL) { /* not a str, or surrogates: the codec names what is wrong */
+                    PyErr_Clear();
                     rc = 0;
                     goto done;
                 }

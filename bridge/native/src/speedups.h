@@ -162,6 +162,12 @@ typedef struct {
 
 /* ---- value checks (values.c): the canonical value of one Data for its column, or a miss ---------- */
 
+/* Temporal and time text: a charset on a value is a label (Codec.charset ""), which dts.charsets
+ * carries; other kinds but K_TEXT keep none */
+static inline int bridge_labelled(const Col *c) {
+    return c->kind >= K_DATE || (c->kind == K_UTF8 && c->dt == DT_STRING);
+}
+
 enum { C_INT, C_ASCII, C_FLOAT, C_UTF8, C_B64, C_BOOL, C_NULL, C_TABLE };
 
 /* What a value needs besides its Blob value, as the codecs decide it (bridge/values/codecs.py):

@@ -324,7 +324,7 @@ static int check_base64(const Col *c, const DataView *d, Canon *v) {
  * on it is a label, X_CHARSET), as `_utf8_codec` decides */
 static int check_utf8(const Col *c, const DataView *d, Canon *v) {
     if (d->sv.n || (c->need_bv && !d->bv.n)) return 0;
-    if (d->cs.n) v->extra = c->dt == DT_STRING ? X_CHARSET : X_RAW;
+    if (d->cs.n) v->extra = bridge_labelled(c) ? X_CHARSET : X_RAW;
     v->tag = C_UTF8;
     v->s = d->bv;
     return 1;
