@@ -367,7 +367,7 @@ static int read_header(const uint8_t *start, const uint8_t *end, HeaderView *h) 
     unsigned once = 0; /* timestamp and seqId: each at most once */
     while (p < hend) {
         uint64_t tag;
-        if (!read_varint(&p, hend, &tag)) return 0;
+        if (!read_tag(&p, hend, &tag)) return 0;
         uint32_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag), i = 0;
         if (field == F_HEADER_TIMESTAMP || field == F_HEADER_SEQID) {

@@ -258,7 +258,7 @@ int bridge_walk_next(Walk *w, Py_ssize_t *count) {
         if (w->p >= w->end) return 0;
         const uint8_t *at = w->p;
         uint64_t tag;
-        if (!read_varint(&w->p, w->end, &tag)) return -1;
+        if (!read_tag(&w->p, w->end, &tag)) return -1;
         int wt = TAG_WT(tag);
         if (TAG_FIELD(tag) != F_DMLEVENT_ROWS) {
             if (!skip_field(&w->p, w->end, wt)) return -1;
@@ -269,7 +269,7 @@ int bridge_walk_next(Walk *w, Py_ssize_t *count) {
         const uint8_t *q = w->row.p, *rend = w->row.p + w->row.n;
         while (q < rend) {
             uint64_t rtag;
-            if (!read_varint(&q, rend, &rtag) || TAG_FIELD(rtag) == F_ROWCHANGE_PROPERTIES
+            if (!read_tag(&q, rend, &rtag) || TAG_FIELD(rtag) == F_ROWCHANGE_PROPERTIES
                 || !skip_field(&q, rend, TAG_WT(rtag)))
                 return -1;
         }

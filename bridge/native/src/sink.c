@@ -20,7 +20,7 @@ static int read_header(Span h, HeaderView *hv) {
     for (int f = 0; f <= F_HEADER_ISLAST; f++) hv->s[f].p = (const uint8_t *)"";
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag)) return 0;
+        if (!read_tag(&p, end, &tag)) return 0;
         uint64_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag);
         if (field < F_HEADER_VERSION || field > F_HEADER_ISLAST || (seen & (1u << field))) return 0;
@@ -97,7 +97,7 @@ static int plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e) 
     const uint8_t *p = start;
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag) || (TAG_FIELD(tag) != F_ENTRY_HEADER && TAG_FIELD(tag) != F_ENTRY_EVENT)
+        if (!read_tag(&p, end, &tag) || (TAG_FIELD(tag) != F_ENTRY_HEADER && TAG_FIELD(tag) != F_ENTRY_EVENT)
             || !skip_field(&p, end, TAG_WT(tag)))
             return 0;
     }

@@ -298,6 +298,39 @@ static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *
     return 0;
 }
 
+/* A varint of at most 5 bytes whose value is at most max: how protobuf (upb) reads a tag (max
+ * 2^32 - 1) and a length (below 2^31 - 1; no bytes C reads are that long); it refuses a longer
+ * spelling, even of a small value, and a larger value, and so does this (0). Other varints (values)
+ * may take 10 bytes (read_varint). */
+static inline int read_varint5(const uint8_t **pp, const uint8_t *end, uint64_t max, uint64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int i = 0; i < 5 && i < end - p; i++) {
+        v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+        if (!(p[i] & 0x80)) {
+            if (v > max) return 0;
+            *pp = p + i + 1;
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* THE tag reader of every C walk over protobuf bytes: 1 with the tag for what protobuf takes as a
+ * tag, 0 for what it refuses: a spelling over 5 bytes, a value over 2^32 - 1 (a field number of
+ * 2^29 or more) or field number 0. So TAG_FIELD never truncates. The wire type is the caller's:
+ * skip_field takes 0, 1, 2 and 5; protobuf refuses 4 (an end without a group), 6 and 7, and skips
+ * an unknown group (3), which C does not (0: protobuf's own parse decides). */
+static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint64_t *tag) {
+    return read_varint5(pp, end, 0xffffffffull, tag) && TAG_FIELD(*tag) != 0;
+}
+
+/* A length prefix as protobuf reads one (read_varint5) that fits the bytes left; 0 if not. */
+static inline int read_size(const uint8_t **pp, const uint8_t *end, uint64_t *len) {
+    return read_varint5(pp, end, 0x7ffffffeull, len) && *len <= (uint64_t)(end - *pp);
+}
+
 /* Skip one field's value of wire type wt; 0 on malformed or group wire types. */
 static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt) {
     uint64_t v;
@@ -309,7 +342,7 @@ static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt) {
         *pp += 8;
         return 1;
     case WT_LEN:
-        if (!read_varint(pp, end, &v) || v > (uint64_t)(end - *pp)) return 0;
+        if (!read_size(pp, end, &v)) return 0;
         *pp += v;
         return 1;
     case WT_I32:
@@ -324,7 +357,7 @@ static inline int skip_field(const uint8_t **pp, const uint8_t *end, int wt) {
 /* Read a length-delimited value into span; 0 on malformed. */
 static inline int read_span(const uint8_t **pp, const uint8_t *end, Span *s) {
     uint64_t len;
-    if (!read_varint(pp, end, &len) || len > (uint64_t)(end - *pp)) return 0;
+    if (!read_size(pp, end, &len)) return 0;
     s->p = *pp;
     s->n = (Py_ssize_t)len;
     *pp += len;
@@ -400,7 +433,7 @@ static inline int read_data(Span s, DataView *d) {
     d->cs.p = d->sv.p = d->bv.p = (const uint8_t *)"";
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag)) return 0;
+        if (!read_tag(&p, end, &tag)) return 0;
         uint32_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag);
         if (field < F_DATA_DATATYPE || field > F_DATA_BV) return 0;

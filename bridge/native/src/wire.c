@@ -23,7 +23,7 @@ int bridge_only_submessage(const uint8_t *p, const uint8_t *end, uint32_t want, 
     int found = 0;
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag)) return -1;
+        if (!read_tag(&p, end, &tag)) return -1;
         uint32_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag);
         if (field == want && wt == WT_LEN) {
@@ -43,7 +43,7 @@ int bridge_row_datas(Span row, uint32_t want, Span *datas, Py_ssize_t cap, Py_ss
     *count = 0;
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag)) return 0;
+        if (!read_tag(&p, end, &tag)) return 0;
         uint32_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag);
         if (field == want) {
@@ -78,7 +78,7 @@ int bridge_scan_dml(const uint8_t *start, const uint8_t *end, Span *columns, int
         const uint8_t *p = event.p, *eend = event.p + event.n;
         while (p < eend) {
             uint64_t tag;
-            if (!read_varint(&p, eend, &tag) || TAG_FIELD(tag) != F_EVENT_DMLEVENT
+            if (!read_tag(&p, eend, &tag) || TAG_FIELD(tag) != F_EVENT_DMLEVENT
                 || !skip_field(&p, eend, TAG_WT(tag)))
                 return 0;
         }
@@ -91,7 +91,7 @@ int bridge_scan_dml(const uint8_t *start, const uint8_t *end, Span *columns, int
     while (p < dend) {
         const uint8_t *field_start = p;
         uint64_t tag;
-        if (!read_varint(&p, dend, &tag)) return 0;
+        if (!read_tag(&p, dend, &tag)) return 0;
         uint32_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag);
         if (field == F_DMLEVENT_DMLEVENTTYPE) {
@@ -153,7 +153,7 @@ PyObject *bridge_header_properties(PyObject *module, PyObject *arg) {
     const uint8_t *p = header.p, *hend = header.p + header.n;
     while (p < hend) {
         uint64_t tag;
-        if (!read_varint(&p, hend, &tag)) goto unsure;
+        if (!read_tag(&p, hend, &tag)) goto unsure;
         Span kv;
         if (TAG_FIELD(tag) != F_HEADER_PROPERTIES) {
             if (!skip_field(&p, hend, TAG_WT(tag))) goto unsure;
@@ -165,7 +165,7 @@ PyObject *bridge_header_properties(PyObject *module, PyObject *arg) {
         unsigned seen = 0;
         while (q < kend) { /* KVPair: key (1) and value (2), each at most once; anything else: Python */
             uint64_t ktag;
-            if (!read_varint(&q, kend, &ktag)) goto unsure;
+            if (!read_tag(&q, kend, &ktag)) goto unsure;
             uint64_t f = TAG_FIELD(ktag);
             if ((f != F_KVPAIR_KEY && f != F_KVPAIR_VALUE) || TAG_WT(ktag) != WT_LEN || (seen & (1u << f))
                 || !read_span(&q, kend, &parts[f]))
@@ -303,7 +303,7 @@ static int valid_message(const uint8_t *p, const uint8_t *end, int msg) {
     const MsgSpec *spec = &MSGS[msg];
     while (p < end) {
         uint64_t tag, v;
-        if (!strict_varint(&p, end, &tag) || tag > 0xffffffffull || TAG_FIELD(tag) == 0) return 0;
+        if (!read_tag(&p, end, &tag)) return 0;
         uint32_t field = TAG_FIELD(tag);
         int wt = TAG_WT(tag);
         const FieldSpec *f = NULL;
@@ -315,15 +315,14 @@ static int valid_message(const uint8_t *p, const uint8_t *end, int msg) {
             if (!strict_varint(&p, end, &v)) return 0;
         } else if (f != NULL && f->type != T_VARINT && wt == WT_LEN) {
             Span sp;
-            if (!strict_varint(&p, end, &v) || v > (uint64_t)(end - p)) return 0;
+            if (!read_size(&p, end, &v)) return 0;
             sp.p = p;
             sp.n = (Py_ssize_t)v;
             p += v;
             if (f->type == T_STRING && !valid_utf8(sp.p, sp.p + sp.n)) return 0;
             if (f->type == T_MSG && !valid_message(sp.p, sp.p + sp.n, f->msg)) return 0;
         } else { /* unknown, or a known field of another wire type: kept as an unknown field */
-            if (wt == WT_VARINT ? !strict_varint(&p, end, &v)
-                                : (wt == WT_LEN ? !strict_varint(&p, end, &v) || v > (uint64_t)(end - p) : 0))
+            if (wt == WT_VARINT ? !strict_varint(&p, end, &v) : (wt == WT_LEN ? !read_size(&p, end, &v) : 0))
                 return 0;
             if (wt == WT_LEN) {
                 p += v;
@@ -417,7 +416,11 @@ PyObject *bridge_valid_entries(PyObject *module, PyObject *arg) {
 
 
 /* split_items(entries_bytes) -> [bytes of each Entry] in order, or None if the bytes hold anything
- * but well-formed fields (protobuf's own parse then reports the error). */
+ * but well-formed fields (protobuf's own parse then reports the error). Every Entries protobuf
+ * refuses at this level gives None (read_tag, read_size: a tag or length over 5 bytes, a tag over
+ * 2^32 - 1, field 0, wire types 4, 6, 7, a truncated field); so does a group (3), which protobuf
+ * skips and C leaves to it. Field 1 of another wire type than 2 is, as for protobuf, unknown and
+ * skipped. The Entries themselves are not looked into: each is parsed after. */
 PyObject *bridge_split_items(PyObject *module, PyObject *arg) {
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
@@ -426,12 +429,12 @@ PyObject *bridge_split_items(PyObject *module, PyObject *arg) {
     while (out != NULL && p < end) {
         uint64_t tag;
         Span s;
-        if (!read_varint(&p, end, &tag)) goto malformed;
-        if (TAG_FIELD(tag) != F_ENTRIES_ITEMS) {
-            if (TAG_FIELD(tag) == 0 || !skip_field(&p, end, TAG_WT(tag))) goto malformed;
+        if (!read_tag(&p, end, &tag)) goto malformed;
+        if (TAG_FIELD(tag) != F_ENTRIES_ITEMS || TAG_WT(tag) != WT_LEN) { /* unknown to protobuf: skipped */
+            if (!skip_field(&p, end, TAG_WT(tag))) goto malformed;
             continue;
         }
-        if (TAG_WT(tag) != WT_LEN || !read_span(&p, end, &s)) goto malformed;
+        if (!read_span(&p, end, &s)) goto malformed;
         PyObject *item = PyBytes_FromStringAndSize((const char *)s.p, s.n);
         if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
         Py_XDECREF(item);

@@ -42,13 +42,27 @@ PyObject *bridge_ascii_str(const uint8_t *p, Py_ssize_t n) {
 /* A str's UTF-8 form, kept in the str (CPython's own cache, which PyUnicode_AsUTF8AndSize fills
  * on first use and orjson.dumps reads): the writer has the bytes at hand, so the str it gives does
  * not make orjson encode its text again. `utf8` is exactly the str's UTF-8 (the text was decoded from
- * it strictly, or it was written from the text's code points). CPython 3.10 to 3.12 only, where the
- * cache is PyObject_Malloc'd memory freed with the str; elsewhere (or out of memory) the str has no
- * cache, as any new str. */
+ * it strictly, or it was written from the text's code points).
+ * Only into a str the writer has just made and nobody else holds: an exact, compact, non-ASCII str
+ * with one reference (its own), not interned, no cache yet. CPython hands out shared strs too
+ * (PyUnicode_FromKindAndData gives a one-character latin-1 text as its singleton, immortal or held
+ * by its own table: never one reference), and those are left as they are.
+ * Only on what the tests run: CPython (not PyPy, GraalPy, the limited API or a free-threaded build)
+ * 3.11 and 3.12, where the cache is PyObject_Malloc'd memory freed with the str; on any other
+ * build, or out of memory, the str has no cache, as any new str. */
+#if !defined(Py_LIMITED_API) && !defined(Py_GIL_DISABLED) && !defined(PYPY_VERSION) && !defined(GRAALVM_PYTHON) \
+    && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+#define BRIDGE_KEEP_UTF8 1
+#else
+#define BRIDGE_KEEP_UTF8 0
+#endif
+
 static void keep_utf8(PyObject *s, const uint8_t *utf8, Py_ssize_t n) {
-#if !defined(Py_LIMITED_API) && !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030A0000 && PY_VERSION_HEX < 0x030D0000
+#if BRIDGE_KEEP_UTF8
     PyCompactUnicodeObject *u = (PyCompactUnicodeObject *)s;
-    if (!PyUnicode_IS_COMPACT(s) || PyUnicode_IS_ASCII(s) || u->utf8 != NULL) return;
+    if (!PyUnicode_CheckExact(s) || Py_REFCNT(s) != 1 || PyUnicode_CHECK_INTERNED(s) || !PyUnicode_IS_COMPACT(s)
+        || PyUnicode_IS_ASCII(s) || u->utf8 != NULL)
+        return;
     char *copy = PyObject_Malloc((size_t)n + 1);
     if (copy == NULL) return;
     memcpy(copy, utf8, (size_t)n);
