@@ -13,10 +13,10 @@ from bridge.blob.encode import (
     BlobEncoder,
     encode_blob,
     entries_to_blob,
-    entries_to_blob_lines,
     entry_to_blob,
     shard_key,
 )
+from bridge.blob.lines import entries_to_blob_lines, stream_blob_lines
 from bridge.blob.validation import validate_blob
 from bridge.errors import (
     BlobFormatError,
@@ -25,6 +25,7 @@ from bridge.errors import (
     DecodeError,
     FramingError,
     OptionsError,
+    OutputTooLargeError,
     TupleFormatError,
 )
 from bridge.options import DEFAULT_OPTIONS, Options
@@ -51,12 +52,12 @@ from bridge.wire.framing import (
 
 __all__ = [
     "pb", "Options", "DEFAULT_OPTIONS",
-    "entry_to_blob", "entries_to_blob", "entries_to_blob_lines", "blob_to_entries", "encode_blob", "decode_blob", "validate_blob",
+    "entry_to_blob", "entries_to_blob", "entries_to_blob_lines", "stream_blob_lines", "blob_to_entries", "encode_blob", "decode_blob", "validate_blob",
     "shard_key", "BlobEncoder", "BlobDecoder",
     "entry_to_tuples", "entries_to_tuples", "tuples_to_entries", "record_schema", "load_record_schema",
     "TupleEncoder", "TupleDecoder",
     "BridgeError", "FramingError", "DecodeError", "ConversionError", "BlobFormatError",
-    "TupleFormatError", "OptionsError",
+    "TupleFormatError", "OptionsError", "OutputTooLargeError",
     "Reassembler", "Assembled", "split_entries", "pack_entries", "read_pb", "write_pb",
     "read_dts_json", "write_dts_json",
 ]

@@ -17,6 +17,7 @@ __all__ = [
     "BlobFormatError",
     "TupleFormatError",
     "LineTooLongError",
+    "OutputTooLargeError",
     "OptionsError",
     "shorten",
 ]
@@ -115,3 +116,9 @@ class LineTooLongError(DecodeError):
         super().__init__(reason, **where)
         self.head = head
         self.length = length
+
+
+class OutputTooLargeError(ConversionError):
+    """Output a list form would hold past its documented bound (`entries_to_blob_lines`'
+    `max_bytes`): it names the Entry that passes the bound (entry index, seqId, table), the size
+    reached and the bound. The streaming forms (`stream_blob_lines`) have no such bound."""

@@ -22,7 +22,6 @@ from functools import partial
 from typing import Any
 
 import orjson
-from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from bridge.blob.rows import (
     MISSES,
@@ -30,9 +29,8 @@ from bridge.blob.rows import (
     compile_image,
     known_fields,
     native_plan,
-    split_items,
 )
-from bridge.errors import BridgeError, ConversionError, DecodeError
+from bridge.errors import BridgeError, ConversionError
 from bridge.native import speedups
 from bridge.native.contract import SinkTable
 from bridge.options import DEFAULT_OPTIONS, Options, per_options
@@ -60,7 +58,7 @@ from bridge.values import (
 )
 from bridge.wire import subscribe_pb2 as pb
 
-__all__ = ["entry_to_blob", "entries_to_blob", "entries_to_blob_lines", "BlobEncoder", "encode_blob", "shard_key", "check_dml_event",
+__all__ = ["entry_to_blob", "entries_to_blob", "BlobEncoder", "encode_blob", "shard_key", "check_dml_event",
            "check_row_images", "unknown_fields",
            "sequence_id", "ROW_DIGITS", "EVENT_FIELDS", "FORMAT_VERSION"]
 
@@ -1026,44 +1024,6 @@ def entries_to_blob(entries: Iterable[pb.Entry], options: Options = DEFAULT_OPTI
     encoder = BlobEncoder(options)
     for entry in entries:
         yield from encoder.convert(entry, _wire_bytes(entry))
-
-
-def entries_to_blob_lines(entries: bytes | Iterable[bytes], options: Options = DEFAULT_OPTIONS) -> list[bytes]:
-    """The Blob JSON lines (`encode_blob` of each message, no newline) of Entries given as bytes:
-    the encoding of one `Entries` (an Envelope's data, or a reassembled buffer) or an iterable of
-    single Entry encodings (`Assembled.raws`). The batch form of `entry_to_blob` + `encode_blob`:
-    the same bytes, written by the line API (`BlobEncoder.convert_lines`), so plain DML Entries
-    never become dicts.
-
-    >>> e = pb.Entry(header=pb.Header(messageType=pb.HEARTBEAT, timestamp=1605339932, seqId=9))
-    >>> _ = e.event.heartbeatEvent.SetInParent()
-    >>> entries_to_blob_lines(pb.Entries(items=[e]).SerializeToString(), Options(strict=True))
-    [b'{"schema":{},"payload":{"op":"MHEARTBEAT","sequenceId":"9000000","timestamp":{"eventTime":1605339932000,"checkpointTime":1605339932000}},"version":"0.0.1"}']
-    """
-    if isinstance(entries, (bytes, bytearray, memoryview)):
-        entries = _entry_encodings(bytes(entries))
-    convert = _encoder(options).convert_lines
-    parse = pb.Entry.FromString
-    out: list = []
-    for index, raw in enumerate(entries):
-        try:
-            entry = parse(raw)
-        except (ProtobufDecodeError, TypeError) as exc:
-            raise DecodeError(f"Entry {index} does not parse as subscribe.Entry ({exc})", value=raw) from None
-        out += convert(entry, raw)
-    return out
-
-
-def _entry_encodings(data: bytes) -> list[bytes]:
-    """Each Entry's bytes of an `Entries` encoding, in order (C splits them; protobuf when C cannot)."""
-    found = split_items(data)
-    if found is not None:
-        return found
-    try:
-        items = pb.Entries.FromString(data).items
-    except ProtobufDecodeError as exc:
-        raise DecodeError(f"bytes do not parse as subscribe.Entries ({exc})", value=data) from None
-    return [item.SerializeToString() for item in items]
 
 
 _encoder = per_options(BlobEncoder)

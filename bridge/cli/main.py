@@ -274,9 +274,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
         try:
             entries = _source_entries(src_side, src_framing, args.input, fh, policy, options, source, args,
                                       raw=dst_side == "blob")
-            # stream_lines: the lines of an Entry are never all held (one Entry can give gigabytes)
+            # stream_lines, stream=True: the lines or rows of an Entry are never all held (one Entry
+            # can give gigabytes)
             convert = (BlobEncoder(options).stream_lines if dst_side == "blob" else
-                       tuple_converter(options, args.table) if dst_side == "tuple" else lambda entry: [entry])
+                       tuple_converter(options, args.table, stream=True) if dst_side == "tuple"
+                       else lambda entry: [entry])
             if src_side == "dts":
                 items = entries_to_messages(entries, convert, policy)
             elif dst_side == "dts":

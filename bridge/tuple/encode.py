@@ -234,6 +234,28 @@ def _table_name(header: pb.Header) -> str | None:
 _SEQ_KEY, _TIME_KEY = "_sequence_id_", "_execute_time_"
 _ROW_SCALE = 10 ** ROW_DIGITS
 
+CELL_BUDGET = 1 << 20  # values of one Entry's rows `TupleEncoder.stream` holds before it streams them
+_PIECE_CELLS = 1 << 16  # a streamed Entry is converted in pieces of rows of about this many values
+
+
+class _StreamedRows:
+    """The rows of one large Entry (`TupleEncoder.stream`): len() is their number, and iterating
+    converts them again, piece by piece, as the writer takes them (a first pass checked them all)."""
+
+    def __init__(self, encoder: TupleEncoder, entry: pb.Entry, raw: bytes | None, count: int) -> None:
+        self._encoder, self._entry, self._raw, self._count = encoder, entry, raw, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[dict]:
+        header = self._entry.header
+        try:
+            for piece in self._encoder._pieces(self._entry, header, self._raw):
+                yield from piece
+        except BridgeError as exc:  # not expected: the first pass went through the same steps
+            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+
 
 class TupleEncoder:
     """Stream-level DTS -> Tuple converter: caches row builders per column set and counts output.
@@ -243,10 +265,13 @@ class TupleEncoder:
     (`raw`, else the Entry serialised once) by the column set's C plan; an image C is not sure of
     (and every value a temporal policy substitutes) is converted here, so the rows are the same.
     `native=False` keeps every value in Python: the reference the tests and benchmarks compare with.
+    `stream(entry, raw)` gives the same rows without holding those of a large Entry at once.
     """
 
-    def __init__(self, options: Options = DEFAULT_OPTIONS, native: bool = True) -> None:
+    def __init__(self, options: Options = DEFAULT_OPTIONS, native: bool = True,
+                 cell_budget: int = CELL_BUDGET) -> None:
         self.options = options
+        self.cell_budget = cell_budget  # values of one Entry's rows stream() holds at most
         self.entries = 0
         self.emitted = 0
         self.not_emitted: Counter = Counter()
@@ -262,9 +287,29 @@ class TupleEncoder:
         return self._tables.get(columns).schema
 
     def convert(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict]:
+        """The Tuple rows of one Entry, all at once (`stream` for a writer that takes them one by one)."""
+        return self._run(self._convert, entry, raw)
+
+    def stream(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict] | _StreamedRows:
+        """The rows of `convert(entry, raw)` for a writer that takes them one by one (the CLI's
+        `convert`, `entries_to_tuples`), without holding those of one Entry at once: a small Entry
+        of many rows and wide columns can give gigabytes of rows. An Entry of more than
+        `cell_budget` values (rows x images x columns, meta columns included) is converted in
+        pieces of rows: a first pass raises any error before a row is given (an Entry is converted
+        whole or not at all) and keeps none; the result is a sized iterable that converts them
+        again, piece by piece, as they are taken (docs/decisions.md). Other Entries: `convert`."""
+        if entry.header.messageType == pb.DML:
+            dml = entry.event.dmlEvent
+            images = ROW_IMAGES.get(dml.dmlEventType)
+            if images and len(dml.rows) * len(images) * (len(dml.columns) + len(self._meta)) > self.cell_budget:
+                return self._run(self._stream, entry, raw)
+        return self.convert(entry, raw)
+
+    def _run(self, method, entry: pb.Entry, raw: bytes | None):
+        """Call a converter of one Entry: errors located at the Entry, output counted."""
         header = entry.header
         try:
-            out = self._convert(entry, header, raw)
+            out = method(entry, header, raw)
         except BridgeError as exc:
             raise exc.located(seq_id=header.seqId, table=_table_name(header))
         except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
@@ -274,6 +319,37 @@ class TupleEncoder:
             self.entries += 1
             self.emitted += len(out)
         return out
+
+    def _stream(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> _StreamedRows:
+        """stream's conversion of a large DML Entry: a first pass over all its pieces, which raises
+        what `convert` raises and keeps nothing; the rows are made again as they are taken."""
+        count = 0
+        for piece in self._pieces(entry, header, raw):
+            count += len(piece)
+        return _StreamedRows(self, entry, raw, count)
+
+    def _pieces(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> Iterator[list[dict]]:
+        """The rows of a DML Entry (one with rows of a known DMLType: `stream` sends no other) in
+        pieces of rows, in order, each of about _PIECE_CELLS values: the same rows, and the same
+        first error, as `convert` (the Entry-level checks come first, in its order). C converts a
+        piece from the bytes of an Entry holding only its rows, Python a piece C leaves to it."""
+        dml = entry.event.dmlEvent
+        check_dml_event(dml)
+        images = ROW_IMAGES[dml.dmlEventType]
+        table = self._wire_table(dml, header, raw)
+        facts = _facts(header.properties) if header.properties else {}
+        check_row_images(dml)
+        rows, nrows = dml.rows, len(dml.rows)
+        step = max(1, _PIECE_CELLS // (len(images) * (len(table.names) + len(self._meta))))
+        native = table.native is not None and not facts
+        for first in range(0, nrows, step):
+            stop = min(nrows, first + step)
+            out = None
+            if native:
+                part = pb.Entry()
+                part.event.dmlEvent.rows.extend(rows[first:stop])
+                out = self._native_rows(entry, header, dml, images, table, part.SerializeToString(), first, stop)
+            yield out if out is not None else self._python_rows(header, dml, images, table, facts, first, stop)
 
     def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> list[dict]:
         mtype = header.messageType
@@ -294,8 +370,14 @@ class TupleEncoder:
             if out is not None:  # C's walk checked the images as check_row_images does
                 return out
         check_row_images(dml)  # after the columns, as every converter orders its checks
+        return self._python_rows(header, dml, images, table, facts, 0, len(dml.rows))
+
+    def _python_rows(self, header: pb.Header, dml: pb.DMLEvent, images, table: _TupleTable, facts: dict,
+                     first: int, stop: int) -> list[dict]:
+        """The rows of row changes first to stop, in Python (the Entry-level checks made)."""
         out = []
-        for index, row in enumerate(dml.rows):
+        rows = dml.rows
+        for index, row in enumerate(rows if first == 0 and stop == len(rows) else rows[first:stop], first):
             row_facts = {**facts, **_facts(row.properties)} if row.properties else facts
             seq = row_facts["sequenceId"] if "sequenceId" in row_facts else sequence_id(header.seqId, index)
             time = int(row_facts["eventTime"]) if "eventTime" in row_facts else header.timestamp * 1000
@@ -323,10 +405,12 @@ class TupleEncoder:
             table = self._wire_tables[scanned[0]] = self._tables.get(dml.columns)
         return table
 
-    def _native_rows(self, entry, header, dml, images, table, raw) -> list[dict] | None:
+    def _native_rows(self, entry, header, dml, images, table, raw, first: int = 0,
+                     stop: int | None = None) -> list[dict] | None:
         """The rows of a DML Entry without DataHub facts from the C plan, its gaps filled as
         `_convert` fills them; None when C leaves the whole Entry to Python (row properties, an
-        image the op must not carry, a seqId beyond 63 bits, malformed bytes)."""
+        image the op must not carry, a seqId beyond 63 bits, malformed bytes). With `first` and
+        `stop` (`_pieces`), the rows of those row changes, `raw` an Entry holding only them."""
         key = (dml.dmlEventType, header.schemaName, header.tableName)
         if self._metas[0] != key:  # the other meta columns of each image, made from the table once
             source = f"{header.schemaName}.{header.tableName}"
@@ -339,18 +423,19 @@ class TupleEncoder:
         metas = self._metas[2][1]
         if raw is None:
             raw = entry.SerializeToString()
-        out = table.native.tuples(raw, dml.dmlEventType, _SEQ_KEY, header.seqId * _ROW_SCALE, metas)
+        out = table.native.tuples(raw, dml.dmlEventType, _SEQ_KEY, header.seqId * _ROW_SCALE + first, metas)
         n = len(images)
-        if out is None or len(out) != len(dml.rows) * n:
+        if out is None or len(out) != ((len(dml.rows) if stop is None else stop) - first) * n:
             return None
         for k, values in enumerate(out):
             if type(values) is dict:
                 continue
-            row, image = dml.rows[k // n], images[k % n][3]
+            index = first + k // n
+            row, image = dml.rows[index], images[k % n][3]
             datas = row.oldColumns if image == "old" else row.newColumns
             if values is None:  # an image C did not read
                 values = table.image(datas)
-                values[_SEQ_KEY] = sequence_id(header.seqId, k // n)
+                values[_SEQ_KEY] = sequence_id(header.seqId, index)
                 values.update(metas[k % n])
             else:  # the values C is not sure of, in column order
                 values, holes = values
@@ -365,10 +450,11 @@ def entry_to_tuples(entry: pb.Entry, options: Options = DEFAULT_OPTIONS) -> list
 
 
 def entries_to_tuples(entries: Iterable[pb.Entry], options: Options = DEFAULT_OPTIONS) -> Iterator[dict]:
-    """Tuple rows of a stream of Entries, in order, sharing one encoder's caches."""
+    """Tuple rows of a stream of Entries, in order, sharing one encoder's caches; the rows of a
+    large Entry are made as they are taken (`TupleEncoder.stream`), never all held."""
     encoder = TupleEncoder(options)
     for entry in entries:
-        yield from encoder.convert(entry)
+        yield from encoder.stream(entry)
 
 
 _encoder = per_options(TupleEncoder)

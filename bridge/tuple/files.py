@@ -11,7 +11,7 @@ below every face, so that bridge.sync and the command line share it without one 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sized
 
 from bridge.options import Options
 from bridge.tuple.encode import TupleEncoder
@@ -20,20 +20,39 @@ from bridge.wire import subscribe_pb2 as pb
 __all__ = ["tuple_converter"]
 
 
-def tuple_converter(options: Options, only: str | None) -> Callable[[pb.Entry], list]:
+def tuple_converter(options: Options, only: str | None, stream: bool = False) -> Callable[[pb.Entry], Sized]:
     """Entry -> [(table, DTS columns, RecordSchema, row)]; Entries of tables other than `only`
-    give nothing (counted as not emitted)."""
+    give nothing (counted as not emitted). With `stream` (the CLI's `convert`), the rows of a large
+    Entry are made as they are taken (`TupleEncoder.stream`): a sized iterable instead of a list."""
     encoder = TupleEncoder(options)
+    rows_of = encoder.stream if stream else encoder.convert
 
-    def convert(entry: pb.Entry) -> list:
+    def convert(entry: pb.Entry) -> Sized:
         header = entry.header
         table = f"{header.schemaName}.{header.tableName}"
         if only is not None and header.messageType == pb.DML and table != only:
             return []
-        rows = encoder.convert(entry)
+        rows = rows_of(entry)
         if not rows:
             return []
         columns = entry.event.dmlEvent.columns
         schema = encoder.schema(columns)
+        if not isinstance(rows, list):
+            return _Labelled((table, columns, schema), rows)
         return [(table, columns, schema, row) for row in rows]
     return convert
+
+
+class _Labelled:
+    """The rows of a streamed Entry, each as (table, DTS columns, RecordSchema, row) when taken."""
+
+    def __init__(self, label: tuple, rows: Sized) -> None:
+        self._label, self._rows = label, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[tuple]:
+        table, columns, schema = self._label
+        for row in self._rows:
+            yield table, columns, schema, row
