@@ -38,7 +38,10 @@ class Options:
     on_error: str = _opt("fail", "bad records: fail on the first, skip and count them, or keep them with the error",
                          ("fail", "skip", "keep"))
     max_message_bytes: int = _opt(1 << 20, "largest Envelope message written; larger Entries are split into segments")
-    max_line_bytes: int = _opt(64 << 20, "longest line of JSON Lines input (Blob, dts-json, Tuple); a longer one is "
+    # 16 MiB: 4x a whole DataHub PutRecords request (4 MB; one record is at most ~1 MB), so every
+    # Blob or Tuple record DataHub can hold passes with room, and a dts-json Entry of 16 MiB; a JSON
+    # parse holds at most ~31x its line (measured: `[{},{},...]`), 0.5 GiB here (docs/decisions.md)
+    max_line_bytes: int = _opt(16 << 20, "longest line of JSON Lines input (Blob, dts-json, Tuple); a longer one is "
                                          "a rejected record, read past without being held")
     db_version: str = _opt("", "schema.source.dbVersion written when the input does not carry one")
     tuple_binary: str = _opt("base64", "how binary values are written into Tuple STRING fields", ("base64", "hex"))

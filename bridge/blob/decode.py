@@ -29,7 +29,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from bridge.blob.encode import FORMAT_VERSION
 from bridge.blob.rows import native_plan
-from bridge.errors import BlobFormatError, BridgeError, ConversionError, OptionsError
+from bridge.errors import BlobFormatError, BridgeError, ConversionError, LineTooLongError, OptionsError
 from bridge.native import speedups
 from bridge.native.contract import PROTO_FIELDS
 from bridge.options import DEFAULT_OPTIONS, Options
@@ -45,6 +45,7 @@ from bridge.values import (
     SOURCE_TYPES,
     SOURCE_TYPES_BY_NAME,
     codec_for,
+    column_is_boolean,
     ddl_op,
     raw_to_data,
     sequence_id,
@@ -92,8 +93,13 @@ _WITH_ROWS = getattr(speedups, "with_rows", None)  # (the lane runs only where C
 _PLAIN_PAYLOADS = {op: frozenset((*images, "op", "sequenceId", "timestamp")) for op, images in _IMAGES_OF_OP.items()}
 
 
-def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None) -> dict:
-    """Parse one Blob message (JSON bytes) and check its envelope shape."""
+def decode_blob(data: bytes | str, *, line: int | None = None, source: str | None = None,
+                max_bytes: int | None = None) -> dict:
+    """Parse one Blob message (JSON bytes) and check its envelope shape. Before the parse: a line
+    longer than `max_bytes` (None: no bound) is a LineTooLongError and one that is no JSON object
+    (its first byte past whitespace is not `{`) a BlobFormatError, so that neither is ever
+    parsed whole (a JSON parse holds up to ~31x its text: `[{},{},...]`)."""
+    check_line(data, max_bytes, line=line, source=source)
     try:
         msg = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -101,6 +107,36 @@ def decode_blob(data: bytes | str, *, line: int | None = None, source: str | Non
                               source=source) from None
     check_shape(msg, line=line, source=source)
     return msg
+
+
+_JSON_SPACE = b" \t\r\n"
+
+
+def check_line(data: bytes | str, max_bytes: int | None, *, line: int | None = None,
+               source: str | None = None) -> None:
+    """What `decode_blob` checks of a line before it is parsed: its size against `max_bytes` (a
+    line break at its end aside) and that it holds a JSON object. O(1) but for the whitespace
+    before its first byte."""
+    text = type(data) is str
+    if max_bytes is not None and len(data) > max_bytes:
+        length = len(data) - data.endswith("\n" if text else b"\n")
+        if length > max_bytes:
+            head = data[:_HEAD_BYTES]
+            raise LineTooLongError(f"line of {length} bytes is longer than max_line_bytes ({max_bytes})",
+                                   head=head.encode("utf-8", "replace") if text else bytes(head),
+                                   length=length, line=line, source=source)
+    first = data[:1]
+    if first != b"{" and first != "{":
+        start = data.lstrip(" \t\r\n" if text else _JSON_SPACE)[:1] if first in _SPACES else first
+        if start in _OTHER_JSON:  # JSON of another kind (`[{},{},...]`); what is no JSON: orjson names it
+            raise BlobFormatError("a Blob message must be a JSON object", value=data[:64], line=line,
+                                  source=source)
+
+
+_SPACES = frozenset((b" ", b"\t", b"\r", b"\n", " ", "\t", "\r", "\n"))
+# the first character of a JSON text that is no object: an array, a string, a number, a literal
+_OTHER_JSON = frozenset([*(c.encode() for c in '["-0123456789tfn'), *'["-0123456789tfn'])
+_HEAD_BYTES = 4096  # what a LineTooLongError keeps of its line, as read_lines keeps
 
 
 def check_shape(msg, *, line: int | None = None, source: str | None = None) -> None:
@@ -143,6 +179,7 @@ class _Row:
     halves: set = field(default_factory=set)
     line: int | None = None
     unknown: bytes | None = None  # the Entry-level unknown fields of its message (both halves carry them)
+    reserved: bool = False  # its message's extension held reserved-prefix properties (`_reserved`)
 
 
 @dataclass
@@ -152,6 +189,7 @@ class _Event:
     nrows: int
     rows: dict = field(default_factory=dict)  # row index -> RowChange
     messages: int = 0
+    reserved: bool = False  # a message of it had reserved-prefix properties in its extension
 
 
 class BlobDecoder:
@@ -181,6 +219,10 @@ class BlobDecoder:
         self._schema_known: dict = {}  # what is cached for that schema object ("columns", "source")
         # update halves pushed out of the pairing window: errors for the caller to report
         self.evicted: list[ConversionError] = []
+        # the message being read holds reserved-prefix properties in its extension (or its Entry's
+        # other messages did): its Entry is checked against the encoder's reading (`_check_plain`)
+        self._reserved = False
+        self._check_reserved = True  # (False in `facts_hold`'s own decoder)
 
     def feed_line(self, data: bytes | str, *, line: int | None = None, source: str | None = None
                   ) -> list[pb.Entry]:
@@ -191,7 +233,10 @@ class BlobDecoder:
         that schema object (never seen outside the decoder, never changed) and the facts cached
         for it (a second "schema" key later in the line still wins, as in JSON). A line whose
         rest does not parse so is parsed whole, as `decode_blob` does (errors name the same line
-        and column)."""
+        and column). A line over `options.max_line_bytes`, or one that is no JSON object, is an
+        error before any parse (`check_line`): what one line costs is bounded here as well as by
+        the readers that split lines."""
+        check_line(data, self.options.max_line_bytes, line=line, source=source)
         prefix = self._schema_prefix
         if prefix is not None and type(data) is bytes and data.startswith(prefix):
             try:
@@ -273,6 +318,7 @@ class BlobDecoder:
 
     # -- per message ---------------------------------------------------------------------------
     def _feed(self, msg: dict, checked: bool) -> list[pb.Entry]:
+        self._reserved = False
         if self._lane_halves or self._lane_events:  # what the lane holds joins the Python state first
             self._unassemble()
         if not checked:
@@ -295,18 +341,30 @@ class BlobDecoder:
             facts["op"] = op  # XACOMMIT travels as a COMMIT
         self._header(header, msg, payload, mtype, ext, facts, with_source=mtype == pb.DDL)
         sub = getattr(entry.event, EVENT_FIELDS[mtype])
-        sub.SetInParent()
         event = (ext or {}).get("event") or {}
+        absent = event.get("absent") if event else None
+        if absent is None:
+            sub.SetInParent()
+        elif absent not in _ABSENT_PARTS or event.keys() - _ABSENT_KEYS[absent]:
+            raise BlobFormatError("the 'dts' extension's event.absent is \"sub\" (the Event holds no "
+                                  f"{EVENT_FIELDS[mtype]}: nothing of it travels) or \"event\" (no Event at all)",
+                                  value=event)
+        elif absent == "sub":
+            entry.event.SetInParent()
         for key, value in event.items():
             if key == "properties":
                 _add_kv(entry.event.properties, value)
-            else:
+            elif key != "absent":
                 _set_field(sub, key, value)
         if mtype == pb.DDL:
             ddl = payload.get("ddl")
             if not isinstance(ddl, dict) or not isinstance(ddl.get("text"), str):
                 raise BlobFormatError("a DDL message needs payload.ddl.text", value=ddl)
-            sub.sql = ddl["text"]
+            if absent is None:
+                sub.sql = ddl["text"]
+            elif ddl["text"]:
+                raise BlobFormatError("a DDL message whose extension says its Event holds no ddlEvent has no "
+                                      "statement", value=ddl)
             if "ddlMeta" in ddl:
                 facts["ddlMeta"] = ddl["ddlMeta"]
             if ddl_op(sub.sql) != op:
@@ -321,6 +379,8 @@ class BlobDecoder:
             facts["schema"] = orjson.dumps(schema).decode()
         self._sequence(header, seq, 0, ext, facts)
         self._shape_facts(msg, payload, facts, ddl_extra=mtype != pb.DDL)
+        if self._reserved:
+            self._check_facts(facts)
         if self.options.lossless:
             _add_facts(header.properties, facts)
         unknown = ext.get("unknown") if ext else None
@@ -330,7 +390,7 @@ class BlobDecoder:
                 raise BlobFormatError("the 'dts' extension's unknown fields name a row; only a DML message has one",
                                       value=sorted(unknown))
             _patch(entry, once)
-        return [entry]
+        return self._check_plain([entry])
 
     def _dml(self, msg: dict, payload: dict, op: str, ext) -> list[pb.Entry]:
         schema = msg.get("schema")
@@ -367,6 +427,8 @@ class BlobDecoder:
         row_properties = ext.get("rowProperties") if ext else None
         properties = [pb.KVPair(key=k, value=v) for k, v in _pairs(row_properties)] if row_properties is not None \
             else ()
+        if properties and any(p.key.startswith(RESERVED_PREFIX) for p in properties):
+            self._reserved = True
         if below:  # checked before a waiting half's row is touched
             _check_row_patches(below, half, images_of(op), ext.get("image") is None, len(names), len(properties))
         if partner is None:  # (a constructor with keywords costs three times one without)
@@ -392,17 +454,46 @@ class BlobDecoder:
                   unknown_key=None) -> list[pb.Entry]:
         """A message's row, its images in: an update half meets its partner (or waits), the facts
         go into the row (lossless), and the row completes its Entry, or its event (`_regroup`)."""
+        if partner is not None and partner[0].reserved:
+            self._reserved = True
+        if self._reserved:
+            self._check_facts(facts)
         if half != "both":
             row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key, unknown_key)
             if not done:
                 return []
+            if self._reserved:
+                self._check_facts(facts)
         if facts and self.options.lossless:
             _add_facts(row.properties, facts)
         if not ext:  # (`entry`, not a DMLEvent held before: a before half that completes its update
             # has had the waiting after half's Entry copied into `entry`)
             entry.event.dmlEvent.rows.append(row)
-            return [entry]
-        return self._regroup(entry, row, row_index, nrows, columns_key, unknown_key)
+            return self._check_plain([entry])
+        return self._check_plain(self._regroup(entry, row, row_index, nrows, columns_key, unknown_key))
+
+    def _check_facts(self, facts: dict) -> None:
+        """A message whose extension holds reserved-prefix properties (the Entry's own: the bridge
+        writes its facts nowhere else than outside the extension) and that needs DataHub facts as
+        well is no message the bridge writes: its Entry would mix the two kinds, which no
+        conversion back could tell apart."""
+        if facts and self._check_reserved:
+            raise ConversionError("the 'dts' extension holds reserved-prefix (datahub:) properties, and the "
+                                  f"message needs DataHub facts besides ({', '.join(sorted(facts))}): "
+                                  "no message the bridge writes")
+
+    def _check_plain(self, out: list) -> list:
+        """Entries whose messages' extensions held reserved-prefix properties: the bridge writes
+        those only for an Entry whose such properties do not read as its DataHub facts
+        (`facts_hold`); an Entry that would read so would come back as another message."""
+        if self._reserved and self._check_reserved:
+            from bridge.blob.encode import facts_hold
+
+            for entry in out:
+                if facts_hold(entry, None, self.options):
+                    raise ConversionError("the 'dts' extension holds reserved-prefix (datahub:) properties that "
+                                          "read as DataHub facts of the bridge's own: no message the bridge writes")
+        return out
 
     def _lane(self, rest: dict, payload: dict, op: str, ext) -> list[pb.Entry] | None:
         """The usual DML message in one C call (`Plan.lane`), for `feed_line` before any other
@@ -414,7 +505,10 @@ class BlobDecoder:
         `feed_line` goes on as for any line (`check_shape`, `feed`). `rest`: the line's keys but the
         shared schema. The halves of an update and the rows of one event meet as they do in `_dml`
         (`_partner`, `_pair`, `_regroup`)."""
+        self._reserved = False
         lane = _LANE_IMAGES.get(op) if type(op) is str else None  # (an op of any JSON type: check_shape's)
+        if ext and _ext_header_reserved(ext.get("header")):
+            return None  # reserved-prefix properties of the Entry's own: `_feed` checks them
         if (lane is None or "schema" in rest or not _usual_shape(rest, payload, op)
                 or (ext and (not ext.keys() <= _LANE_EXTENSION_KEYS or None in ext.values()))):
             return None
@@ -530,6 +624,8 @@ class BlobDecoder:
                 for key, value in fields.items():
                     if key == "properties":
                         _add_kv(header.properties, value)
+                        if _ext_header_reserved(fields):
+                            self._reserved = True
                     else:
                         _set_field(header, key, value)
             elif _BOOL_FIELDS.isdisjoint(fields):  # (the usual header: no bool field to check)
@@ -671,6 +767,9 @@ class BlobDecoder:
                 self._column_sets[key] = cached
         template, codecs, names, table_facts, plan, key, _ = cached
         dml.CopyFrom(template)  # several times faster than extending the repeated field
+        if _RESERVED_FLAG in table_facts:
+            self._reserved = True
+            table_facts = {k: v for k, v in table_facts.items() if k != _RESERVED_FLAG}
         facts.update(table_facts)
         return codecs, names, plan, key
 
@@ -705,6 +804,11 @@ class BlobDecoder:
                 for key, value in mapped[1]:
                     column.properties.add(key=key, value=value)
             codec = codec_for(column, self.options)
+            if types is not None and codec.blob_type != col.get("type") and column_is_boolean(column):
+                # the extension's own `datahub:type` property on a column DataHub does not call
+                # BOOLEAN: the Entry's property, not the bridge's marker (`facts_hold` decides)
+                codec = codec_for(column, self.options, facts=False)
+                facts[_RESERVED_FLAG] = True
             if not self.options.lossless:
                 # strict: no reserved properties; a BOOLEAN column stays tinyint(1) holding 0/1
                 kept = [p for p in column.properties if not p.key.startswith(RESERVED_PREFIX)]
@@ -808,7 +912,8 @@ class BlobDecoder:
                                       sequence_id=old_seq, line=old.line)
                 err.count = 1
                 self.evicted.append(err)
-            self._halves[seq] = (_Row(seq, row, {half}, self._line, unknown_key), facts, entry, columns_key)
+            self._halves[seq] = (_Row(seq, row, {half}, self._line, unknown_key, self._reserved), facts, entry,
+                                 columns_key)
             return row, facts, False
         _, other_facts, other_entry, _ = partner
         del self._halves[seq]
@@ -843,9 +948,11 @@ class BlobDecoder:
             raise ConversionError(f"row {row_index} of {nrows} repeated", seq_id=entry.header.seqId)
         event.rows[row_index] = row
         event.messages += 2 if key[1] == _UPDATE else 1
+        event.reserved = event.reserved or self._reserved
         if len(event.rows) < nrows:
             return []
         del self._events[key]
+        self._reserved = event.reserved
         out = event.entry
         rows = event.rows
         out.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
@@ -979,6 +1086,10 @@ def _check_extension(ext: dict, dml: bool) -> None:
 
 
 _DML_EVENT_KEYS = frozenset(("properties",))
+# dts.event.absent (a non-DML Entry whose Event lacks the sub-message its messageType names, or has
+# no Event at all): what else that part may then say
+_ABSENT_PARTS = ("sub", "event")
+_ABSENT_KEYS = {"sub": frozenset(("absent", "properties")), "event": frozenset(("absent",))}
 _ONE_ROW = (0, 1)
 _COLUMNS_KEYS = frozenset(("types", "properties"))
 
@@ -1035,6 +1146,16 @@ def _pairs(pairs) -> list:
 def _add_kv(target, pairs) -> None:
     for key, value in _pairs(pairs):
         target.add(key=key, value=value)
+
+
+_RESERVED_FLAG = ""  # (a key no fact has) in a column set's facts: a column's own reserved-prefix property
+
+
+def _ext_header_reserved(fields) -> bool:
+    """Whether a `dts.header` holds a property of reserved prefix (any JSON: checked where read)."""
+    props = fields.get("properties") if type(fields) is dict else None
+    return type(props) is list and any(type(p) is list and p and type(p[0]) is str
+                                       and p[0].startswith(RESERVED_PREFIX) for p in props)
 
 
 def _add_facts(target, facts: dict) -> None:

@@ -14,6 +14,7 @@ so that `blob_decode` rebuilds the Entry byte for byte.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -104,7 +105,7 @@ _NO_FACTS: dict = {}
 
 
 def _split_props(props) -> tuple[list, dict]:
-    """(ordinary KVPairs, DataHub facts) of a properties list."""
+    """(ordinary KVPairs, DataHub facts) of a properties list (an encoder of mode "facts")."""
     if not props:
         return _NO_PROPS
     plain, facts = [], {}
@@ -114,6 +115,29 @@ def _split_props(props) -> tuple[list, dict]:
         else:
             plain.append([p.key, p.value])
     return plain, facts
+
+
+def _all_plain(props) -> tuple[list, dict]:
+    """`_split_props` of an encoder of mode "plain": every pair is the Entry's own."""
+    return (_kv(props), _NO_FACTS) if props else _NO_PROPS
+
+
+class _Reserved(Exception):
+    """An Entry holds reserved-prefix properties: whether they are the bridge's facts is decided
+    for the whole Entry (`BlobEncoder._decide`)."""
+
+
+def _ask_props(props) -> tuple[list, dict]:
+    """`_split_props` of an encoder of mode "ask": a reserved-prefix key asks for the decision."""
+    if not props:
+        return _NO_PROPS
+    for p in props:
+        if p.key.startswith(RESERVED_PREFIX):
+            raise _Reserved
+    return _kv(props), _NO_FACTS
+
+
+_SPLITS = {"ask": _ask_props, "facts": _split_props, "plain": _all_plain}
 
 
 def _message_fields(msg, skip=()) -> dict:
@@ -154,11 +178,12 @@ def _wire_header(header: pb.Header, props: list | None) -> dict:
     return out
 
 
-def _plain_properties(header: pb.Header) -> list | None | bool:
-    """The header's properties as [[key, value], ...] (None: none), or False when one is a DataHub
-    fact (the dict path applies those), read in Python: where C's `header_properties` is not sure."""
+def _plain_properties(header: pb.Header, all_plain: bool = False) -> list | None | bool:
+    """The header's properties as [[key, value], ...] (None: none), or False when one has the
+    reserved prefix (the dict path decides those), read in Python: where C's `header_properties` is
+    not sure. `all_plain` (an encoder of mode "plain"): every pair is the Entry's own."""
     props = header.properties
-    if any(p.key.startswith(RESERVED_PREFIX) for p in props):
+    if not all_plain and any(p.key.startswith(RESERVED_PREFIX) for p in props):
         return False
     return _kv(props) or None
 
@@ -173,7 +198,7 @@ _VERSION_BYTES = FORMAT_VERSION.encode()
 _FACTS_APART = frozenset(("Header", "RowChange"))
 
 
-def unknown_fields(entry: pb.Entry, raw: bytes | None = None) -> list[tuple[tuple, bytes]]:
+def unknown_fields(entry: pb.Entry, raw: bytes | None = None, facts_apart: bool = True) -> list[tuple[tuple, bytes]]:
     """The unknown fields protobuf keeps anywhere in an Entry, as (path, bytes): the path of the
     message holding them from the Entry down (field names and list indexes; () is the Entry) and
     their bytes as protobuf writes them (verbatim, in the order they came). `raw`, the Entry's
@@ -186,7 +211,7 @@ def unknown_fields(entry: pb.Entry, raw: bytes | None = None) -> list[tuple[tupl
     if raw is not None and known_fields(raw) or _subtree_known(entry):
         return []
     out: list = []
-    _walk_unknown(entry, (), out)
+    _walk_unknown(entry, (), out, _FACTS_APART if facts_apart else frozenset())
     return out
 
 
@@ -210,7 +235,7 @@ def _own_unknown(msg) -> bytes:
     return bare.SerializeToString()
 
 
-def _walk_unknown(msg, path: tuple, out: list) -> None:
+def _walk_unknown(msg, path: tuple, out: list, apart: frozenset = _FACTS_APART) -> None:
     own = _own_unknown(msg)
     if own:
         out.append((path, own))
@@ -219,15 +244,15 @@ def _walk_unknown(msg, path: tuple, out: list) -> None:
             continue
         if not fd.is_repeated:
             if not _subtree_known(value):
-                _walk_unknown(value, path + (fd.name,), out)
+                _walk_unknown(value, path + (fd.name,), out, apart)
             continue
-        facts_apart = fd.name == "properties" and msg.DESCRIPTOR.name in _FACTS_APART
+        facts_apart = fd.name == "properties" and msg.DESCRIPTOR.name in apart
         index = 0
         for item in value:
             if facts_apart and item.key.startswith(RESERVED_PREFIX):
                 continue  # a DataHub fact of the bridge's own: rebuilt, its unknown fields are not carried
             if not _subtree_known(item):
-                _walk_unknown(item, path + (fd.name, index), out)
+                _walk_unknown(item, path + (fd.name, index), out, apart)
             index += 1
 
 
@@ -303,6 +328,7 @@ class _TableCodec:
     foreign_default: bool = False  # the columns are what a message without extension decodes to
     fast_image: Any = None  # compiled converter of canonical images (blob_rows), built when first needed
     native: Any = None  # C converter of canonical images on an Entry's bytes (blob_rows.native_plan)
+    reserved: bool = False  # a column property has the reserved prefix (mode "ask": decided per Entry)
 
     def plain_extension_redundant(self, nrows: int, ext_header: dict) -> bool:
         """Whether an extension of only header, columns and row says nothing beyond what a
@@ -361,7 +387,14 @@ class BlobEncoder:
     `emitted` counts messages, `not_emitted` counts entries that give none, by reason.
     """
 
-    def __init__(self, options: Options = DEFAULT_OPTIONS, line_budget: int = LINE_BUDGET) -> None:
+    def __init__(self, options: Options = DEFAULT_OPTIONS, line_budget: int = LINE_BUDGET, _mode: str = "ask") -> None:
+        # _mode: what reserved-prefix (`datahub:`) properties of an Entry are. "ask" (every encoder
+        # made from outside): an Entry holding one is decided whole by `_decide`, which hands it to
+        # a twin of mode "facts" (the bridge's own DataHub facts: they shape the message) or
+        # "plain" (the Entry's own properties: they travel in the extension like any other)
+        self._mode = mode = _mode
+        self._split = _SPLITS[mode]
+        self._twins: dict = {}
         self.options = options
         self.line_budget = line_budget  # bytes of one Entry's lines stream_lines holds at most
         self.emitted = 0
@@ -447,10 +480,19 @@ class BlobEncoder:
 
     def _run(self, method, entry: pb.Entry, raw: bytes | None, size=len):
         """Call a converter of one Entry: errors located at the Entry, output counted (`size`
-        messages)."""
+        messages). An Entry holding reserved-prefix properties goes to the twin `_decide` names."""
         header = entry.header
         try:
-            out = method(entry, header, raw)
+            try:
+                out = method(entry, header, raw)
+            except _Reserved:
+                twin = self._decide(entry, raw)
+                try:
+                    out = _rebind(method, twin)(entry, header, raw)
+                finally:
+                    if twin.not_emitted:
+                        self.not_emitted.update(twin.not_emitted)
+                        twin.not_emitted.clear()
         except BridgeError as exc:
             raise exc.located(seq_id=header.seqId, table=_table_name(header))
         except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
@@ -460,6 +502,23 @@ class BlobEncoder:
             self.entries += 1
             self.emitted += size(out)
         return out
+
+    def _twin(self, mode: str, options: Options | None = None) -> BlobEncoder:
+        key = (mode, options)
+        twin = self._twins.get(key)
+        if twin is None:
+            twin = self._twins[key] = BlobEncoder(options or self.options, self.line_budget, _mode=mode)
+        return twin
+
+    def _decide(self, entry: pb.Entry, raw: bytes | None) -> BlobEncoder:
+        """The twin that converts an Entry holding reserved-prefix properties. They are the bridge's
+        own DataHub facts only where the bridge writes them and as it writes them: when the
+        messages that read them as facts decode (lossless) back to this very Entry, byte for byte.
+        Anything else (a `datahub:` key on a header of a DML Entry, an unknown one, a value the
+        bridge would not write) makes every such property of the Entry an ordinary one, carried in
+        the extension like any other, so DTS -> Blob -> DTS is exact either way (docs/decisions.md,
+        "Reserved-prefix properties in DTS input")."""
+        return self._twin("facts") if facts_hold(entry, raw, self.options) else self._twin("plain")
 
     # -- entry kinds -------------------------------------------------------------------------
     def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None, rows: _Rows | None = None,
@@ -487,7 +546,7 @@ class BlobEncoder:
         sub = getattr(entry.event, event_field)
         with_source = mtype == pb.DDL
         op = ddl_op(sub.sql) if mtype == pb.DDL else OPS_BY_MESSAGE_TYPE[mtype]
-        plain_props, facts = _split_props(header.properties)
+        plain_props, facts = self._split(header.properties)
         payload = {"op": op, "sequenceId": facts.get("sequenceId") or sequence_id(header.seqId)}
         if payload["sequenceId"] == "none":
             del payload["sequenceId"]  # a DataWorks heartbeat has none
@@ -508,9 +567,11 @@ class BlobEncoder:
             ev_plain = _kv(entry.event.properties)
             if ev_plain:
                 event["properties"] = ev_plain
+            if not entry.event.HasField(event_field):  # the message says nothing of it: the extension does
+                event["absent"] = "sub" if entry.HasField("event") else "event"
             if event:
                 ext["event"] = event
-            found = unknown_fields(entry, raw)
+            found = unknown_fields(entry, raw, self._mode != "plain")
             if found:
                 ext["unknown"] = _unknown_parts(found)[0]
             # An extension saying only what a message without one decodes to is left out.
@@ -527,21 +588,23 @@ class BlobEncoder:
             self.not_emitted["DML without rows"] += 1
             return []
         table = self._tables.get(dml.columns, (header.schemaName, header.tableName))
+        if table.reserved and self._mode == "ask":
+            raise _Reserved
         lossless = self.options.lossless
-        plain_props, facts = _split_props(header.properties)
+        plain_props, facts = self._split(header.properties)
         source = self._source(header, facts)
         schema = {"dataColumn": table.schema_columns, "primaryKey": table.primary_key, "source": source}
         stamp = self._timestamp(header, facts)
         if rows is None:
             check_row_images(dml)
-            unknown = _unknown_parts(unknown_fields(entry, raw)) if lossless else None
+            unknown = _unknown_parts(unknown_fields(entry, raw, self._mode != "plain")) if lossless else None
             first, stop = 0, len(dml.rows)
         else:  # a slice of a streamed Entry: its first slice in Python checks the images from there
             if not rows.checked:
                 check_row_images(dml, rows.first)
                 rows.checked = True
                 if lossless:
-                    rows.unknown = _unknown_parts(unknown_fields(entry, raw))
+                    rows.unknown = _unknown_parts(unknown_fields(entry, raw, self._mode != "plain"))
             unknown, first, stop = rows.unknown, rows.first, rows.stop
         if unknown is not None and not (unknown[0] or unknown[1]):
             unknown = None
@@ -581,7 +644,7 @@ class BlobEncoder:
             row = None if plain else all_rows[index]
             row_plain = own_facts = None
             if row is not None and row.properties:
-                row_plain, own_facts = _split_props(row.properties)
+                row_plain, own_facts = self._split(row.properties)
             row_facts = {**facts, **own_facts} if own_facts else facts
             row_schema, row_stamp = schema, stamp
             if own_facts:
@@ -645,7 +708,7 @@ class BlobEncoder:
         if scanned is None:
             return None
         props = speedups.header_properties(raw)  # C reads them off the Entry's bytes; Python when not sure
-        if props is False and (props := _plain_properties(header)) is False:
+        if props is False and (props := _plain_properties(header, self._mode == "plain")) is False:
             return None
         key, dml_type, nrows = scanned
         if not 0 < nrows <= _ROW_SCALE:
@@ -654,7 +717,7 @@ class BlobEncoder:
         cached = self._wire_tables.get(slot)
         if cached is None:
             table = self._tables.get(entry.event.dmlEvent.columns, slot[2:])
-            if table.native is None:
+            if table.native is None or table.reserved and self._mode == "ask":
                 return None
             if len(self._wire_tables) >= 1024:
                 self._wire_tables.clear()
@@ -865,6 +928,7 @@ class BlobEncoder:
         return values, raws, charsets
 
     def _build_table(self, columns) -> _TableCodec:
+        columns_in = columns
         names, codecs, schema_columns, pkey = [], [], [], []
         seen = set()
         for c in columns:
@@ -872,7 +936,7 @@ class BlobEncoder:
                 raise ConversionError("duplicate column name", column=c.name)
             seen.add(c.name)
             try:
-                codec = codec_for(c, self.options)
+                codec = codec_for(c, self.options, self._mode != "plain")
             except ConversionError as exc:
                 raise exc.located(column=c.name)
             names.append(c.name)
@@ -891,6 +955,7 @@ class BlobEncoder:
             foreign["properties"] = foreign_props
         columns = [(n, c.to_blob, c.charset, str(i)) for i, (n, c) in enumerate(zip(names, codecs))]
         table = _TableCodec(names, codecs, schema_columns, pkey, ext, columns, ext == foreign)
+        table.reserved = any(p.key.startswith(RESERVED_PREFIX) for c in columns_in for p in c.properties)
         table.native = native_plan(names, codecs, self.options.timezone == "UTC", self.options.lossless)
         return table
 
@@ -997,6 +1062,37 @@ def _merge_update(before: dict, after: dict) -> dict:
         ext = after.get("dts") or before["dts"]
         msg["dts"] = {**ext, "unknown": {**before_unknown, **ext.get("unknown", {})}}
     return msg
+
+
+def _rebind(method, twin: BlobEncoder):
+    """The same converter (a bound method, or a partial of one) on another encoder."""
+    if isinstance(method, partial):
+        return partial(getattr(twin, method.func.__name__), *method.args, **method.keywords)
+    return getattr(twin, method.__name__)
+
+
+def _has_reserved(props) -> bool:
+    return any(p.key.startswith(RESERVED_PREFIX) for p in props)
+
+
+def facts_hold(entry: pb.Entry, raw: bytes | None = None, options: Options = DEFAULT_OPTIONS) -> bool:
+    """Whether the reserved-prefix properties of an Entry are the bridge's own DataHub facts: the
+    messages that read them so (lossless, whatever `options.strict` says) decode back to exactly
+    this Entry. What `BlobEncoder` and `BlobDecoder` ask of an Entry that holds such properties."""
+    from bridge.blob.decode import BlobDecoder  # (decode imports this module)
+
+    lossless = dataclasses.replace(options, strict=False, control_events="emit", system_time=False)
+    encoder = _encoder(lossless)._twin("facts")
+    try:
+        messages = encoder._convert(entry, entry.header, raw)
+        decoder = BlobDecoder(lossless)
+        decoder._check_reserved = False  # (what it decodes is the facts' reading, never a user's)
+        out = [e for m in messages for e in decoder.feed(m)]
+        if decoder.finish():
+            return False
+    except (BridgeError, ValueError, TypeError, OverflowError, UnicodeError, KeyError):
+        return False
+    return len(out) == 1 and out[0].SerializeToString() == entry.SerializeToString()
 
 
 def _table_name(header: pb.Header) -> str | None:

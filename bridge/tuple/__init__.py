@@ -100,7 +100,7 @@ def write_tuple_jsonl(rows: Iterable[dict], fh) -> int:
 
 def read_tuple_jsonl(fh, schema=None, max_line_bytes: int | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, row) of a JSON Lines file; with a schema, values are checked and DECIMAL
-    strings become Decimal. Blank lines are skipped; a line over `max_line_bytes` (default 64 MiB)
+    strings become Decimal. Blank lines are skipped; a line over `max_line_bytes` (default 16 MiB)
     raises LineTooLongError, read past without being held."""
     fields = _fields(schema) if schema is not None else None
     for number, line in read_lines(fh, max_line_bytes):

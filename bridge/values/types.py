@@ -390,9 +390,11 @@ def column_is_boolean(column: pb.Column) -> bool:
     return any(p.key == BOOLEAN_PROPERTY and p.value == "BOOLEAN" for p in column.properties)
 
 
-def codec_for(column: pb.Column, options: Options = DEFAULT_OPTIONS) -> Codec:
-    """The Blob codec of a DTS column (its row's `codec` factory)."""
-    ct = parse_column_type(column.originalType, column_is_boolean(column))
+def codec_for(column: pb.Column, options: Options = DEFAULT_OPTIONS, facts: bool = True) -> Codec:
+    """The Blob codec of a DTS column (its row's `codec` factory). `facts=False`: the column's
+    reserved-prefix properties are its own, not the bridge's BOOLEAN marker (docs/decisions.md,
+    "Reserved-prefix properties in DTS input")."""
+    ct = parse_column_type(column.originalType, facts and column_is_boolean(column))
     return ct.row.codec(ct, options)
 
 

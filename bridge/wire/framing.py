@@ -567,7 +567,7 @@ def read_dts_json(path_or_stream, source: str | None = None, max_line_bytes: int
     yield from read_lines(path_or_stream, max_line_bytes, source)
 
 
-DEFAULT_MAX_LINE_BYTES = 64 << 20  # Options.max_line_bytes
+DEFAULT_MAX_LINE_BYTES = 16 << 20  # Options.max_line_bytes (the reason is there)
 _PAST_CHUNK = 1 << 20  # a line over the limit is read past this many bytes at a time
 _HEAD = 4096  # what a LineTooLongError keeps of its line (a rejects file shows as much)
 
