@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import bridge
 from bridge import BlobFormatError, ConversionError, Options, pb
 from bridge.blob.decode import BlobDecoder
-from bridge.blob.encode import BlobEncoder, facts_hold
+from bridge.blob.encode import facts_hold
 from bridge.errors import LineTooLongError
 from bridge.options import DEFAULT_OPTIONS
 from bridge.stream import ErrorPolicy, blob_lines_to_entries
