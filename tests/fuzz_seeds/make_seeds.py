@@ -19,8 +19,8 @@ T0 = 1_700_000_000
 
 
 def _header(seq_id: int, **fields) -> pb.Header:
-    fields = {"schemaName": "shop", "tableName": "orders", **fields}
-    return pb.Header(version=1, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=T0, seqId=seq_id, **fields)
+    fields = {"schemaName": "shop", "tableName": "orders", "messageType": pb.DML, **fields}
+    return pb.Header(version=1, sourceType=pb.MYSQL, timestamp=T0, seqId=seq_id, **fields)
 
 
 def _dml(seq_id: int, dml_type: int = pb.INSERT, rows: int = 2, **fields) -> pb.Entry:
@@ -122,6 +122,76 @@ def main() -> None:
     begin.event.beginEvent.transactionId = "t1"
     begin.event.beginEvent.MergeFromString(b"\x18\x96\x81\x80\x00")  # an overlong varint, kept as it came
     _write_pb("unknown-fields.pb", [begin, entry], per_envelope=False)
+    issue_29()
+
+
+def _varint(value: int, size: int | None = None) -> bytes:
+    """value as a varint of `size` bytes (overlong when more than it needs)."""
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F)
+        value >>= 7
+        if (size is None and not value) or (size is not None and len(out) == size):
+            break
+    for i in range(len(out) - 1):
+        out[i] |= 0x80
+    return bytes(out)
+
+
+def issue_29() -> None:
+    """The input classes of issue 29 (the `.pb` seeds: one Envelope each Entry; `.entries.bin`: an
+    Entries' bytes as they are, the fuzz target's b"N" inputs)."""
+    # 1. keys of the reserved prefix on DTS input: header, event, column and row properties
+    props = [("datahub:eventTime", "1700000000123"), ("datahub:op", "INSERT"), ("datahub:sequenceId", "42"),
+             ("datahub:foo", "bar")]
+    entries = []
+    for seq_id, (dml_type, (key, value)) in enumerate(zip((pb.DELETE, pb.DELETE, pb.INSERT, pb.UPDATE), props), 20):
+        entry = _dml(seq_id, dml_type, rows=1)
+        entry.header.properties.add(key=key, value=value)
+        entries.append(entry)
+    update = _dml(24, pb.UPDATE, rows=1)
+    update.header.properties.add(key="datahub:op", value="UPDATE")
+    update.event.properties.add(key="datahub:op", value="DELETE")
+    update.event.dmlEvent.columns[1].properties.add(key="datahub:eventTime", value="1")
+    update.event.dmlEvent.rows[0].properties.add(key="datahub:sequenceId", value="7")
+    entries.append(update)
+    _write_pb("reserved-prefix-properties.pb", entries)
+    # 2. non-DML Entries whose Event lacks the sub-message its messageType names, holds only
+    # properties, or (DDL) has no SQL
+    entries = []
+    for seq_id, mt in enumerate((pb.HEARTBEAT, pb.BEGIN, pb.COMMIT, pb.CHECKPOINT, pb.ROLLBACK, pb.DDL), 30):
+        bare = pb.Entry(header=_header(seq_id, messageType=mt))
+        only_props = pb.Entry(header=_header(seq_id + 10, messageType=mt))
+        only_props.event.properties.add(key="k", value="v")
+        entries += [bare, only_props]
+    ddl = pb.Entry(header=_header(50, messageType=pb.DDL))
+    ddl.event.ddlEvent.schemaName = "shop"  # a DDLEvent without SQL
+    entries.append(ddl)
+    _write_pb("non-dml-without-sub-message.pb", entries)
+    # 3. Entries bytes with tags and lengths at the edges of what protobuf reads
+    item = pb.Entry(header=_header(60, messageType=pb.HEARTBEAT),
+                    event=pb.Event(heartbeatEvent=pb.HeartbeatEvent(epoch=T0))).SerializeToString()
+    framed = b"\x0a" + _varint(len(item)) + item
+    cases = {
+        "tag-above-2-32-on-field-2": _varint(1 << 35 | 2 << 3 | 2) + _varint(len(item)) + item,  # C dropped it
+        "tag-above-2-32-on-field-1": _varint(1 << 32 | 1 << 3 | 2) + _varint(len(item)) + item,
+        "overlong-6-byte-tag": _varint(1 << 3 | 2, 6) + _varint(len(item)) + item,
+        "overlong-5-byte-tag-and-length": _varint(1 << 3 | 2, 5) + _varint(len(item), 5) + item,  # protobuf takes it
+        "overlong-6-byte-length": b"\x0a" + _varint(len(item), 6) + item,
+        "field-2-29": framed + _varint(1 << 29 << 3) + b"\x00",
+        "field-0": framed + b"\x00\x00",
+        "wire-types-6-and-7": framed + b"\x16\x00\x17\x00",
+        "group-skipped-by-protobuf": framed + b"\x13\x08\x01\x14" + framed,
+    }
+    for name, data in cases.items():
+        (HERE / f"{name}.entries.bin").write_bytes(data)
+    # 4. one-character latin-1 values (CPython's shared one-character strs) and a two-character one
+    entry = _dml(70, rows=0)
+    for i, value in enumerate((b"\xe9", b"\xa0", b"\xff", b"\x80", b"\xe9\xe8")):
+        row = entry.event.dmlEvent.rows.add()
+        row.newColumns.add(dataType=pb.INT64, sv=str(i))
+        row.newColumns.add(dataType=pb.STRING, charset="latin1", bv=value)
+    _write_pb("one-character-latin1.pb", [entry])
 
 
 if __name__ == "__main__":
