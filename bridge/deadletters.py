@@ -28,7 +28,7 @@ import orjson
 
 from bridge.errors import BridgeError
 
-__all__ = ["DeadLetters", "DeadLetterOffsets", "read_dead_letters", "letter_position", "letter_line", "STATE_SUFFIX"]
+__all__ = ["DeadLetters", "read_dead_letters", "letter_position", "letter_line", "STATE_SUFFIX"]
 
 STATE_SUFFIX = ".state.json"
 
@@ -125,29 +125,6 @@ class DeadLetters:
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
-
-
-class DeadLetterOffsets:
-    """The offset store with the dead letters' committed offsets winning where they are ahead: the
-    state is written before the store, so a crash between the two leaves the state ahead (and the
-    file's length matches the state)."""
-
-    def __init__(self, store, letters: DeadLetters) -> None:
-        self.store, self.letters = store, letters
-
-    @property
-    def times(self) -> dict:
-        return getattr(self.store, "times", {})
-
-    def load(self, partitions: list[int]) -> dict:
-        got = self.store.load(partitions)
-        for p in partitions:
-            if p in self.letters.offsets:
-                got[p] = (self.letters.offsets[p], got.get(p, (None, None))[1])
-        return got
-
-    def save(self, commit: dict[int, int], read: dict[int, int]) -> None:
-        self.store.save(commit, read)
 
 
 def read_dead_letters(path: str) -> list[dict[str, Any]]:

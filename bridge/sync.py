@@ -23,6 +23,7 @@ from bridge.blob.encode import BlobEncoder
 from bridge.datahub.sink import DataHubWriter, OversizedRecord, Position, tuple_shard_key
 from bridge.errors import BridgeError, ConversionError
 from bridge.options import Options
+from bridge.stream.pipeline import Overlay
 from bridge.values import discard_substitutions
 
 __all__ = ["BlobSink", "TupleSink", "Routing", "TableErrors", "EntryGate", "topic_name", "blob_converter", "run",
@@ -276,7 +277,7 @@ class _Sink:
         """The DataHub topic an Entry would have gone to (for its dead letter)."""
         return None
 
-    def sync(self) -> None:
+    def flush(self) -> None:
         self.writer.flush()
         if self.tables is not None:
             self.tables.settle()
@@ -525,10 +526,10 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
         commit_interval: float | None = 5.0, report=None):
     """Resume the writer at the stored offsets, then `kafka.consume` into `sink`; returns its report."""
     from bridge import kafka
-    from bridge.deadletters import DeadLetterOffsets
     partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)
-    if getattr(sink, "letters", None) is not None:  # restored: its committed offsets win where ahead
-        store = DeadLetterOffsets(store, sink.letters)
+    letters = getattr(sink, "letters", None)
+    if letters is not None:  # restored: its committed offsets win where ahead
+        store = Overlay(store, lambda: letters.offsets)
     store = _EveryPartition(store)
     stored = store.load(partitions)
     committed = {p: stored.get(p, (None, None))[0] for p in partitions}
@@ -593,5 +594,5 @@ def replay(letters: list[dict], writer: DataHubWriter, sink: _Sink, convert: Cal
         tally.converted += 1
         tally.outputs += n
         sink.write({**where, "rows": rows} if rows is not None else where, outputs)
-    sink.sync()
+    sink.flush()
     return {"letters": len(letters), "written": sink.written, "already_landed": writer.skipped}

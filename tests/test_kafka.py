@@ -22,6 +22,7 @@ pytest.importorskip("confluent_kafka")
 from bridge import kafka  # noqa: E402
 from bridge.cli.main import main  # noqa: E402
 from bridge.stream import ErrorPolicy  # noqa: E402
+from bridge.wire.framing import read_pb  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples").glob("*.pb"))
@@ -120,7 +121,7 @@ def test_consume_equals_convert_per_partition(broker, samples_topic, tmp_path, t
         assert got == converted(tmp_path, path, to, suffix).read_bytes(), path.name
     assert report["rejected"] == 0 and report["input"] == report["converted"] + report["not_emitted"]
     assert report["held_segments"] == 0 and report["stopped"] == "idle"
-    assert report["envelopes"] == sum(len(list(kafka.read_pb(p))) for p in SAMPLES)
+    assert report["envelopes"] == sum(len(list(read_pb(p))) for p in SAMPLES)
 
 
 def test_consume_tuple_equals_convert(broker, samples_topic, tmp_path, capsys):
@@ -212,7 +213,7 @@ def test_crash_rewrites_only_after_the_last_commit(broker, tmp_path):
                 raise RuntimeError("crash")
             self.lines.append(encode_blob(msg))
 
-        def sync(self):
+        def flush(self):
             self.durable = len(self.lines)
 
     def run(sink):
@@ -350,7 +351,7 @@ def test_tuple_restarts_continue_the_version_file_being_written(broker, tmp_path
     assert main(["convert", str(path), "-o", str(ref / "{table}.jsonl"), "--to", "tuple", "--on-error", "skip"]) == 0
     assert (ref / "shop.orders.v3.jsonl").exists()
     out = tmp_path / "out" / "{table}.jsonl"
-    for _ in range(len(list(kafka.read_pb(path))) // 2 + 1):
+    for _ in range(len(list(read_pb(path))) // 2 + 1):
         assert consume(broker, topic, out, "--group", "g-versions", "--to", "tuple", "--on-error", "skip",
                        "--max-messages", "2") == 0
     got = {p.name: p.read_bytes() for p in (tmp_path / "out").glob("*.json*") if "consume-state" not in p.name}
@@ -490,7 +491,7 @@ def test_spark_source_equals_convert(broker, samples_topic, tmp_path):
         count = spark.sql("SELECT count(*) AS n FROM dts_kafka_stream").collect()[0].n
     finally:
         stream.stop()
-    assert count == sum(len(list(kafka.read_pb(p))) for p in SAMPLES)
+    assert count == sum(len(list(read_pb(p))) for p in SAMPLES)
 
 
 # ---- no broker needed --------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from bridge.cli.tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, _tuple_module, _v
 from bridge.errors import BridgeError, DecodeError
 from bridge.options import Options
 from bridge.stream import ErrorPolicy, Tally
+from bridge.stream.pipeline import Overlay
 from bridge.tuple.files import tuple_converter
 from bridge.values import SUBSTITUTIONS
 from bridge.wire.framing import entry_to_json_line, pack_entries, write_pb
@@ -211,24 +212,6 @@ def _describe_identity(identity: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in identity.items())
 
 
-class _StateOffsets:
-    """The offset store, with the offsets of the outputs' state file winning where it has them:
-    the state is written before the store, so a crash between the two leaves the state ahead."""
-
-    def __init__(self, store, files: _ResumableFiles) -> None:
-        self.store, self.files = store, files
-
-    def load(self, partitions: list[int]) -> dict:
-        got = self.store.load(partitions)
-        for p in partitions:
-            if p in self.files.offsets:
-                got[p] = (self.files.offsets[p], got.get(p, (None, None))[1])
-        return got
-
-    def save(self, commit: dict[int, int], read: dict[int, int]) -> None:
-        self.store.save(commit, read)
-
-
 class _BlobOut:
     def __init__(self, files: _ResumableFiles) -> None:
         self.files = files
@@ -236,7 +219,7 @@ class _BlobOut:
     def write(self, where: dict, line: bytes) -> None:
         self.files.get(self.files.path(where["partition"])).write(line + b"\n")
 
-    def sync(self) -> None:
+    def flush(self) -> None:
         self.files.sync()
 
     def mark(self, offsets: dict[int, int]) -> None:
@@ -258,7 +241,7 @@ class _DtsOut(_BlobOut):
         else:
             self.pending.setdefault(path, []).append(entry)
 
-    def sync(self) -> None:
+    def flush(self) -> None:
         for path, entries in self.pending.items():
             write_pb(self.files.get(path), pack_entries(entries, self.options.max_message_bytes))
         self.pending.clear()
@@ -493,13 +476,13 @@ def cmd_consume(args: argparse.Namespace) -> int:
         with _graceful_stop() as stop, _watching(args, label, observe.Metrics(), render, refresh):
             bar.follow(lambda: report.envelopes)
             try:
-                kafka.consume(consumer, args.topic, _StateOffsets(store, files), convert, sink, policy,
+                kafka.consume(consumer, args.topic, Overlay(store, lambda: files.offsets), convert, sink, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
                               raw=side == "blob", report=report)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    sink.sync()  # what was converted stays, uncommitted: the next run cuts it back
+                    sink.flush()  # what was converted stays, uncommitted: the next run cuts it back
                 raise
     finally:
         bar.close()

@@ -241,7 +241,7 @@ class TablesTask(RowsTask):
     def flush(self) -> None:
         for line in self.pipelines.values():
             try:
-                line.sink.sync()  # the data, the refusals settled, then the dead letters
+                line.sink.flush()  # the data, the refusals settled, then the dead letters
             except BridgeError as err:
                 raise err.located(topic=line.sink.source)
         for line in self.pipelines.values():

@@ -1,0 +1,29 @@
+"""DTS over Kafka: the pipeline's Kafka end.
+
+- `client`: librdkafka settings (SASL as DTS asks for it), metadata, `.pb` files produced in order;
+- `positions`: where a Kafka source's offsets are committed (`GroupOffsets`, `FileOffsets`);
+- `source`: a DTS topic as a pipeline `Source` (`KafkaSource`), and `consume`, the pipeline run
+  with it (the commit rule itself is `bridge.stream.pipeline.run`'s: docs/kafka.md, "The commit rule").
+
+confluent-kafka is imported lazily; without it the functions raise `KafkaError` naming the
+package to install.
+
+>>> client_config("h:9092", sasl_username="u", sasl_password="p")["security.protocol"]
+'SASL_PLAINTEXT'
+"""
+from __future__ import annotations
+
+from bridge.kafka.client import (
+    SASL_PASSWORD_ENV,
+    SASL_USERNAME_ENV,
+    KafkaError,
+    client_config,
+    confluent,
+    partitions_of,
+    produce_file,
+)
+from bridge.kafka.positions import FileOffsets, GroupOffsets
+from bridge.kafka.source import ConsumeReport, KafkaSource, consume
+
+__all__ = ["KafkaError", "confluent", "client_config", "produce_file", "consume", "ConsumeReport", "KafkaSource",
+           "GroupOffsets", "FileOffsets", "partitions_of", "SASL_USERNAME_ENV", "SASL_PASSWORD_ENV"]

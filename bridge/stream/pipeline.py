@@ -1,0 +1,311 @@
+"""The pipeline's seams and its one loop: source -> reassemble -> convert -> write -> acknowledge -> commit.
+
+Every continuous face is a choice of parts wired into `run`:
+
+| face                    | Source                         | Assembler        | Sink                          | Positions                       |
+|-------------------------|--------------------------------|------------------|-------------------------------|---------------------------------|
+| `dts-bridge consume`    | `kafka.KafkaSource`            | `DtsAssembler`   | the CLI's resumable files     | group / file, under the files'  |
+| `dts-bridge sync`       | `kafka.KafkaSource`            | `DtsAssembler`   | `sync.BlobSink` / `TupleSink` | group / file (+ dead letters)   |
+
+A record is `(key, position, value, headers)`: a Kafka partition and offset, a DataHub shard and
+sequence. Positions are "the next one to read", so a commit of position p means every record
+below p was handed on whole and acknowledged by the sink.
+
+The commit rule lives here, once: per key, commit the next position to read, but never past the
+first record the assembler still holds (an Entries whose Envelopes have not all come, an update
+half waiting for its partner), and only after the sink acknowledged everything written before
+(`Sink.flush`). A sink may still hold a commit back (`may_commit`) or record its own state with
+the positions (`mark`, called after `flush` and before `Positions.save`).
+
+>>> Overlay(MemoryPositions({0: (5, 7)}), lambda: {0: 9}).load([0, 1])
+{0: (9, 7), 1: (None, None)}
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from bridge.stream import ErrorPolicy, dts_records_to_entries, entries_to_messages, entries_to_outputs
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import Reassembler
+
+__all__ = ["Record", "Source", "Assembler", "Sink", "Positions", "Report", "DtsAssembler", "Overlay",
+           "MemoryPositions", "run"]
+
+Key = Hashable
+# (key, position, value, headers): what a Source yields and an Assembler takes
+Record = tuple
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Yields positioned raw records from its keys (Kafka partitions, DataHub shards) and knows how
+    far each key goes. `open` is called once, with the committed positions (None: never
+    committed, start where the source was told to); `poll` gives what is there now, in position
+    order per key."""
+
+    def keys(self) -> list:
+        """The keys this source reads (what the positions are loaded for)."""
+
+    def open(self, committed: Mapping[Key, int | None]) -> None:
+        """Start reading each key at its committed position, else at the source's start."""
+
+    def poll(self, budget: int, timeout: float) -> list[Record]:
+        """Up to `budget` records, waiting at most `timeout` seconds for the first."""
+
+    def caught_up(self) -> bool:
+        """Every key has been read to its end as far as the source knows (idle means this)."""
+
+    def ends(self) -> dict[Key, int]:
+        """The position after the last record of each key, as last seen (for lag)."""
+
+    def close(self) -> None:
+        """Let go of the connection."""
+
+
+@runtime_checkable
+class Assembler(Protocol):
+    """Raw records -> whole Entries as (where, Entry[, raw bytes]), counted under the error policy;
+    holds what cannot be handed on yet and says from where (the commit stops there)."""
+
+    def entries(self, records: Iterable[Record], policy: ErrorPolicy) -> Iterator[tuple]:
+        """The Entries of `records`, in order, as each completes."""
+
+    def resume_at(self, key: Key) -> None:
+        """`key` is read from a committed position (what came before it was handed out)."""
+
+    def held_from(self, key: Key) -> int | None:
+        """The first position of `key` not handed out whole yet, or None."""
+
+    def held(self) -> int:
+        """How many records it holds (for the report)."""
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Writes converted records with their source positions. `flush` returns once everything
+    written so far is acknowledged (durable); what landed beyond the committed positions before a
+    crash is the sink's to recognise (`resume`), so a replay writes nothing twice."""
+
+    def write(self, where: dict, outputs: Any) -> None:
+        """One converted item (or, with `size`, one Entry's outputs whole) at `where`."""
+
+    def flush(self) -> None:
+        """Wait until everything written is acknowledged."""
+
+
+@runtime_checkable
+class Positions(Protocol):
+    """Where committed positions live (a consumer group, a file, a Kafka offsets topic): per key
+    the committed position and how far the run that committed it had read (None where unknown)."""
+
+    def load(self, keys: list) -> dict[Key, tuple[int | None, int | None]]:
+        """Committed (position, read mark) per key."""
+
+    def save(self, commit: dict[Key, int], read: dict[Key, int]) -> None:
+        """Store these positions durably (after the sink acknowledged everything below them)."""
+
+
+class MemoryPositions:
+    """Positions kept in memory (tests, and runs that keep no state)."""
+
+    def __init__(self, initial: Mapping[Key, tuple[int | None, int | None]] | None = None) -> None:
+        self.stored: dict = dict(initial or {})
+
+    def load(self, keys: list) -> dict:
+        return {k: self.stored.get(k, (None, None)) for k in keys}
+
+    def save(self, commit: dict, read: dict) -> None:
+        for k, off in commit.items():
+            self.stored[k] = (off, read.get(k, off))
+
+
+class Overlay:
+    """A Positions store whose loaded positions are overridden by `ahead()` where it has them: a
+    sink that writes its own state (output files' lengths, dead letters) before the store commits,
+    so a crash between the two leaves that state ahead, and it wins."""
+
+    def __init__(self, store: Positions, ahead: Callable[[], Mapping[Key, int]]) -> None:
+        self.store, self.ahead = store, ahead
+
+    @property
+    def times(self) -> dict:
+        return getattr(self.store, "times", {})
+
+    def load(self, keys: list) -> dict:
+        got = self.store.load(keys)
+        ahead = self.ahead()
+        for k in keys:
+            if k in ahead:
+                got[k] = (ahead[k], got.get(k, (None, None))[1])
+        return got
+
+    def save(self, commit: dict, read: dict) -> None:
+        self.store.save(commit, read)
+
+
+class DtsAssembler:
+    """DTS Envelopes -> Entries: the framing `Reassembler` (per partition, or per TDSQL shard)
+    through `bridge.stream` under the error policy. An Entries still incomplete when the run ends
+    is read again by the next run, not rejected."""
+
+    def __init__(self, raw: bool = False, reassembler: Reassembler | None = None) -> None:
+        self.raw = raw
+        self.reassembler = reassembler or Reassembler()
+
+    def entries(self, records: Iterable[Record], policy: ErrorPolicy) -> Iterator[tuple]:
+        return dts_records_to_entries(records, policy, self.reassembler, finish=False, raw=self.raw)
+
+    def resume_at(self, key: Key) -> None:
+        self.reassembler.resume_at(key)
+
+    def held_from(self, key: Key) -> int | None:
+        return self.reassembler.held_from(key)
+
+    def held(self) -> int:
+        return self.reassembler.held_segments()
+
+
+@dataclass
+class Report:
+    """What a run did, besides the Tally: records read (`envelopes`: Envelopes for a DTS source),
+    those read again (below the previous run's read position, when the store kept it; None when
+    unknown), commits. Live while the run goes on (watch it from another thread): `committed`,
+    `position` (the next position to read per key) and `high` (each key's end as the source last
+    saw it)."""
+    envelopes: int = 0
+    reread: int | None = 0
+    held: int = 0
+    commits: int = 0
+    deferred: int = 0  # commits a sink held back (`sink.may_commit`)
+    committed: dict = field(default_factory=dict)
+    started: dict = field(default_factory=dict)
+    stopped: str = "end"
+    position: dict = field(default_factory=dict)
+    high: dict = field(default_factory=dict)
+    last_commit_at: float | None = None  # time.time() of the last commit
+
+    def lag(self) -> dict:
+        """Per key: records between the committed (else the read) position and the end."""
+        out = {}
+        for k, high in list(self.high.items()):  # a status thread reads it while the run fills it
+            base = self.committed.get(k, self.position.get(k, self.started.get(k)))
+            if base is not None and high >= 0:
+                out[k] = max(0, high - base)
+        return out
+
+    def as_dict(self) -> dict:
+        return {"envelopes": self.envelopes, "reread": self.reread, "held_segments": self.held,
+                "commits": self.commits, "started": {str(k): v for k, v in sorted(self.started.items())},
+                "committed": {str(k): v for k, v in sorted(self.committed.items())}, "stopped": self.stopped}
+
+
+def run(source: Source, positions: Positions, assembler: Assembler, convert: Callable, sink: Sink,
+        policy: ErrorPolicy, *, max_records: int | None = None, idle_timeout: float | None = None,
+        stop: Callable[[], bool] = lambda: False, poll_timeout: float = 0.2, report: Report | None = None,
+        size: Callable[[Any], int] | None = None, commit_interval: float | None = None) -> Report:
+    """Read `source` from the committed positions, reassemble, convert, write to `sink`, commit.
+
+    `convert(entry[, raw])` gives an Entry's outputs; without `size` the sink takes them one by one
+    (`sink.write(where with "row", item)`), with it whole (`sink.write(where, outputs)`, `size(outputs)`
+    of them). Commits come at every CHECKPOINT Entry, every `commit_interval` seconds (between
+    records), and at the end; every ending but an exception commits. The run ends after
+    `max_records` records, after `idle_timeout` seconds without one (once the source is caught
+    up, or after five times the timeout), or when `stop()` turns true.
+    """
+    keys = source.keys()
+    stored = positions.load(keys)
+    report = report if report is not None else Report()
+    report.started = {k: stored.get(k, (None, None))[0] for k in keys}
+    source.open(dict(report.started))
+    marks = {k: mark for k, (_, mark) in stored.items()}
+    if any(off is not None and mark is None for off, mark in stored.values()):
+        report.reread = None  # committed before, but how far that run read is unknown
+    for k, (off, _) in stored.items():
+        if off is not None:
+            assembler.resume_at(k)
+    read: dict = {}
+    committed: dict = {}
+    checkpoint = [False]
+    flush = sink.flush
+    mark_sink = getattr(sink, "mark", None)
+    may_commit = getattr(sink, "may_commit", None)
+    last_commit = [time.monotonic()]
+
+    def commit() -> None:
+        last_commit[0] = time.monotonic()
+        flush()
+        safe = {}
+        for k, nxt in read.items():
+            held = assembler.held_from(k)
+            safe[k] = nxt if held is None else held
+        changed = {k: off for k, off in safe.items() if committed.get(k) != off}
+        if changed and may_commit is not None and not may_commit({**committed, **changed}):
+            report.deferred += 1  # the sink cannot vouch for these positions yet: commit later
+            return
+        if mark_sink is not None:
+            mark_sink({**committed, **changed})
+        if changed:
+            positions.save(changed, {k: read[k] for k in changed})
+            committed.update(changed)
+            report.committed = dict(committed)
+            report.commits += 1
+            report.last_commit_at = time.time()
+
+    def idle(since: float) -> bool:
+        waited = time.monotonic() - since
+        return waited >= idle_timeout and (source.caught_up() or waited >= 5 * idle_timeout)
+
+    def records() -> Iterator[Record]:
+        last = time.monotonic()
+        while True:
+            wanted = 500 if max_records is None else min(500, max_records - report.envelopes)
+            if wanted <= 0:
+                report.stopped = "max-messages"
+                return
+            if stop():
+                report.stopped = "signal"
+                return
+            batch = source.poll(wanted, poll_timeout)
+            report.high.update(source.ends())
+            if idle_timeout is not None and not batch and idle(last):
+                report.stopped = "idle"
+                return
+            for record in batch:
+                due = commit_interval is not None and time.monotonic() - last_commit[0] >= commit_interval
+                if checkpoint[0] or due:  # everything up to the checkpoint's Entries has been written
+                    commit()
+                    checkpoint[0] = False
+                if stop():
+                    report.stopped = "signal"
+                    return
+                key, position = record[0], record[1]
+                last = time.monotonic()
+                report.envelopes += 1
+                mark = marks.get(key)
+                if report.reread is not None and mark is not None and position < mark:
+                    report.reread += 1
+                read[key] = report.position[key] = position + 1
+                yield record
+
+    def entries() -> Iterator[tuple]:
+        for item in assembler.entries(records(), policy):
+            if item[1].header.messageType == pb.CHECKPOINT:
+                checkpoint[0] = True
+            yield item
+
+    try:
+        if size is None:
+            for where, item in entries_to_messages(entries(), convert, policy):
+                sink.write(where, item)
+        else:
+            for where, outputs in entries_to_outputs(entries(), convert, policy, size=size):
+                if outputs is not None:
+                    sink.write(where, outputs)
+        commit()
+    finally:
+        report.held = assembler.held()
+        report.committed = dict(committed)
+    return report
