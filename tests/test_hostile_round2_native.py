@@ -296,7 +296,7 @@ def test_a_one_character_latin1_value_leaves_cpythons_singleton_alone():
     offset = _utf8_offset()
     # the singletons this process has not yet given a UTF-8 form to (CPython fills it on first use)
     fresh = [b for b in range(0xA0, 0x100) if _utf8_pointer(chr(b), offset) is None]
-    if not fresh:
+    if not fresh:  # CPython 3.12 builds them with it; on 3.11 an earlier test may have filled them all
         pytest.skip("every latin-1 singleton already has its UTF-8 form")
     messages = bridge.entry_to_blob(_latin1_entry([bytes([b]) for b in fresh]))
     values = [m["payload"]["after"]["dataColumn"]["t"] for m in messages]
