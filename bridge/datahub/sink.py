@@ -38,23 +38,29 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import os
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
+from bridge.datahub.calls import (
+    ACCESS_ID_ENV,
+    ACCESS_KEY_ENV,
+    DataHubError,
+    Retrying,
+    make_client,
+    pydatahub,
+    shard_state,
+    sort_shard_id,
+)
 from bridge.errors import BridgeError, ConversionError
 
 __all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "OversizedRecord", "Position", "shard_for",
            "tuple_shard_key", "make_client", "MAX_REQUEST_BYTES", "MAX_STRING_BYTES", "ACCESS_ID_ENV", "ACCESS_KEY_ENV", "ATTR_TOPIC", "ATTR_POS", "ATTR_EPOCH"]
 
-ACCESS_ID_ENV = "DATAHUB_ACCESS_ID"
-ACCESS_KEY_ENV = "DATAHUB_ACCESS_KEY"
 ATTR_TOPIC = "dts.topic"
 ATTR_POS = "dts.pos"
 ATTR_EPOCH = "dts.epoch"
@@ -72,33 +78,8 @@ _MALFORMED_CODES = frozenset({"InvalidParameter", "MalformedRecord", "InvalidDat
 _RESHARD_CODES = frozenset({"InvalidShardOperation", "ShardSealed", "NoSuchShard"})
 
 
-class DataHubError(BridgeError):
-    """DataHub refused records or could not be reached within the retries."""
-
-
 class OversizedRecord(ConversionError):
     """A record over DataHub's limits (a request of 4 MB, a STRING value of 2 MB)."""
-
-
-def _pydatahub():
-    try:
-        import datahub
-    except ImportError:
-        raise DataHubError("the DataHub writer needs pydatahub: pip install 'dts-datahub-bridge[datahub]'") from None
-    return datahub
-
-
-def make_client(endpoint: str, access_id: str | None = None, access_key: str | None = None, compress: str = "lz4"):
-    """A pydatahub client in its protobuf protocol (the one PutRecordsByShard needs); credentials
-    from the arguments, else DATAHUB_ACCESS_ID / DATAHUB_ACCESS_KEY."""
-    dh = _pydatahub()
-    access_id = access_id or os.environ.get(ACCESS_ID_ENV)
-    access_key = access_key or os.environ.get(ACCESS_KEY_ENV)
-    if not access_id or not access_key:
-        raise DataHubError(f"DataHub credentials missing: set {ACCESS_ID_ENV} and {ACCESS_KEY_ENV}")
-    from datahub.models.compress import CompressFormat
-    fmt = CompressFormat.NONE if compress == "none" else CompressFormat(compress)
-    return dh.DataHub(access_id, access_key, endpoint, compress_format=fmt, enable_pb=True)
 
 
 def shard_for(key: str, shard_ids: list[str]) -> str:
@@ -113,10 +94,6 @@ def tuple_shard_key(row: dict, table: str, keys: list[str]) -> str:
     if keys:
         return orjson.dumps([row.get(k) for k in keys], default=str).decode()
     return table
-
-
-def _sort_id(shard_id: str):
-    return (0, int(shard_id), "") if shard_id.isdigit() else (1, 0, shard_id)
 
 
 @dataclass(frozen=True)
@@ -175,7 +152,7 @@ class _Topic:
         self.scanned = False
 
 
-class DataHubWriter:
+class DataHubWriter(Retrying):
     """Writes Blob and Tuple records to DataHub topics of one project, ordered per shard and
     idempotent across restarts (see the module docstring).
 
@@ -197,7 +174,7 @@ class DataHubWriter:
             raise DataHubError("batch_records must be at least 1")
         if workers < 1:
             raise DataHubError("workers must be at least 1")
-        _pydatahub()
+        pydatahub()
         self.client, self.project = client, project
         self.batch_records, self.max_request_bytes, self.max_buffered = batch_records, max_request_bytes, max_buffered
         self.max_retries, self.backoff, self.max_backoff, self.sleep = max_retries, backoff, max_backoff, sleep
@@ -281,7 +258,7 @@ class DataHubWriter:
         topic = self._topics.get(name)
         if topic is not None:
             return topic
-        _pydatahub()
+        pydatahub()
         try:
             info = self.call(lambda: self.client.get_topic(self.project, name), "GetTopic")
         except DataHubError as err:
@@ -380,10 +357,10 @@ class DataHubWriter:
 
     def _active_shards(self, name: str) -> list[str]:
         result = self.call(lambda: self.client.list_shard(self.project, name), "ListShard")
-        ids = [s.shard_id for s in result.shards if _state(s) == "ACTIVE"]
+        ids = [s.shard_id for s in result.shards if shard_state(s) == "ACTIVE"]
         if not ids:
             raise DataHubError(f"topic {self.project}/{name} has no ACTIVE shard")
-        return sorted(ids, key=_sort_id)
+        return sorted(ids, key=sort_shard_id)
 
     # -- records --------------------------------------------------------------------------------
     def put(self, topic: str, key: str, value, position: Position | None = None,
@@ -804,50 +781,6 @@ class DataHubWriter:
             out.extend(result.records)
             cursor = result.next_cursor
         return out[:count]
-
-    def call(self, request: Callable[[], Any], name: str, raw: bool = False):
-        """`request()` (a pydatahub call named `name` in messages) under the writer's retry policy:
-        throttling, timeouts and server errors retried with backoff; any other DataHub error is a
-        DataHubError, or raised as pydatahub raised it with `raw`."""
-        import requests
-        from datahub import exceptions as dx
-        transient = (dx.LimitExceededException, dx.InternalServerException, dx.TimeoutException,
-                     requests.ConnectionError, requests.Timeout, ConnectionError)
-        attempt = 0
-        while True:
-            try:
-                self.requests += 1
-                return request()
-            except transient as exc:
-                attempt = self._wait(attempt, f"{name}: {exc}", type(exc).__name__)
-            except dx.DatahubException as exc:
-                if (getattr(exc, "status_code", 0) or 0) >= 500:
-                    attempt = self._wait(attempt, f"{name}: {exc}", getattr(exc, "error_code", None))
-                    continue
-                if raw:
-                    raise
-                code = getattr(exc, "error_code", None) or type(exc).__name__
-                raise DataHubError(f"{name} failed: {code}: {exc}") from None
-
-    def _wait(self, attempt: int, reason: str, code=None) -> int:
-        if self._closing:
-            raise DataHubError(f"writer stopped: {reason}")
-        if attempt >= self.max_retries:
-            raise DataHubError(f"giving up after {attempt} retries: {reason}")
-        self.retries += 1
-        self._observe("retry", reason=reason, code=code)
-        ceiling = min(self.max_backoff, self.backoff * (2 ** attempt))
-        self.sleep(ceiling * self.rng.uniform(0.5, 1.0))  # jitter: writers that failed together spread out
-        return attempt + 1
-
-    def _observe(self, event: str, **facts) -> None:
-        if self.observer is not None:
-            self.observer(event, **facts)
-
-
-def _state(shard) -> str:
-    state = getattr(shard, "state", None)
-    return str(getattr(state, "value", state or "ACTIVE")).upper()
 
 
 class DataHubSink:
