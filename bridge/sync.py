@@ -1,10 +1,10 @@
 """The one-process pipeline: a DTS Kafka topic -> Blob or Tuple -> DataHub, exactly once in effect.
 
-The stages are the ones every face wires: `kafka.consume` (reads, reassembles per partition or per
+The stages are the ones every face wires: `pipeline.consume` (reads, reassembles per partition or per
 TDSQL shard, converts through `bridge.stream` under the error policy, commits) and the
 `DataHubWriter` (ordered per shard, idempotent). The sink below is the seam: `write` puts each
 converted record with its source position, `sync` waits until DataHub acknowledged everything put
-so far, and `kafka.consume` commits offsets only after `sync` returned. On start the writer is told
+so far, and the pipeline loop commits offsets only after `flush` returned. On start the writer is told
 the committed offsets (`DataHubWriter.resume`), so records that landed after the last commit and
 are read again are recognised by their position attributes and not written twice.
 
@@ -290,7 +290,7 @@ class _Sink:
             self.letters.mark(offsets, self.tables.halted if self.tables is not None else {})
 
     def may_commit(self, offsets: dict) -> bool:
-        """kafka.consume asks before it commits: see DataHubWriter.covered."""
+        """The pipeline loop asks before it commits: see DataHubWriter.covered."""
         return self.writer.covered(offsets)
 
 
@@ -486,7 +486,7 @@ def make_sink(to: str, writer: DataHubWriter, template: str, source: str, policy
 
 def deliver(entries, sink: _Sink, gate: EntryGate, policy) -> None:
     """(where, Entry, its bytes or None) in stream order through the gate into the sink, each
-    Entry's outputs whole (what `kafka.consume` does with `size`); `sink.sync()` is the caller's."""
+    Entry's outputs whole (what the pipeline loop does with `size`); `sink.flush()` is the caller's."""
     from bridge.stream import entries_to_outputs
     for where, outputs in entries_to_outputs(entries, gate, policy, size=sink.size):
         if outputs is not None:
@@ -524,8 +524,8 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
         partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
         idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False, raw: bool = False,
         commit_interval: float | None = 5.0, report=None):
-    """Resume the writer at the stored offsets, then `kafka.consume` into `sink`; returns its report."""
-    from bridge import kafka
+    """Resume the writer at the stored offsets, then `pipeline.consume` into `sink`; returns its report."""
+    from bridge import kafka, pipeline
     partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)
     letters = getattr(sink, "letters", None)
     if letters is not None:  # restored: its committed offsets win where ahead
@@ -540,7 +540,7 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
         since = min(times[p] for p, off in committed.items() if off is not None) - CLOCK_MARGIN_MS
     writer.resume(topic, committed, since_ms=since)
     try:
-        return kafka.consume(consumer, topic, store, convert, sink, policy, partitions=partitions, start=start,
+        return pipeline.consume(consumer, topic, store, convert, sink, policy, partitions=partitions, start=start,
                              max_messages=max_messages, idle_timeout=idle_timeout, stop=stop, raw=raw,
                              size=sink.size, commit_interval=commit_interval, report=report)
     finally:

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from bridge import kafka  # noqa: E402
+from bridge import kafka, pipeline  # noqa: E402
 from bridge.cli.main import main  # noqa: E402
 from bridge.stream import ErrorPolicy  # noqa: E402
 from bridge.wire.framing import read_pb  # noqa: E402
@@ -221,7 +221,7 @@ def test_crash_rewrites_only_after_the_last_commit(broker, tmp_path):
                                 "enable.partition.eof": True})
         try:
             store = kafka.GroupOffsets(consumer, topic)
-            return kafka.consume(consumer, topic, store, BlobEncoder().convert, sink, ErrorPolicy("fail"),
+            return pipeline.consume(consumer, topic, store, BlobEncoder().convert, sink, ErrorPolicy("fail"),
                                  start="earliest", idle_timeout=0.8)
         finally:
             consumer.close()

@@ -40,7 +40,7 @@ from bridge.cli.tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, _tuple_module, _v
 from bridge.errors import BridgeError, DecodeError
 from bridge.options import Options
 from bridge.stream import ErrorPolicy, Tally
-from bridge.stream.pipeline import Overlay
+from bridge.stream.pipeline import Overlay, Report
 from bridge.tuple.files import tuple_converter
 from bridge.values import SUBSTITUTIONS
 from bridge.wire.framing import entry_to_json_line, pack_entries, write_pb
@@ -432,7 +432,7 @@ def _watching(args, label: str, metrics: observe.Metrics, render: Callable,
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    from bridge import kafka
+    from bridge import kafka, pipeline
     _check_reading_args(args)
     side, framing = _consume_side(args)
     options = options_from(args, {"dts", side} | ({"pb"} if framing == "pb" else set()))
@@ -443,7 +443,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     log = config["logger"]
     ck = kafka.confluent()
     tally = Tally()
-    report = kafka.ConsumeReport()
+    report = Report()
     try:
         consumer = ck.Consumer(config)
     except ck.KafkaException as exc:
@@ -476,7 +476,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         with _graceful_stop() as stop, _watching(args, label, observe.Metrics(), render, refresh):
             bar.follow(lambda: report.envelopes)
             try:
-                kafka.consume(consumer, args.topic, Overlay(store, lambda: files.offsets), convert, sink, policy,
+                pipeline.consume(consumer, args.topic, Overlay(store, lambda: files.offsets), convert, sink, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
                               raw=side == "blob", report=report)

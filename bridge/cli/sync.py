@@ -1,6 +1,6 @@
 """`dts-bridge sync`: a DTS Kafka topic -> Blob or Tuple -> DataHub, in one process (docs/kafka.md).
 
-Thin: the pipeline is bridge.sync (kafka.consume + DataHubWriter); this module reads flags, builds
+Thin: the pipeline is bridge.sync (the pipeline loop + DataHubWriter); this module reads flags, builds
 the consumer, the writer and the sink, watches the run and prints its summary.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from bridge.cli.kafka import (
     _watching,
 )
 from bridge.stream import ErrorPolicy, Tally
+from bridge.stream.pipeline import Report
 
 __all__ = ["register", "cmd_sync", "cmd_replay"]
 
@@ -82,7 +83,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     config.setdefault("queued.max.messages.kbytes", 16384)
     ck = kafka.confluent()
     tally = Tally()
-    report = kafka.ConsumeReport()
+    report = Report()
     try:
         consumer = ck.Consumer(config)
     except ck.KafkaException as exc:

@@ -2,8 +2,8 @@
 
 - `client`: librdkafka settings (SASL as DTS asks for it), metadata, `.pb` files produced in order;
 - `positions`: where a Kafka source's offsets are committed (`GroupOffsets`, `FileOffsets`);
-- `source`: a DTS topic as a pipeline `Source` (`KafkaSource`), and `consume`, the pipeline run
-  with it (the commit rule itself is `bridge.stream.pipeline.run`'s: docs/kafka.md, "The commit rule").
+- `source`: a DTS topic as a pipeline `Source` (`KafkaSource`); `bridge.pipeline.consume` runs the
+  loop with it (the commit rule is the loop's: docs/kafka.md, "The commit rule").
 
 confluent-kafka is imported lazily; without it the functions raise `KafkaError` naming the
 package to install.
@@ -23,7 +23,7 @@ from bridge.kafka.client import (
     produce_file,
 )
 from bridge.kafka.positions import FileOffsets, GroupOffsets
-from bridge.kafka.source import ConsumeReport, KafkaSource, consume
+from bridge.kafka.source import KafkaSource
 
-__all__ = ["KafkaError", "confluent", "client_config", "produce_file", "consume", "ConsumeReport", "KafkaSource",
+__all__ = ["KafkaError", "confluent", "client_config", "produce_file", "KafkaSource",
            "GroupOffsets", "FileOffsets", "partitions_of", "SASL_USERNAME_ENV", "SASL_PASSWORD_ENV"]

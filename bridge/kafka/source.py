@@ -8,18 +8,13 @@ partition was read to its end.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from bridge.kafka.client import KafkaError, confluent, partitions_of
-from bridge.stream import ErrorPolicy
-from bridge.stream.pipeline import DtsAssembler, Positions, Report, run
-from bridge.wire import subscribe_pb2 as pb
 
-__all__ = ["KafkaSource", "consume", "ConsumeReport"]
+__all__ = ["KafkaSource"]
 
 _START = {"earliest": "OFFSET_BEGINNING", "latest": "OFFSET_END"}
-ConsumeReport = Report  # the name the CLI and the tests know
 
 
 class KafkaSource:
@@ -86,17 +81,3 @@ class KafkaSource:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def consume(consumer, topic: str, store: Positions, convert: Callable[[pb.Entry], list], sink, policy: ErrorPolicy, *,
-            partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
-            idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False,
-            poll_timeout: float = 0.2, raw: bool = False, report: Report | None = None,
-            size: Callable[[Any], int] | None = None, commit_interval: float | None = None) -> Report:
-    """Read `topic` from the stored offsets (else from `start`), convert, write to `sink`, commit:
-    `pipeline.run` with a `KafkaSource` and a `DtsAssembler` (`raw`: `convert(entry, entry_bytes)`
-    where the bytes are known, for a converter's C fast path). The consumer stays open."""
-    source = KafkaSource(consumer, topic, partitions=partitions, start=start)
-    return run(source, store, DtsAssembler(raw=raw), convert, sink, policy, max_records=max_messages,
-               idle_timeout=idle_timeout, stop=stop, poll_timeout=poll_timeout, report=report, size=size,
-               commit_interval=commit_interval)
