@@ -36,6 +36,7 @@ from bridge.values import (
     INT_TUPLE_TYPES,
     RESERVED_PREFIX,
     ROW_DIGITS,
+    SUBSTITUTION_NOTES,
     TIMESTAMP_RANGE,
     TO_TUPLE,
     TUPLE_TYPES,
@@ -240,7 +241,8 @@ _PIECE_CELLS = 1 << 16  # a streamed Entry is converted in pieces of rows of abo
 
 class _StreamedRows:
     """The rows of one large Entry (`TupleEncoder.stream`): len() is their number, and iterating
-    converts them again, piece by piece, as the writer takes them (a first pass checked them all)."""
+    converts them again, piece by piece, as the writer takes them (a first pass checked them all
+    and noted their substitutions: this pass notes none, so each is counted once)."""
 
     def __init__(self, encoder: TupleEncoder, entry: pb.Entry, raw: bytes | None, count: int) -> None:
         self._encoder, self._entry, self._raw, self._count = encoder, entry, raw, count
@@ -250,11 +252,19 @@ class _StreamedRows:
 
     def __iter__(self) -> Iterator[dict]:
         header = self._entry.header
-        try:
-            for piece in self._encoder._pieces(self._entry, header, self._raw):
-                yield from piece
-        except BridgeError as exc:  # not expected: the first pass went through the same steps
-            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+        pieces = self._encoder._pieces(self._entry, header, self._raw)
+        slot = SUBSTITUTION_NOTES
+        while True:
+            noting, slot.notes = slot.notes, None  # around each piece only: the writer runs between
+            try:
+                piece = next(pieces, None)
+            except BridgeError as exc:  # not expected: the first pass went through the same steps
+                raise exc.located(seq_id=header.seqId, table=_table_name(header))
+            finally:
+                slot.notes = noting
+            if piece is None:
+                return
+            yield from piece
 
 
 class TupleEncoder:
