@@ -23,6 +23,7 @@ from bridge.blob.encode import BlobEncoder
 from bridge.datahub.sink import DataHubWriter, OversizedRecord, Position, tuple_shard_key
 from bridge.errors import BridgeError, ConversionError
 from bridge.options import Options
+from bridge.pipeline.options import SCHEMA_CHANGE_POLICIES, TABLE_ERROR_POLICIES
 from bridge.stream.pipeline import Overlay
 from bridge.values import discard_substitutions
 
@@ -31,8 +32,6 @@ __all__ = ["BlobSink", "TupleSink", "Routing", "TableErrors", "EntryGate", "topi
            "REPLAY_SUFFIX"]
 
 _TOPIC_BAD = re.compile(r"[^a-z0-9_]+")
-SCHEMA_CHANGE_POLICIES = ("evolve", "lenient", "ignore", "fail")
-TABLE_ERROR_POLICIES = ("dlq", "halt-table", "halt-all")
 # Records sent again from dead letters carry the Kafka topic with this suffix as `dts.topic`: they land
 # after newer records of their shard, so the tail scan of sync (which stops at its first committed
 # record) must not take them for its own.

@@ -17,6 +17,7 @@ import orjson
 
 from bridge.errors import OptionsError
 from bridge.options import Options, option_specs
+from bridge.pipeline.options import PipelineOptions, cli_flag, pipeline_option_specs
 from bridge.stream import Tally
 
 PROG = "dts-bridge"
@@ -195,6 +196,41 @@ def options_from(args: argparse.Namespace, sides: set) -> Options:
         raise UsageError(f"option {_flag(policies[0])} has no effect without --strict on Blob data "
                          "(lossless Blob keeps every value as sent)")
     return options
+
+
+def add_pipeline_flags(parser, names: tuple[str, ...] | None = None, help: dict | None = None) -> None:
+    """Flags for the pipeline options (`bridge.pipeline.options`) of `names` (default: all the CLI
+    takes), generated from their declarations: the flag, type, choices, default and help."""
+    for name, kind, default, choices, _, text in pipeline_option_specs("cli"):
+        if names is not None and name not in names:
+            continue
+        text = (help or {}).get(name, text)
+        kwargs: dict[str, Any] = {"dest": "pipe_" + name, "default": argparse.SUPPRESS}
+        if kind is bool:
+            kwargs["action"] = "store_false" if default else "store_true"
+            text = f"turn off (on by default): {text}" if default else text
+        else:
+            kwargs["type"] = kind
+            if choices:
+                kwargs["choices"] = choices
+            kwargs["metavar"] = "|".join(choices) if choices else ("SECONDS" if kind is float else "N")
+            if default is not None:
+                text = f"{text} (default: {default:g})" if kind is float else f"{text} (default: {default})"
+        parser.add_argument(cli_flag(name), help=text, **kwargs)
+
+
+def pipeline_options_from(args: argparse.Namespace, **given) -> PipelineOptions:
+    """The pipeline options of a command's flags (and `given`), validated once: a bad value is a
+    usage error naming the flag."""
+    given = {**{k[5:]: v for k, v in vars(args).items() if k.startswith("pipe_")}, **given}
+    try:
+        return PipelineOptions(**given)
+    except OptionsError as err:
+        for name in given:
+            if f"option {name!r}" in str(err):
+                raise UsageError(str(err).replace(f"option {name!r}", cli_flag(name).replace("--no-", "--"), 1)) \
+                    from None
+        raise UsageError(str(err)) from None
 
 
 # ---- rejects, ledger and help text ---------------------------------------------------------------

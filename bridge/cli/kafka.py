@@ -30,9 +30,11 @@ from bridge.cli.base import (
     _Formatter,
     _one_line,
     add_option_flags,
+    add_pipeline_flags,
     check_output_dir,
     ledger_sink,
     options_from,
+    pipeline_options_from,
     rejects_sink,
     resolve_format,
 )
@@ -612,8 +614,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         raise UsageError("deliver reads Blob JSON Lines, or Tuple JSON Lines with --from tuple")
     if args.rejects and args.on_error != "skip":
         raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
-    if args.batch_size < 1:
-        raise UsageError("--batch-size must be at least 1")
+    popts = pipeline_options_from(args)
     if not os.path.isfile(args.input):
         raise UsageError(f"cannot read {args.input}: no such file")
     tally = Tally()
@@ -669,8 +670,8 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         policy = ErrorPolicy(args.on_error, tally=tally, sink=rejects_sink(rejects_fh, tally), keep_records=False)
         stack.enter_context(_watching(args, label, metrics, render, refresh))
         sink = DataHubSink(args.datahub_endpoint, args.project, args.topic, record_schema=schema,
-                           batch_size=args.batch_size, max_retries=args.max_retries,
-                           compress=args.compress)
+                           batch_size=popts.batch_size, max_retries=popts.max_retries,
+                           compress=popts.compress)
         sink.writer.client = metrics.timed_datahub_client(sink.writer.client)  # counted and timed
         if not resumed:
             state.line = state.offset = state.delivered = state.rejected = state.rejects_length = 0
@@ -721,7 +722,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
             tally.converted += 1
             tally.outputs += 1
             unflushed += 1
-            if unflushed >= args.batch_size:
+            if unflushed >= popts.batch_size:
                 acknowledge()
                 unflushed = 0
         acknowledge()
@@ -805,11 +806,7 @@ def register(commands) -> None:
     deliver.add_argument("--topic", required=True, help="DataHub topic (Blob, or Tuple with the file's RecordSchema)")
     deliver.add_argument("--schema", metavar="PATH", help=f"Tuple input: its RecordSchema (default: NAME{SCHEMA_SUFFIX})")
     deliver.add_argument("--table", metavar="DB.TABLE", help="Tuple input: the table (routing key without keys)")
-    deliver.add_argument("--batch-size", type=int, default=500, metavar="N", help="records per PutRecords (default: 500)")
-    deliver.add_argument("--max-retries", type=int, default=6, metavar="N",
-                         help="retries of a transient failure, backing off 0.2 s, 0.4 s, ... up to 10 s (default: 6)")
-    deliver.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
-                         help="request body compression (default: lz4)")
+    add_pipeline_flags(deliver, ("batch_size", "max_retries", "compress"))
     deliver.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                          help="a record DataHub or the RecordSchema refuses: stop (exit 1) or skip and count it")
     deliver.add_argument("--rejects", metavar="PATH", help="with --on-error skip: one JSON line per rejected record")

@@ -19,8 +19,10 @@ from bridge.cli.base import (
     _epilog,
     _Formatter,
     add_option_flags,
+    add_pipeline_flags,
     ledger_sink,
     options_from,
+    pipeline_options_from,
     rejects_sink,
 )
 from bridge.cli.kafka import (
@@ -39,26 +41,26 @@ from bridge.stream.pipeline import Report
 __all__ = ["register", "cmd_sync", "cmd_replay"]
 
 
-def _check_routing_flags(args) -> None:
+def _check_routing_flags(args, popts) -> None:
     """Flag combinations that make no sense, refused before anything starts."""
-    dlq = getattr(args, "on_table_error", None) in ("dlq", "halt-table") or getattr(args, "oversized", "fail") == "dlq"
+    dlq = popts.on_table_error in ("dlq", "halt-table") or popts.oversized == "dlq"
     if dlq and not getattr(args, "dead_letters", None):
         raise UsageError("--on-table-error dlq|halt-table and --oversized dlq write dead letters: pass --dead-letters PATH")
     if args.to == "tuple" and "{table}" not in args.datahub_topic:
         raise UsageError("--to tuple writes one topic per table: --datahub-topic needs {table} (e.g. '{db}_{table}')")
     if args.to == "blob" and "{table}" in args.datahub_topic:
         raise UsageError("--to blob writes one topic, or one per database ({db}): --datahub-topic takes no {table}")
-    if args.to == "blob" and args.schema_change not in (None, "evolve"):
+    if args.to == "blob" and popts.schema_change != "evolve":
         raise UsageError("--schema-change is for --to tuple (Blob topics carry DDL messages as they come)")
 
 
-def _sinks(args, writer, policy, source: str, options, letters):
+def _sinks(args, popts, writer, policy, source: str, options, letters, oversized: str | None = None):
     """(sink, gate) for --to blob|tuple with routing, the table-error policy and dead letters."""
     from bridge import sync
     return sync.make_sink(args.to, writer, args.datahub_topic, source, policy, options,
                           include=getattr(args, "include", None), exclude=getattr(args, "exclude", None),
-                          on_table_error=args.on_table_error, schema_change=args.schema_change,
-                          oversized=args.oversized, letters=letters)
+                          on_table_error=popts.on_table_error, schema_change=popts.schema_change,
+                          oversized=oversized or popts.oversized, letters=letters)
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -66,18 +68,17 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from bridge.cli import observe
     from bridge.datahub.sink import DataHubWriter, make_client
     _check_reading_args(args)
-    _check_routing_flags(args)
+    popts = pipeline_options_from(args)
+    _check_routing_flags(args, popts)
     from bridge.deadletters import DeadLetters
     options = options_from(args, {"dts", args.to})
     label = f"{PROG} sync {args.topic} -> {args.project}"
     metrics = observe.Metrics()
-    client = make_client(args.datahub_endpoint, compress=args.compress)
-    creating = None if args.no_create_topics else {"shards": args.shards, "lifecycle": args.lifecycle}
-    if args.max_buffered < 1:
-        raise UsageError("--max-buffered must be at least 1")
-    writer = DataHubWriter(client, args.project, batch_records=args.batch_size, workers=args.workers,
-                           max_retries=args.max_retries, create_topics=creating, observer=metrics.datahub_observer(),
-                           max_buffered=args.max_buffered)
+    client = make_client(args.datahub_endpoint, compress=popts.compress)
+    creating = {"shards": popts.shards, "lifecycle": popts.lifecycle} if popts.create_topics else None
+    writer = DataHubWriter(client, args.project, batch_records=popts.batch_size, workers=popts.workers,
+                           max_retries=popts.max_retries, create_topics=creating, observer=metrics.datahub_observer(),
+                           max_buffered=popts.max_buffered)
     config = _consumer_config(args, label)
     # while the writer's bounded buffer blocks the loop, librdkafka prefetches at most this much
     config.setdefault("queued.max.messages.kbytes", 16384)
@@ -120,7 +121,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     try:
         policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally,
                              sink=rejects_sink(rejects, tally), keep_records=False, ledger=ledger_sink(ledger))
-        sink, convert = _sinks(args, writer, policy, args.topic, options, letters)
+        sink, convert = _sinks(args, popts, writer, policy, args.topic, options, letters)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
         bar = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
@@ -130,7 +131,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report = sync.run(consumer, args.topic, store, writer, sink, convert, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
-                              raw=args.to == "blob", commit_interval=args.commit_interval or None, report=report)
+                              raw=args.to == "blob", commit_interval=popts.commit_interval or None, report=report)
     except sync.TopicNameCollision as err:
         raise UsageError(str(err)) from None
     finally:
@@ -167,22 +168,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def _add_delivery_flags(parser) -> None:
-    parser.add_argument("--schema-change", choices=("evolve", "lenient", "ignore", "fail"), default=None,
-                        help="Tuple: a row whose columns differ from its topic's (DDL). evolve (default): new or renamed "
-                             "columns appended as nullable fields, dropped ones NULL, a changed type the Entry's "
-                             "error; lenient: a changed type goes to a STRING field <column>__<newtype>; ignore: "
-                             "the topic is never altered, values it has no field for are left out and counted; "
-                             "fail: stop, naming the table, fields and position")
+    add_pipeline_flags(parser, ("schema_change", "on_table_error", "oversized"))
     parser.add_argument("--dead-letters", metavar="PATH",
                         help="JSON Lines of Entries and records not delivered (the Entry's bytes, position, table, "
                              "error, topic); fsynced before every commit, cut back to the commit on restart")
-    parser.add_argument("--on-table-error", choices=("dlq", "halt-table", "halt-all"), default=None,
-                        help="an Entry of a table that cannot be converted or written, or a record DataHub refuses "
-                             "as malformed: dlq (dead letter, go on), halt-table (dead letter it and every later "
-                             "record of its table), halt-all (stop). Default: as --on-error")
-    parser.add_argument("--oversized", choices=("fail", "dlq"), default="fail",
-                        help="a record over DataHub's limits (4 MB a request, 2 MB a STRING): stop (default) or "
-                             "dead letter its Entry")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -190,21 +179,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from bridge.datahub.sink import DataHubWriter, make_client
     from bridge.deadletters import read_dead_letters
     args.include = args.exclude = None
-    args.on_table_error, args.oversized = None, "fail"
-    _check_routing_flags(args)
-    args.oversized = "policy"  # a letter still oversized is rejected under --on-error, like any other
+    popts = pipeline_options_from(args, on_table_error=None, oversized="fail")
+    _check_routing_flags(args, popts)
     letters = read_dead_letters(args.from_dlq)
     options = options_from(args, {"dts", args.to})
     tally = Tally()
     rejects = open(args.rejects, "ab") if args.rejects else None
     policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally, sink=rejects_sink(rejects, tally),
                          keep_records=False)
-    creating = None if args.no_create_topics else {"shards": args.shards, "lifecycle": args.lifecycle}
-    writer = DataHubWriter(make_client(args.datahub_endpoint, compress=args.compress), args.project,
-                           batch_records=args.batch_size, max_retries=args.max_retries, create_topics=creating)
+    creating = {"shards": popts.shards, "lifecycle": popts.lifecycle} if popts.create_topics else None
+    writer = DataHubWriter(make_client(args.datahub_endpoint, compress=popts.compress), args.project,
+                           batch_records=popts.batch_size, max_retries=popts.max_retries, create_topics=creating)
     source = (letters[0]["source"] if letters else "") + sync.REPLAY_SUFFIX
     try:
-        sink, gate = _sinks(args, writer, policy, source, options, None)
+        # a letter still oversized is rejected under --on-error, like any other
+        sink, gate = _sinks(args, popts, writer, policy, source, options, None, oversized="policy")
         done = sync.replay(letters, writer, sink, gate)
     except sync.TopicNameCollision as err:
         raise UsageError(str(err)) from None
@@ -227,14 +216,7 @@ def _add_datahub_flags(parser, topic_help: str) -> None:
     parser.add_argument("--datahub-endpoint", required=True, metavar="URL", help="DataHub endpoint")
     parser.add_argument("--project", required=True, help="DataHub project")
     parser.add_argument("--datahub-topic", required=True, metavar="NAME", help=topic_help)
-    parser.add_argument("--no-create-topics", action="store_true", help="a missing DataHub topic is an error")
-    parser.add_argument("--shards", type=int, default=1, metavar="N", help="shards of a created topic (default: 1)")
-    parser.add_argument("--lifecycle", type=int, default=7, metavar="DAYS", help="lifecycle of a created topic")
-    parser.add_argument("--batch-size", type=int, default=1000, metavar="N", help="records per request at most")
-    parser.add_argument("--max-retries", type=int, default=12, metavar="N",
-                        help="retries of a transient DataHub failure, with jittered backoff up to 10 s (default: 12)")
-    parser.add_argument("--compress", choices=("lz4", "deflate", "zlib", "none"), default="lz4",
-                        help="request body compression (default: lz4)")
+    add_pipeline_flags(parser, ("create_topics", "shards", "lifecycle", "batch_size", "max_retries", "compress"))
 
 
 def register(commands) -> None:
@@ -256,12 +238,7 @@ def register(commands) -> None:
     _add_reading_flags(parser)
     _add_datahub_flags(parser, "Blob: the topic (or one per database with {db}); Tuple: a template with {db} and "
                                "{table}, e.g. '{db}_{table}'")
-    parser.add_argument("--workers", type=int, default=4, metavar="N", help="shards written in parallel (default: 4)")
-    parser.add_argument("--max-buffered", type=int, default=20_000, metavar="N",
-                        help="records waiting for DataHub at most; beyond that the Kafka loop waits (default: 20000)")
-    parser.add_argument("--commit-interval", type=float, default=5.0, metavar="SECONDS",
-                        help="also commit (after DataHub acknowledged everything) this often, besides every "
-                             "CHECKPOINT entry (0: only at checkpoints and the end; default: 5)")
+    add_pipeline_flags(parser, ("workers", "max_buffered", "commit_interval"))
     parser.add_argument("--include", action="append", metavar="PATTERN",
                         help="only tables whose db.table matches this shell pattern (repeatable; e.g. 'shop.*')")
     parser.add_argument("--exclude", action="append", metavar="PATTERN",
@@ -285,8 +262,7 @@ def register(commands) -> None:
                        "--datahub-topic '{db}_{table}' --schema-change lenient"))
     replay.add_argument("--from-dlq", required=True, metavar="PATH", help="the dead-letter file sync wrote")
     _add_datahub_flags(replay, "as sync's: Blob a topic (or {db}), Tuple a template with {table}")
-    replay.add_argument("--schema-change", choices=("evolve", "lenient", "ignore", "fail"), default=None,
-                        help="as sync's (Tuple)")
+    add_pipeline_flags(replay, ("schema_change",))
     replay.add_argument("--rejects", metavar="PATH", help="with --on-error skip: letters that still fail")
     replay.add_argument("--json", action="store_true", help="print the counts as one JSON document")
     add_option_flags(replay)

@@ -16,7 +16,8 @@ from typing import Any
 from bridge.datahub.sink import DataHubError, DataHubWriter, Position, make_client, tuple_shard_key
 from bridge.errors import BridgeError, ConversionError, OptionsError
 from bridge.options import Options, option_specs
-from bridge.sync import SCHEMA_CHANGE_POLICIES, TABLE_ERROR_POLICIES, topic_name
+from bridge.pipeline.options import PipelineOptions, pipeline_option_specs, spark_key
+from bridge.sync import topic_name
 
 NAME = "datahub"
 _POSITIONS = ("topic", "partition", "offset", "entry", "row")
@@ -97,13 +98,6 @@ OPTIONS = (
     Option("accessKey", _text, None, "access key secret; else DATAHUB_ACCESS_KEY"),
     Option("routing", _one_of("shard"), "shard", "shard: DataWorks' rule (MD5 of the key over the ACTIVE shard "
                                                  "ids) on the shard key, one request in flight per shard"),
-    Option("batchSize", _int_at_least(1), 1000, "records per PutRecordsByShard request (and at most 4 MB)"),
-    Option("maxRetries", _int_at_least(0), 12, "retries of one request (throttling, 5xx, lost answers)"),
-    Option("workers", _int_at_least(1), 4, "shards a task writes in parallel"),
-    Option("compress", _one_of("lz4", "zlib", "deflate", "none"), "lz4", "request body compression"),
-    Option("createTopics", _bool, False, "create a missing topic (Blob, or Tuple with the rows' RecordSchema)"),
-    Option("shards", _int_at_least(1), 1, "shard count of a created topic"),
-    Option("lifecycle", _int_at_least(1), 7, "lifecycle (days) of a created topic"),
     Option("keyColumns", _names, None, "Tuple rows: the key columns of the shard key (tuple_shard_key), "
                                        "else the table name (every row of a table in one shard)"),
     Option("table", _table, None, "Tuple rows: their db.table (the shard key without keyColumns, and "
@@ -119,16 +113,27 @@ OPTIONS = (
     Option("include", _patterns, None, "dts_entries rows: only tables whose db.table matches one of these "
                                        "comma-separated shell patterns"),
     Option("exclude", _patterns, None, "dts_entries rows: leave out tables whose db.table matches"),
-    Option("schemaChange", _one_of(*SCHEMA_CHANGE_POLICIES), "evolve",
-           "dts_entries rows to Tuple: a row whose columns differ from its topic's (DDL): evolve, lenient, ignore, "
-           "fail (as dts-bridge sync --schema-change)"),
-    Option("onTableError", _one_of(*TABLE_ERROR_POLICIES), "halt-all",
-           "dts_entries rows: an Entry that cannot be converted or a record DataHub refuses: dlq, halt-table, "
-           "halt-all (the task fails)"),
-    Option("oversized", _one_of("fail", "dlq"), "fail", "dts_entries rows: a record over DataHub's limits"),
     Option("deadLetters", _text, None, "dts_entries rows: the DataHub Blob topic of dead letters (needed by "
                                        "onTableError dlq|halt-table and oversized dlq)"),
 )
+
+
+def _number(kind: type) -> Callable[[str, str], Any]:
+    def parse(key: str, value: str):
+        try:
+            return kind(str(value).strip())
+        except ValueError:
+            raise OptionsError(f"option {key!r} must be {'an integer' if kind is int else 'a number'}",
+                               value=value) from None
+    return parse
+
+
+# the pipeline options (bridge.pipeline.options: declared once, as dts-bridge sync's flags): read
+# from text here, checked by PipelineOptions itself (the same defaults and bounds as the CLI's)
+_PIPELINE = tuple((name, Option(spark_key(name), _bool if kind is bool else _number(kind) if kind in (int, float)
+                                else (lambda key, value: str(value)), default, text))
+                  for name, kind, default, _, _, text in pipeline_option_specs("spark"))
+OPTIONS += tuple(o for _, o in _PIPELINE)
 
 
 def _camel(name: str) -> str:
@@ -182,6 +187,15 @@ def parse_options(options) -> dict:
     for key in ("endpoint", "project", "topic"):
         if out[key] is None:
             raise OptionsError(f"the {NAME} sink needs the option {key!r}")
+    try:
+        PipelineOptions(**{name: out[o.key] for name, o in _PIPELINE})
+    except OptionsError as err:
+        for name, o in _PIPELINE:
+            if f"option {name!r}" in str(err):
+                raise OptionsError(str(err).replace(f"option {name!r}", f"option {o.key!r}", 1)) from None
+        raise
+    if out["onTableError"] is None:  # as the error policy, which a sink's task has as FAILFAST
+        out["onTableError"] = "halt-all"
     return out
 
 
