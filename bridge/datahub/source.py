@@ -1,0 +1,410 @@
+"""DataHub in: a pipeline `Source` (bridge/stream/pipeline.py) over every shard of DataHub topics.
+
+`DataHubSource` reads one Blob topic, or many Tuple topics (a list, or a `{db}_{table}` template
+matched against the project's topics with ListTopic), shard by shard with GetCursor + GetRecords
+pages, under the writer's retry policy (bridge/datahub/calls.py: throttling and 5xx back off).
+
+Keys are `(topic, shard_id)` pairs (`key_text` / `parse_key` turn them into JSON-storable text);
+a position is the next DataHub sequence to read in that shard. Each record is
+`(key, sequence, DataHubRecord, attributes)`: the record's Blob bytes or Tuple row (field name ->
+value, with the topic's RecordSchema), its attributes (the forward `sync` writes `dts.topic` and
+`dts.pos`), its system time, and when it was read.
+
+Where it starts, per shard: the committed position (a SEQUENCE cursor); without one, the oldest
+record (`from_beginning`), the first record written at or after `since_ms` (a SYSTEM_TIME cursor),
+else the shard's end (only what is written from now on). A run that resumes (some shard has a
+committed position) reads a shard without one from its oldest record: it appeared after the last
+commit (a split's or a merge's child). A committed position below a shard's oldest record means
+records past the topic's lifecycle were never read: a `DataLossError`, unless
+`fail_on_data_loss=False` (then the reader starts at the oldest record and counts the loss in
+`lost`).
+
+Splits and merges: a CLOSED shard is read to its end before its children; a child is read once
+every parent is finished. The shards are listed again every `relist_interval` seconds and whenever
+a shard answers that it is closed (InvalidShardOperation / ShardSealed / NoSuchShard), so children
+of a split mid-run are found.
+
+Besides records, `poll` hands on `ShardMark` values (same tuple shape) that tell the assembler what
+it cannot see in records: "shard" (a shard and its parents, when first known), "end" (the shard
+is read to its current end, observed at `at`), "finished" (a CLOSED shard read to its end). A
+mark's position is the shard's next position less one, so the loop's read position stays right.
+"end" marks come when a shard reaches its end and, while `wants_tick()` says the assembler waits
+for fresh observations, again each time a shard at its end is polled (every `interval` seconds);
+otherwise an idle topic yields nothing and the loop's idle timeout works.
+
+pydatahub 2.29.0's `merge_shard` merges on the server and then raises TypeError building its
+result: `merge_shards` does the call and lists the shards to find the new one.
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.datahub.calls import DataHubError, Retrying, pydatahub, shard_state, sort_shard_id
+from bridge.stream.shards import DataHubRecord, ShardMark
+
+__all__ = ["DataHubSource", "DataHubRecord", "ShardMark", "DataLossError", "key_text", "parse_key",
+           "template_pattern", "merge_shards"]
+
+_RESHARD_CODES = frozenset({"InvalidShardOperation", "ShardSealed", "NoSuchShard"})
+
+
+class DataLossError(DataHubError):
+    """Records were never read and are gone (a committed position below the shard's oldest record)."""
+
+
+def key_text(key: tuple[str, str]) -> str:
+    """A key as text ("topic:shard"), for positions stored as JSON. DataHub topic names hold only
+    letters, digits and underscores, so the colon is unambiguous.
+
+    >>> key_text(("orders", "3")), parse_key("orders:3")
+    ('orders:3', ('orders', '3'))
+    """
+    return f"{key[0]}:{key[1]}"
+
+
+def parse_key(text: str) -> tuple[str, str]:
+    topic, sep, shard = text.rpartition(":")
+    if not sep or not topic or not shard:
+        raise ValueError(f"not a DataHub shard key: {text!r}")
+    return topic, shard
+
+
+def template_pattern(template: str) -> re.Pattern:
+    """A topic-name template (`{db}_{table}`) as a pattern over topic names (case-insensitive: the
+    forward `sync` writes names lower case).
+
+    >>> template_pattern("{db}_{table}").fullmatch("shop_orders") is not None
+    True
+    """
+    pattern = re.escape(template).replace(r"\{db\}", "(?P<db>.+?)").replace(r"\{table\}", "(?P<table>.+)")
+    return re.compile(pattern, re.IGNORECASE)
+
+
+@dataclass
+class _Shard:
+    topic: str
+    shard_id: str
+    parents: tuple
+    state: str
+    phase: str = "waiting"  # waiting (parents not finished) | reading | finished
+    next: int | None = None  # next sequence to read (None: not decided yet)
+    committed: int | None = None
+    cursor: str | None = None
+    at_end: bool = False
+    polled: float = 0.0
+    known_end: int = -1
+    marked: bool = False  # the "shard" mark was handed on
+    extra: dict = field(default_factory=dict)
+
+
+class DataHubSource(Retrying):
+    """A pipeline Source over the shards of DataHub topics (see the module docstring).
+
+    `topics`: a topic name, a list of names, or a template with `{db}` / `{table}` matched against
+    the project's topics. `from_beginning` / `since_ms` choose where shards without a committed
+    position start. `page`: records per GetRecords. `interval`: how often a shard at its end is
+    asked again (seconds). `relist_interval`: how often the shards are listed again."""
+
+    def __init__(self, client, project: str, topics: str | list[str], *, from_beginning: bool = False,
+                 since_ms: int | None = None, fail_on_data_loss: bool = True, page: int = 1000,
+                 interval: float = 0.2, relist_interval: float = 10.0, max_retries: int = 12,
+                 backoff: float = 0.1, max_backoff: float = 10.0, sleep: Callable[[float], None] = time.sleep,
+                 seed: int | None = None, observer: Callable[..., None] | None = None,
+                 wants_tick: Callable[[], bool] | None = None) -> None:
+        pydatahub()
+        if page < 1:
+            raise DataHubError("page must be at least 1")
+        self.init_retrying(max_retries=max_retries, backoff=backoff, max_backoff=max_backoff, sleep=sleep,
+                           seed=seed, observer=observer)
+        self.client, self.project = client, project
+        self.from_beginning, self.since_ms, self.fail_on_data_loss = from_beginning, since_ms, fail_on_data_loss
+        self.page, self.interval, self.relist_interval = page, interval, relist_interval
+        self.wants_tick = wants_tick
+        self.lost: dict[tuple, int] = {}  # key -> records past the lifecycle, skipped (fail_on_data_loss=False)
+        self.relists = 0
+        self.topics = self._resolve(topics)
+        self.kinds: dict[str, str] = {}
+        self.schemas: dict[str, Any] = {}
+        for topic in self.topics:
+            info = self.call(lambda t=topic: self.client.get_topic(self.project, t), "GetTopic")
+            kind = str(getattr(info.record_type, "value", info.record_type)).upper()
+            self.kinds[topic] = kind
+            self.schemas[topic] = info.record_schema if kind == "TUPLE" else None
+        self._shards: dict[tuple, _Shard] = {}
+        self._opened = False
+        self._resuming = False
+        self._marks: list = []
+        self._relist_at = 0.0
+        self._initial: dict = {}
+        self._rr = 0  # round-robin start
+        self._relist(initial=True)
+
+    # -- topics and shards ----------------------------------------------------------------------
+    def _resolve(self, topics) -> list[str]:
+        if isinstance(topics, (list, tuple)):
+            names = [str(t) for t in topics]
+        elif "{" in topics:
+            pattern = template_pattern(topics)
+            listed = self.call(lambda: self.client.list_topic(self.project), "ListTopic").topic_names
+            names = sorted(t for t in listed if pattern.fullmatch(t))
+            if not names:
+                raise DataHubError(f"no topic of project {self.project} matches the template {topics!r}")
+        else:
+            names = [topics]
+        if not names:
+            raise DataHubError("no DataHub topic to read")
+        return names
+
+    def _relist(self, initial: bool = False) -> None:
+        self._relist_at = time.monotonic() + self.relist_interval
+        self.relists += 0 if initial else 1
+        for topic in self.topics:
+            shards = self.call(lambda t=topic: self.client.list_shard(self.project, t), "ListShard").shards
+            for s in sorted(shards, key=lambda s: sort_shard_id(s.shard_id)):
+                key = (topic, s.shard_id)
+                state = shard_state(s)
+                known = self._shards.get(key)
+                if known is None:
+                    parents = tuple(str(p) for p in (getattr(s, "parent_shard_ids", None) or ()))
+                    self._shards[key] = _Shard(topic, s.shard_id, parents, state)
+                else:
+                    known.state = state
+        if self._opened:
+            self._advance()
+
+    def _advance(self) -> None:
+        """Open the shards whose parents are all finished; hand on marks for shards first known."""
+        changed = True
+        while changed:
+            changed = False
+            for key, st in self._shards.items():
+                if st.phase != "waiting":
+                    continue
+                parents = [self._shards.get((st.topic, p)) for p in st.parents]
+                if all(p is None or p.phase == "finished" for p in parents):
+                    self._start(st)
+                    changed = True
+        for key, st in self._shards.items():
+            if not st.marked:
+                st.marked = True
+                pos = (st.next if st.next is not None else (st.committed or 0)) - 1
+                self._marks.append((key, pos, ShardMark("shard", st.topic, st.shard_id, st.parents,
+                                                        time.monotonic()), {}))
+                if st.phase == "finished":
+                    self._marks.append((key, pos, ShardMark("finished", st.topic, st.shard_id, st.parents,
+                                                            time.monotonic()), {}))
+
+    def _start(self, st: _Shard) -> None:
+        """Decide where a shard that can be read starts."""
+        st.phase = "reading"
+        if st.committed is not None:
+            oldest = self._sequence(st, "OLDEST")
+            if oldest is not None and st.committed < oldest:
+                self._lost(st, st.committed, oldest)
+                st.next = oldest
+            else:
+                st.next = st.committed
+        elif self._resuming or self.from_beginning or not self._initial.get((st.topic, st.shard_id), False):
+            st.next = self._sequence(st, "OLDEST") or 0
+        elif self.since_ms is not None:
+            st.next = self._since(st)
+        else:  # from now on: a CLOSED shard has nothing new, an ACTIVE one starts at its end
+            latest = self._sequence(st, "LATEST")
+            st.next = 0 if latest is None else latest + 1
+            if st.state == "CLOSED":
+                st.phase = "finished"
+        st.cursor = None
+
+    def _lost(self, st: _Shard, committed: int, oldest: int) -> None:
+        key = (st.topic, st.shard_id)
+        text = (f"DataHub {self.project}/{st.topic} shard {st.shard_id}: records {committed}..{oldest - 1} are past "
+                f"the topic's lifecycle and were never read (committed position {committed}, oldest record "
+                f"{oldest})")
+        if self.fail_on_data_loss:
+            raise DataLossError(text + "; fail_on_data_loss=False (--no-fail-on-data-loss) reads on from the oldest")
+        self.lost[key] = self.lost.get(key, 0) + oldest - committed
+        self._observe("data-loss", topic=st.topic, shard=st.shard_id, committed=committed, oldest=oldest)
+
+    def _sequence(self, st: _Shard, kind: str, param: int = -1) -> int | None:
+        from datahub import exceptions as dx
+        from datahub.models import CursorType
+        try:
+            result = self.call(lambda: self.client.get_cursor(self.project, st.topic, st.shard_id, CursorType[kind],
+                                                               param), "GetCursor", raw=True)
+        except (dx.SeekOutOfRangeException, dx.InvalidCursorException, dx.InvalidParameterException):
+            return None  # an empty shard (or a time past its last record)
+        except dx.DatahubException as exc:
+            raise DataHubError(f"GetCursor {st.topic}/{st.shard_id} failed: {exc}") from None
+        sequence = getattr(result, "sequence", -1)
+        return None if sequence is None or sequence < 0 else sequence
+
+    def _since(self, st: _Shard) -> int:
+        seq = self._sequence(st, "SYSTEM_TIME", self.since_ms)
+        if seq is not None:
+            return seq
+        latest = self._sequence(st, "LATEST")  # nothing at or after the time: the shard's end
+        return 0 if latest is None else latest + 1
+
+    # -- the Source protocol ----------------------------------------------------------------------
+    def keys(self) -> list:
+        return sorted(self._shards, key=lambda k: (k[0], sort_shard_id(k[1])))
+
+    def open(self, committed: Mapping[Any, int | None]) -> None:
+        self._initial = {k: True for k in self._shards}
+        self._resuming = any(v is not None for v in committed.values())
+        for key, pos in committed.items():
+            st = self._shards.get(tuple(key) if not isinstance(key, str) else parse_key(key))
+            if st is not None and pos is not None:
+                st.committed = int(pos)
+        self._opened = True
+        self._advance()
+
+    def poll(self, budget: int, timeout: float) -> list:
+        if not self._opened:
+            self.open({})
+        deadline = time.monotonic() + timeout
+        out: list = []
+        while True:
+            if time.monotonic() >= self._relist_at:
+                self._relist()
+            if self._marks:
+                out.extend(self._marks)
+                self._marks.clear()
+            reading = [st for st in self._shards.values() if st.phase == "reading"]
+            if reading:
+                self._rr = (self._rr + 1) % len(reading)
+                for st in reading[self._rr:] + reading[:self._rr]:
+                    if len(out) >= budget:
+                        break
+                    if st.at_end and time.monotonic() - st.polled < self.interval:
+                        continue
+                    self._read(st, budget - len(out), out)
+            if self._marks:
+                out.extend(self._marks)
+                self._marks.clear()
+            now = time.monotonic()
+            if out or now >= deadline:
+                return out
+            self.sleep(min(self.interval, max(0.0, deadline - now)))
+
+    def caught_up(self) -> bool:
+        return all(st.phase == "finished" or (st.phase == "reading" and st.at_end)
+                   for st in self._shards.values())
+
+    def ends(self) -> dict:
+        return {k: max(st.known_end, st.next or 0) for k, st in self._shards.items() if st.next is not None}
+
+    def close(self) -> None:
+        self._closing = True
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _read(self, st: _Shard, want: int, out: list) -> None:
+        from datahub import exceptions as dx
+        from datahub.models import CursorType
+        key = (st.topic, st.shard_id)
+        st.polled = time.monotonic()
+        kind = self.kinds[st.topic]
+        try:
+            if st.cursor is None:
+                st.cursor = self.call(lambda: self.client.get_cursor(self.project, st.topic, st.shard_id,
+                                                                      CursorType.SEQUENCE, st.next),
+                                      "GetCursor", raw=True).cursor
+            limit = min(self.page, want)
+            if kind == "BLOB":
+                result = self.call(lambda: self.client.get_blob_records(self.project, st.topic, st.shard_id,
+                                                                         st.cursor, limit), "GetRecords", raw=True)
+            else:
+                result = self.call(lambda: self.client.get_tuple_records(
+                    self.project, st.topic, st.shard_id, self.schemas[st.topic], st.cursor, limit),
+                    "GetRecords", raw=True)
+        except (dx.ShardSealedException, dx.ResourceNotFoundException) as exc:
+            code = getattr(exc, "error_code", None) or type(exc).__name__
+            if code not in _RESHARD_CODES and not isinstance(exc, dx.ShardSealedException):
+                raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} failed: {code}: {exc}") from None
+            self._relist()
+            if st.state == "CLOSED":
+                self._finish(st)
+            return
+        except (dx.SeekOutOfRangeException, dx.InvalidCursorException) as exc:
+            # the cursor expired (or the position is past the lifecycle): check for loss, start again
+            st.cursor = None
+            oldest = self._sequence(st, "OLDEST")
+            if oldest is not None and st.next is not None and st.next < oldest:
+                self._lost(st, st.next, oldest)
+                st.next = oldest
+                return
+            latest = self._sequence(st, "LATEST")
+            if latest is not None and st.next is not None and st.next > latest + 1:
+                raise DataHubError(f"DataHub {self.project}/{st.topic} shard {st.shard_id}: position {st.next} is "
+                                   f"past the shard's end ({latest + 1}): was the topic created again? "
+                                   f"({exc})") from None
+            if latest is not None and st.next == latest + 1:
+                self._at_end(st, key)  # a cursor past the last record (real DataHub refuses one)
+                return
+            raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} at {st.next} failed: {exc}") from None
+        except dx.DatahubException as exc:
+            raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} failed: "
+                               f"{getattr(exc, 'error_code', None) or type(exc).__name__}: {exc}") from None
+        records = result.records or []
+        now = time.monotonic()
+        got = 0
+        for r in records:
+            seq = r.sequence
+            if seq < st.next:
+                continue  # (a cursor placed before the position: already handed on)
+            if kind == "BLOB":
+                value = DataHubRecord(st.topic, st.shard_id, seq, r.system_time, dict(r.attributes or {}),
+                                      data=bytes(r.blob_data), read_at=now)
+            else:
+                row = {f.name: v for f, v in zip(r.field_list, r.values)}
+                value = DataHubRecord(st.topic, st.shard_id, seq, r.system_time, dict(r.attributes or {}),
+                                      row=row, schema=self.schemas[st.topic], read_at=now)
+            out.append((key, seq, value, value.attributes))
+            st.next = seq + 1
+            got += 1
+        st.known_end = max(st.known_end, st.next)
+        if records:
+            st.cursor = result.next_cursor
+        if got:
+            st.at_end = False
+            return
+        if st.state == "CLOSED":
+            self._finish(st)
+            return
+        self._at_end(st, key)
+
+    def _at_end(self, st: _Shard, key) -> None:
+        fresh = not st.at_end
+        st.at_end = True
+        if fresh or (self.wants_tick is not None and self.wants_tick()):
+            self._marks.append((key, st.next - 1, ShardMark("end", st.topic, st.shard_id, st.parents,
+                                                            time.monotonic()), {}))
+
+    def _finish(self, st: _Shard) -> None:
+        st.phase = "finished"
+        st.at_end = True
+        key = (st.topic, st.shard_id)
+        self._marks.append((key, (st.next or 0) - 1, ShardMark("finished", st.topic, st.shard_id, st.parents,
+                                                               time.monotonic()), {}))
+        self._advance()
+
+
+def merge_shards(client, project: str, topic: str, shard_id: str, adjacent_shard_id: str) -> str:
+    """MergeShard, then the new shard's id from ListShard (pydatahub 2.29.0's `merge_shard` merges on
+    the server and then raises TypeError building its result)."""
+    try:
+        result = client.merge_shard(project, topic, shard_id, adjacent_shard_id)
+        got = getattr(result, "shard_id", None)
+        if got:
+            return str(got)
+    except TypeError:
+        pass
+    for s in client.list_shard(project, topic).shards:
+        parents = {str(p) for p in (getattr(s, "parent_shard_ids", None) or ())}
+        if parents == {str(shard_id), str(adjacent_shard_id)}:
+            return str(s.shard_id)
+    raise DataHubError(f"MergeShard {topic} {shard_id}+{adjacent_shard_id}: no merged shard listed")

@@ -1,0 +1,369 @@
+"""Whole Entries from the shards of DataHub topics: the pipeline `Assembler` for a DataHub source.
+
+DataWorks and the forward `sync` route Blob records to shards by primary key, so the rows of one
+Entry and the two halves of one UPDATE can sit on different shards, and one shard mixes several
+tables and source Kafka partitions. What is ordered: per shard, the records of one **stream** keep
+source order, where a stream is
+
+- with the bridge's attributes (`dts.topic`, `dts.pos` = "partition:offset:entry:row"): one source
+  Kafka partition of one DataHub topic, ordered by (offset, entry, row);
+- else (DataWorks): one table (`schema.source` dbName.tableName of a Blob line, `_source_table_` of
+  a Tuple row, or the Tuple topic) of one DataHub topic, ordered by (sequenceId, half) with the
+  update's before half first.
+
+`DataHubAssembler` merges the shards per stream (docs/kafka.md, "Reading DataHub: the merge"): a
+record is handed to the stream's decoder (BlobDecoder, TupleDecoder) only when it is the next of
+its shard (shard order is kept, so a commit below it covers nothing handed on past it) and every
+other shard of its topic **covers** it: the shard holds no earlier record of the stream not yet
+handed on, and it has shown a later record of the stream, or it is finished (CLOSED and read to
+its end), or it is a descendant of the record's shard (split/merge children only hold later
+records), or it was seen at its end at least `settle` seconds after the record was read. Records
+of one Entry are contiguous in their stream, so an Entry is complete when its last record is fed;
+when a stream moves on to another Entry while one is incomplete, that one can never complete and
+is reported under the error policy (its records counted as rejected), never dropped. A record that
+arrives after a later record of its stream was handed on (a writer still writing, slower than
+`settle`) is reported as out of order, never reordered silently.
+
+The source's `ShardMark` values (records of the same shape) tell the assembler which shards exist
+(with their parents), when one was seen at its end and when one is finished.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from bridge.blob.decode import BlobDecoder
+from bridge.errors import BridgeError, ConversionError
+from bridge.options import DEFAULT_OPTIONS, Options
+from bridge.stream import ErrorPolicy
+from bridge.tuple.decode import TupleDecoder
+
+__all__ = ["DataHubRecord", "ShardMark", "DataHubAssembler", "OutOfOrderError", "stream_of"]
+
+ATTR_TOPIC = "dts.topic"  # as bridge.datahub.sink writes them
+ATTR_POS = "dts.pos"
+_HALF = {"UPDATE_BEFOR": 0, "UPDATE_AFTER": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class DataHubRecord:
+    """One DataHub record as read: `data` (Blob bytes) or `row` (Tuple: field name -> value) with the
+    topic's `schema` (a pydatahub RecordSchema or its JSON), its attributes, sequence, system time
+    (DataHub's clock, ms) and when it was read (`time.monotonic()`)."""
+    topic: str
+    shard: str
+    sequence: int
+    system_time: int
+    attributes: Mapping[str, str]
+    data: bytes | None = None
+    row: dict | None = None
+    schema: Any = None
+    read_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ShardMark:
+    """What a DataHub source knows about a shard beyond its records: "shard" (it exists, with its
+    parents), "end" (read to its current end at `at`, time.monotonic()), "finished" (CLOSED and read
+    to its end)."""
+    kind: str
+    topic: str
+    shard: str
+    parents: tuple = ()
+    at: float = 0.0
+
+
+class OutOfOrderError(ConversionError):
+    """A record came after a later record of its stream was handed on."""
+
+
+def stream_of(rec: DataHubRecord) -> tuple[tuple, tuple, tuple]:
+    """(stream, order, group) of a record: the stream whose order it keeps, its place in it, and
+    the Entry it belongs to (records of one group are contiguous in the stream).
+
+    >>> r = DataHubRecord("t", "0", 5, 0, {"dts.topic": "k", "dts.pos": "2:40:1:3"}, data=b"{}")
+    >>> stream_of(r)
+    (('pos', 't', 'k', 2), (40, 1, 3), (40, 1))
+    """
+    attrs = rec.attributes
+    pos = attrs.get(ATTR_POS) if attrs else None
+    if pos is not None:
+        parts = pos.split(":")
+        if len(parts) == 4 and all(p.lstrip("-").isdigit() for p in parts):
+            p, o, e, r = (int(x) for x in parts)
+            return ("pos", rec.topic, attrs.get(ATTR_TOPIC, ""), p), (o, e, r), (o, e)
+    if rec.row is not None:
+        row = rec.row
+        seq = row.get("_sequence_id_")
+        if isinstance(seq, str) and seq.isdigit():
+            half = 1 if row.get("_operation_type_") == "U" and row.get("_after_image_") == "Y" else 0
+            return ("table", rec.topic, row.get("_source_table_")), (int(seq), half), (int(seq),)
+    elif rec.data is not None:
+        try:
+            msg = orjson.loads(rec.data)
+        except orjson.JSONDecodeError:
+            msg = None
+        if type(msg) is dict:
+            payload = msg.get("payload")
+            schema = msg.get("schema")
+            source = schema.get("source") if type(schema) is dict else None
+            table = (source.get("dbName"), source.get("tableName")) if type(source) is dict else (None, None)
+            seq = payload.get("sequenceId") if type(payload) is dict else None
+            if isinstance(seq, str) and seq.isdigit():
+                half = _HALF.get(payload.get("op"), 0)
+                return ("table", rec.topic, table), (int(seq), half), (int(seq),)
+    # nothing to order it by: a stream of its own (the decoder will say what is wrong with it)
+    return ("shard", rec.topic, rec.shard, rec.sequence), (rec.sequence,), (rec.sequence,)
+
+
+class _Item:
+    __slots__ = ("key", "seq", "rec", "stream", "order", "group")
+
+    def __init__(self, key, seq, rec, stream, order, group) -> None:
+        self.key, self.seq, self.rec, self.stream, self.order, self.group = key, seq, rec, stream, order, group
+
+
+class _ShardInfo:
+    __slots__ = ("parents", "finished", "end_at")
+
+    def __init__(self, parents=()) -> None:
+        self.parents = tuple(parents)
+        self.finished = False
+        self.end_at = float("-inf")
+
+
+class _Stream:
+    __slots__ = ("decoder", "group", "fed", "released")
+
+    def __init__(self, decoder) -> None:
+        self.decoder = decoder
+        self.group = None  # the group of the last record fed
+        self.fed: list = []  # (key, seq) of records fed whose Entry is not complete yet
+        self.released = None  # order of the last record handed on
+
+
+class DataHubAssembler:
+    """DataHub records (a `DataHubSource`'s) -> whole Entries, shards merged per stream (see the
+    module docstring). `settle`: seconds a shard must have been seen at its end after a record was
+    read for that shard to count as holding nothing earlier (a writer still writing). `tables`:
+    Tuple topic -> "db.table" (or a callable) for rows without `_source_table_` (else the table is
+    the topic's name, in no database). `columns`: Tuple topic -> its DTS columns, restoring types."""
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS, *, settle: float = 1.0,
+                 tables: Mapping[str, str] | Callable[[str], str] | None = None,
+                 columns: Mapping[str, list] | None = None, max_pending: int = 100_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.options, self.settle, self.tables, self.columns = options, settle, tables, columns
+        self.max_pending, self.clock = max_pending, clock
+        self._shards: dict = {}  # key -> _ShardInfo
+        self._buffers: dict = {}  # key -> deque[_Item] (shard order)
+        self._by_stream: dict = {}  # (key, stream) -> deque[_Item] not yet handed on
+        self._seen: dict = {}  # (key, stream) -> order of the last record read
+        self._streams: dict = {}  # stream -> _Stream
+        self._topics: dict = {}  # topic -> [keys]
+        self.buffered = 0
+        self.late = 0
+        self.orphans = 0
+        self.released = 0
+        self._handed_after: dict = {}  # key -> the last sequence handed to a decoder
+
+    # -- the Assembler protocol -----------------------------------------------------------------
+    def entries(self, records: Iterable[tuple], policy: ErrorPolicy) -> Iterator[tuple]:
+        for record in records:
+            key, seq, value = record[0], record[1], record[2]
+            if isinstance(value, ShardMark):
+                self._mark(key, value)
+            else:
+                self._read(key, seq, value, policy)
+            yield from self._release(policy)
+
+    def resume_at(self, key) -> None:
+        """Nothing to skip: a committed position never lies past a record handed on (shard order)."""
+
+    def held_from(self, key) -> int | None:
+        first = None
+        buf = self._buffers.get(key)
+        if buf:
+            first = buf[0].seq
+        for stream in self._streams.values():
+            for k, s in stream.fed:
+                if k == key and (first is None or s < first):
+                    first = s
+        return first
+
+    def held(self) -> int:
+        return self.buffered + sum(len(s.fed) for s in self._streams.values())
+
+    def waiting(self) -> bool:
+        """Records wait for a fresh look at shards at their end (the source's `wants_tick`)."""
+        return self.buffered > 0
+
+    def commit_safe(self) -> bool:
+        """No incomplete Entry has records on a shard past which later records were handed on: a
+        commit now is exact (a restart hands on nothing twice). Wire it into the commit (e.g. a
+        sink's `may_commit`) where exactly-once matters."""
+        for stream in self._streams.values():
+            for key, seq in stream.fed:
+                if self._handed_after.get(key, -1) > seq:
+                    return False
+        return True
+
+    def finish(self, policy: ErrorPolicy) -> Iterator[tuple]:
+        """At the true end of input (every shard finished or read to its end for good): everything
+        buffered is handed on and incomplete Entries are reported."""
+        for info in self._shards.values():
+            info.end_at = float("inf")
+        yield from self._release(policy)
+        for stream in self._streams.values():
+            self._report(stream, stream.decoder.finish(), policy)
+            stream.fed.clear()
+
+    # -- marks and records --------------------------------------------------------------------
+    def _info(self, key, parents=()) -> _ShardInfo:
+        info = self._shards.get(key)
+        if info is None:
+            info = self._shards[key] = _ShardInfo(parents)
+            self._topics.setdefault(key[0], []).append(key)
+        elif parents and not info.parents:
+            info.parents = tuple(parents)
+        return info
+
+    def _mark(self, key, mark: ShardMark) -> None:
+        info = self._info(key, mark.parents)
+        if mark.kind == "finished":
+            info.finished = True
+        elif mark.kind == "end":
+            info.end_at = max(info.end_at, mark.at)
+
+    def _read(self, key, seq: int, rec: DataHubRecord, policy: ErrorPolicy) -> None:
+        self._info(key)
+        stream, order, group = stream_of(rec)
+        st = self._streams.get(stream)
+        if st is not None and st.released is not None and order <= st.released:
+            self.late += 1
+            policy.tally.input += 1
+            err = OutOfOrderError(f"DataHub {key[0]} shard {key[1]} sequence {seq}: a record that belongs before one "
+                                  f"already handed on (its stream {stream[:3]} at {order}, handed on up to "
+                                  f"{st.released}): written after the reader saw its shard at the end for "
+                                  f"{self.settle} s (raise settle), or written twice",
+                                  shard=key[1], sequence=seq)
+            policy.reject(err, rec.data if rec.data is not None else rec.row)
+            return
+        item = _Item(key, seq, rec, stream, order, group)
+        self._buffers.setdefault(key, deque()).append(item)
+        self._by_stream.setdefault((key, stream), deque()).append(item)
+        seen = self._seen.get((key, stream))
+        if seen is None or order > seen:
+            self._seen[(key, stream)] = order
+        self.buffered += 1
+
+    # -- the merge ------------------------------------------------------------------------------
+    def _covers(self, other, head: _Item) -> bool:
+        """Whether shard `other` can no longer hold a record of `head`'s stream before it."""
+        waiting = self._by_stream.get((other, head.stream))
+        if waiting:
+            return waiting[0].order > head.order
+        info = self._shards[other]
+        if info.finished:
+            return True
+        seen = self._seen.get((other, head.stream))
+        if seen is not None and seen > head.order:
+            return True
+        if info.end_at >= head.rec.read_at + self.settle:
+            return True
+        return self._descends(other, head.key)
+
+    def _descends(self, key, ancestor) -> bool:
+        todo, done = list(self._shards[key].parents), set()
+        while todo:
+            parent = (key[0], todo.pop())
+            if parent == ancestor:
+                return True
+            if parent in done or parent not in self._shards:
+                continue
+            done.add(parent)
+            todo.extend(self._shards[parent].parents)
+        return False
+
+    def _release(self, policy: ErrorPolicy) -> Iterator[tuple]:
+        progress = True
+        while progress and self.buffered:
+            progress = False
+            for key, buf in self._buffers.items():
+                while buf:
+                    head = buf[0]
+                    if not all(self._covers(other, head) for other in self._topics[key[0]] if other != key):
+                        break
+                    buf.popleft()
+                    self._by_stream[(key, head.stream)].popleft()
+                    self.buffered -= 1
+                    progress = True
+                    yield from self._feed(head, policy)
+
+    def _stream(self, item: _Item) -> _Stream:
+        st = self._streams.get(item.stream)
+        if st is None:
+            rec = item.rec
+            if rec.row is not None:
+                table = self._table(rec.topic)
+                cols = self.columns.get(rec.topic) if self.columns else None
+                decoder = TupleDecoder(rec.schema, self.options, table=table, columns=cols,
+                                       max_pending=self.max_pending)
+            else:
+                decoder = BlobDecoder(self.options, max_pending=self.max_pending)
+            st = self._streams[item.stream] = _Stream(decoder)
+        return st
+
+    def _table(self, topic: str):
+        tables = self.tables
+        if tables is None:
+            return ("", topic)
+        name = tables(topic) if callable(tables) else tables.get(topic)
+        return name if name else ("", topic)
+
+    def _feed(self, item: _Item, policy: ErrorPolicy) -> Iterator[tuple]:
+        st = self._stream(item)
+        decoder = st.decoder
+        if st.fed and st.group != item.group:
+            # the stream moved on to another Entry: the open one can never complete
+            self.orphans += 1
+            self._report(st, decoder.finish(), policy)
+            st.fed.clear()
+        st.group = item.group
+        st.released = item.order
+        self.released += 1
+        ha = self._handed_after
+        ha[item.key] = max(ha.get(item.key, -1), item.seq)
+        rec = item.rec
+        where = {"shard": f"{item.key[0]}:{item.key[1]}", "sequence": item.seq}
+        try:
+            if rec.row is not None:
+                out = decoder.feed(rec.row, number=item.seq)
+            else:
+                out = decoder.feed_line(rec.data, line=item.seq, source=f"{item.key[0]}:{item.key[1]}")
+        except BridgeError as err:
+            count = getattr(err, "count", 1)
+            policy.tally.input += count
+            policy.reject(err.located(shard=where["shard"], sequence=item.seq),
+                          rec.data if rec.data is not None else rec.row, count)
+            return
+        self._report(st, decoder.evicted[:], policy)
+        decoder.evicted.clear()
+        if decoder.pending:
+            st.fed.append((item.key, item.seq))
+        else:
+            st.fed.clear()
+        for entry in out:
+            policy.tally.input += 1
+            yield where, entry
+
+    def _report(self, st: _Stream, errors: list, policy: ErrorPolicy) -> None:
+        for err in errors:
+            count = getattr(err, "count", 1)
+            policy.tally.input += count
+            policy.reject(err, None, count)

@@ -1,0 +1,309 @@
+"""The DataHub reader (bridge/datahub/source.py) and the shard merge (bridge/stream/shards.py) on real
+parts: pydatahub over HTTP to the stand-in DataHub (tests/support/datahub_standin.py).
+
+Blob lines come from the forward converter for known DTS input (bridge.samples), written across
+shards so that the rows of one Entry sit on three shards and update halves on two; what the reader
+rebuilds is compared, in order, with `blob_lines_to_entries` of the same lines (what `convert` does
+with one file). Never sorted before comparing order.
+"""
+import collections
+import time
+
+import pytest
+
+pytest.importorskip("datahub")
+pytestmark = pytest.mark.datahub
+
+from datahub.models import BlobRecord, FieldType, RecordSchema, TupleRecord  # noqa: E402
+
+from bridge.blob.encode import BlobEncoder  # noqa: E402
+from bridge.datahub.calls import make_client  # noqa: E402
+from bridge.datahub.source import DataHubSource, DataLossError, key_text, merge_shards, parse_key  # noqa: E402
+from bridge.options import Options  # noqa: E402
+from bridge.pipeline import run  # noqa: E402
+from bridge.samples import build_sample_entries  # noqa: E402
+from bridge.stream import ErrorPolicy, blob_lines_to_entries  # noqa: E402
+from bridge.stream.pipeline import MemoryPositions  # noqa: E402
+from bridge.stream.shards import DataHubAssembler  # noqa: E402
+from bridge.tuple.decode import tuples_to_entries  # noqa: E402
+from support.datahub_standin import DataHubError as StandInError  # noqa: E402
+from support.datahub_standin import StandInDataHub  # noqa: E402
+
+P = "proj"
+
+
+@pytest.fixture
+def server():
+    with StandInDataHub() as s:
+        yield s
+    assert s.errors == []
+
+
+@pytest.fixture
+def client(server):
+    return make_client(server.endpoint, "id", "key")
+
+
+def sample_lines(name="mixed", options=Options()):
+    """[(entry index, [line bytes])] of a sample's Entries, as the forward converter writes them."""
+    encoder = BlobEncoder(options)
+    return [(i, encoder.convert_lines(e)) for i, e in enumerate(build_sample_entries()[name])]
+
+
+def blob(line, pos=None):
+    r = BlobRecord(blob_data=line)
+    if pos is not None:
+        r.put_attribute("dts.topic", "k")
+        r.put_attribute("dts.pos", pos)
+    return r
+
+
+def write_round_robin(client, topic, entries, shards, start=0, attrs=True):
+    """Each line to the next shard in turn: an Entry's rows and an update's halves on different
+    shards. Returns the lines in source order and the next turn."""
+    turn, lines, per = start, [], collections.defaultdict(list)
+    for index, entry_lines in entries:
+        for row, line in enumerate(entry_lines):
+            per[shards[turn % len(shards)]].append(blob(line, f"0:{index}:0:{row}" if attrs else None))
+            lines.append(line)
+            turn += 1
+    for shard, records in per.items():
+        for i in range(0, len(records), 50):
+            client.put_records_by_shard(P, topic, shard, records[i:i + 50])
+    return lines, turn
+
+
+def expected(lines, options=Options()):
+    policy = ErrorPolicy("fail")
+    return [e.SerializeToString() for _, e in blob_lines_to_entries(lines, policy, options)]
+
+
+def drain(source, asm, policy, *, committed=None, until=lambda: False, timeout=20.0, on_batch=None):
+    """Read until every shard is read to its end and nothing is buffered (or `until()`)."""
+    source.open(committed or {})
+    out, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = source.poll(200, 0.05)
+        out += [e for _, e in asm.entries(batch, policy)]
+        if on_batch is not None:
+            on_batch(len(out))
+        if until() or (not batch and source.caught_up() and not asm.buffered):
+            return out
+    raise AssertionError(f"not drained: {asm.buffered} buffered, caught_up={source.caught_up()}")
+
+
+def make(client, topic, *, settle=0.0, **kw):
+    asm = DataHubAssembler(settle=settle)
+    source = DataHubSource(client, P, topic, interval=0.01, backoff=0.001, max_backoff=0.01,
+                           wants_tick=asm.waiting, **kw)
+    return source, asm
+
+
+def test_keys_text_round_trip(server, client):
+    server.create_topic(P, "t", shard_count=3)
+    source, _ = make(client, "t", from_beginning=True)
+    assert source.keys() == [("t", "0"), ("t", "1"), ("t", "2")]
+    assert [parse_key(key_text(k)) for k in source.keys()] == source.keys()
+
+
+@pytest.mark.parametrize("sample", ["mixed", "large"])
+def test_entries_across_three_shards_equal_convert(server, client, sample):
+    server.create_topic(P, "t", shard_count=3)
+    entries = sample_lines(sample)
+    lines, _ = write_round_robin(client, "t", entries, ["0", "1", "2"])
+    # the sample has Entries of several rows and updates: both are split over shards here
+    assert any(len(ls) >= 3 for _, ls in entries)
+    source, asm = make(client, "t", from_beginning=True)
+    policy = ErrorPolicy("fail")
+    got = drain(source, asm, policy)
+    assert [e.SerializeToString() for e in got] == expected(lines)
+    assert policy.tally.rejected == 0 and asm.held() == 0
+
+
+def test_dataworks_strict_lines_keep_order_per_table(server, client):
+    """Strict lines without the bridge's attributes: ordered per table by sequenceId."""
+    server.create_topic(P, "t", shard_count=3)
+    options = Options(strict=True)
+    lines, _ = write_round_robin(client, "t", sample_lines("realistic", options), ["0", "1", "2"], attrs=False)
+    source, asm = make(client, "t", from_beginning=True)
+    asm.options = options
+    got = drain(source, asm, ErrorPolicy("fail"))
+    want = [pb for pb in expected(lines, options)]
+
+    def per_table(items):
+        from bridge.wire import subscribe_pb2 as pbm
+        out = collections.defaultdict(list)
+        for raw in items:
+            e = pbm.Entry.FromString(raw)
+            out[(e.header.schemaName, e.header.tableName)].append(raw)
+        return dict(out)
+
+    assert per_table([e.SerializeToString() for e in got]) == per_table(want)
+
+
+def test_split_and_merge_mid_read(server, client):
+    server.create_topic(P, "t", shard_count=3)
+    entries = sample_lines("mixed")
+    first, second, third = entries[:30], entries[30:60], entries[60:]
+    lines, turn = write_round_robin(client, "t", first, ["0", "1", "2"])
+    source, asm = make(client, "t", from_beginning=True, relist_interval=0.05)
+    policy = ErrorPolicy("fail")
+    counts = []
+    got = drain(source, asm, policy, until=lambda: bool(counts) and counts[-1] > 5, on_batch=counts.append)
+    assert len(got) < len(expected(lines))  # stopped mid-read
+    children = server.split(P, "t", "0")  # mid-read: shard 0 is CLOSED, its children take its range
+    more, turn = write_round_robin(client, "t", second, [children[0], "1", children[1], "2"], turn)
+    merged = merge_shards(client, P, "t", "1", "2")  # pydatahub's merge_shard raises after merging
+    assert {s["shard_id"]: s["state"] for s in server.shards(P, "t")}[merged] == "ACTIVE"
+    rest, _ = write_round_robin(client, "t", third, [children[0], merged, children[1]], turn)
+    got += drain(source, asm, policy)
+    assert [e.SerializeToString() for e in got] == expected(lines + more + rest)
+    assert set(source.keys()) >= {("t", children[0]), ("t", children[1]), ("t", merged)}
+
+
+def test_faults_throttling_and_5xx(server, client):
+    server.create_topic(P, "t", shard_count=3)
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    server.faults.chaos(seed=7, p_5xx=0.2, p_throttle=0.2, p_reset=0.05, op=("GetRecords", "GetCursor", "ListShard"))
+    source, asm = make(client, "t", from_beginning=True)
+    got = drain(source, asm, ErrorPolicy("fail"))
+    assert [e.SerializeToString() for e in got] == expected(lines)
+    assert server.faults.count() > 5 and source.retries > 0
+
+
+def test_since_reads_from_a_time(server, client):
+    server.create_topic(P, "t", shard_count=3)
+    entries = sample_lines("mixed")
+    write_round_robin(client, "t", entries[:40], ["0", "1", "2"])
+    time.sleep(0.02)
+    since = int(time.time() * 1000)
+    time.sleep(0.02)
+    lines, _ = write_round_robin(client, "t", entries[40:], ["0", "1", "2"])
+    source, asm = make(client, "t", since_ms=since)
+    got = drain(source, asm, ErrorPolicy("fail"))
+    assert [e.SerializeToString() for e in got] == expected(lines)
+
+
+def test_default_start_is_the_end(server, client):
+    server.create_topic(P, "t", shard_count=2)
+    write_round_robin(client, "t", sample_lines("mixed")[:10], ["0", "1"])
+    source, asm = make(client, "t")
+    assert drain(source, asm, ErrorPolicy("fail")) == []
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed")[10:20], ["0", "1"])
+    got = drain(source, asm, ErrorPolicy("fail"))
+    assert [e.SerializeToString() for e in got] == expected(lines)
+
+
+class _Sink:
+    def __init__(self):
+        self.items = []
+
+    def write(self, where, item):
+        self.items.append(item)
+
+    def flush(self):
+        pass
+
+
+def test_run_resumes_from_committed_positions(server, client):
+    """The pipeline loop commits per shard never past what the merge holds; a second run from the
+    committed positions hands on the rest: each Entry once, in order."""
+    server.create_topic(P, "t", shard_count=3)
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    positions = MemoryPositions()
+    sink = _Sink()
+    for limit in (40, 75, None):
+        source, asm = make(client, "t", from_beginning=True)
+        run(source, positions, asm, lambda e: [e.SerializeToString()], sink, ErrorPolicy("fail"),
+            max_records=limit, idle_timeout=0.3, poll_timeout=0.02)
+        assert all(isinstance(v[0], int) for v in positions.stored.values())
+    assert sink.items == expected(lines)
+
+
+class _Expiring(StandInDataHub):
+    """Records below `floor[shard]` are past the lifecycle (the stand-in keeps every record)."""
+    floor: dict = {}
+
+    def _get_cursor(self, s, ctype, body):
+        floor = self.floor.get(s.shard_id, 0)
+        if ctype == "OLDEST":
+            return {"Cursor": self._cursor(s.shard_id, floor), "RecordTime": 0, "Sequence": floor}
+        if ctype == "SEQUENCE" and isinstance(body.get("Sequence"), int) and body["Sequence"] < floor:
+            raise StandInError("SeekOutOfRange", "expired")
+        return super()._get_cursor(s, ctype, body)
+
+
+def test_data_loss_past_lifecycle():
+    with _Expiring() as server:
+        client = make_client(server.endpoint, "id", "key")
+        server.create_topic(P, "t", shard_count=1)
+        client.put_records_by_shard(P, "t", "0", [blob(b'{"x": %d}' % i) for i in range(10)])
+        server.floor = {"0": 4}
+        source, asm = make(client, "t")
+        with pytest.raises(DataLossError, match="past the topic's lifecycle"):
+            source.open({("t", "0"): 2})
+        source, asm = make(client, "t", fail_on_data_loss=False)
+        source.open({("t", "0"): 2})
+        got = source.poll(100, 0.1)
+        assert [r[1] for r in got if r[2].__class__.__name__ == "DataHubRecord"] == list(range(4, 10))
+        assert source.lost == {("t", "0"): 2}
+
+
+TUPLE_FIELDS = [("id", "bigint"), ("name", "string"), ("_sequence_id_", "string"), ("_operation_type_", "string"),
+                ("_execute_time_", "bigint"), ("_before_image_", "string"), ("_after_image_", "string")]
+
+
+def test_tuple_topics_by_template(server, client):
+    """DataWorks Tuple rows, several topics matched by {db}_{table}; an update's halves on two shards."""
+    schema = RecordSchema.from_lists([n for n, _ in TUPLE_FIELDS], [FieldType(t) for _, t in TUPLE_FIELDS])
+    rows = {}
+    for topic in ("shop_orders", "shop_items"):
+        server.create_topic(P, topic, shard_count=2, record_type="TUPLE", schema=schema)
+        rows[topic] = []
+        seq = 1000000
+        for i in range(12):
+            seq += 1000000
+            t = 1605339932000 + i * 1000
+            if i % 3 == 2:
+                rows[topic].append([i, f"old{i}", str(seq), "U", t, "Y", "N"])
+                rows[topic].append([i, f"new{i}", str(seq), "U", t, "N", "Y"])
+            else:
+                rows[topic].append([i, f"n{i}", str(seq), "I" if i % 3 == 0 else "D", t,
+                                    "N" if i % 3 == 0 else "Y", "Y" if i % 3 == 0 else "N"])
+        for j, values in enumerate(rows[topic]):
+            client.put_records_by_shard(P, topic, str(j % 2), [TupleRecord(schema=schema, values=values)])
+    server.create_topic(P, "other", shard_count=1)
+    source, asm = make(client, "{db}_{table}", from_beginning=True)
+    assert source.topics == ["shop_items", "shop_orders"]
+    got = drain(source, asm, ErrorPolicy("fail"))
+    names = [n for n, _ in TUPLE_FIELDS]
+    for topic in ("shop_orders", "shop_items"):
+        want = [e.SerializeToString() for e in tuples_to_entries(
+            [dict(zip(names, v)) for v in rows[topic]], {"fields": [{"name": n, "type": t.upper()}
+                                                                  for n, t in TUPLE_FIELDS]}, table=("", topic))]
+        mine = [e.SerializeToString() for e in got if e.header.tableName == topic]
+        assert mine == want and len(want) == 12
+
+
+def test_incomplete_entry_is_reported_not_dropped(server, client):
+    """An update half whose partner never comes is reported when its stream moves on."""
+    server.create_topic(P, "t", shard_count=2)
+    entries = sample_lines("mixed")
+    lines = [ln for _, ls in entries for ln in ls]
+    # drop one half of the first update
+    index = next(i for i, ln in enumerate(lines) if b'"UPDATE_BEFOR"' in ln)
+    records = []
+    n = 0
+    for e_index, ls in entries:
+        for row, line in enumerate(ls):
+            if n != index:
+                records.append((line, f"0:{e_index}:0:{row}"))
+            n += 1
+    for i, (line, pos) in enumerate(records):
+        client.put_records_by_shard(P, "t", str(i % 2), [blob(line, pos)])
+    source, asm = make(client, "t", from_beginning=True)
+    policy = ErrorPolicy("skip")
+    drain(source, asm, policy)
+    assert policy.tally.rejected == 1 and "partner" in policy.rejects[0]["reason"]
+    with pytest.raises(Exception, match="partner"):
+        drain(*make(client, "t", from_beginning=True), ErrorPolicy("fail"))
