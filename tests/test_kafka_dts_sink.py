@@ -104,8 +104,10 @@ class ListSource:
     """A pipeline Source over {key: [Envelope bytes]}: positions are list indexes; `poll` takes
     records round robin over the keys; `fail_after` raises after that many records (a crash)."""
 
-    def __init__(self, records: dict, *, per_poll: int = 7, delay: float = 0.0, fail_after: int | None = None):
+    def __init__(self, records: dict, *, per_poll: int = 7, delay: float = 0.0, fail_after: int | None = None,
+                 on_open=None):
         self.records, self.per_poll, self.delay, self.fail_after = records, per_poll, delay, fail_after
+        self.on_open = on_open
         self.next: dict = {}
         self.handed = 0
 
@@ -114,17 +116,22 @@ class ListSource:
 
     def open(self, committed) -> None:
         self.next = {k: committed.get(k) or 0 for k in self.records}
+        if self.on_open is not None:
+            self.on_open(self.next)
 
     def poll(self, budget: int, timeout: float) -> list:
         if self.delay:
             time.sleep(self.delay)
         out = []
-        while len(out) < min(budget, self.per_poll) and not self.caught_up():
+        limit = min(budget, self.per_poll)
+        if self.fail_after is not None:
+            if self.handed >= self.fail_after:
+                raise RuntimeError("the source died")
+            limit = min(limit, self.fail_after - self.handed)
+        while len(out) < limit and not self.caught_up():
             for key, values in self.records.items():
                 at = self.next[key]
-                if at < len(values) and len(out) < min(budget, self.per_poll):
-                    if self.fail_after is not None and self.handed >= self.fail_after:
-                        raise RuntimeError("the source died")
+                if at < len(values) and len(out) < limit:
                     out.append((key, at, values[at], None))
                     self.next[key] = at + 1
                     self.handed += 1
@@ -193,7 +200,7 @@ def read_back(bootstrap: str, topic: str, isolation: str = "read_committed") -> 
     return out
 
 
-def test_id(entry: pb.Entry) -> str:
+def entry_id(entry: pb.Entry) -> str:
     return next(p.value for p in entry.header.properties if p.key == TEST_ID)
 
 
@@ -207,12 +214,12 @@ def assert_exactly_once(got: dict, records: dict, partition_of=None) -> None:
     inputs = input_entries(records)
     n = len(got)
     partition_of = partition_of or (lambda e: expected_partition(e, n))
-    seen = [test_id(e) for entries in got.values() for e, _, _ in entries]
+    seen = [entry_id(e) for entries in got.values() for e, _, _ in entries]
     assert len(seen) == len(set(seen)), f"{len(seen) - len(set(seen))} Entries twice"
     assert sum(len(v) for v in inputs.values()) == len(seen)
     for p, entries in got.items():
         for key, wanted in inputs.items():
-            mine = [e.SerializeToString() for e, _, _ in entries if test_id(e).split(":")[0] == key[1]]
+            mine = [e.SerializeToString() for e, _, _ in entries if entry_id(e).split(":")[0] == key[1]]
             assert mine == [e.SerializeToString() for e in wanted if partition_of(e) == p], (p, key)
 
 
@@ -261,7 +268,7 @@ def test_abort_at_random_points_then_restart_gives_each_entry_once(kafka_broker,
     for _ in range(6):
         with pytest.raises(RuntimeError, match="source died"):
             run_once(kafka_broker.bootstrap, topic, tid, records, offsets_topic=offsets,
-                     fail_after=rnd.randint(1, total // 2), commit_interval=rnd.choice([0.0, 0.01, 0.05]))
+                     fail_after=rnd.randint(2, total // 12), per_poll=2, commit_interval=rnd.choice([0.0, 0.01, 0.05]))
     report, _, _ = run_once(kafka_broker.bootstrap, topic, tid, records, offsets_topic=offsets)
     assert report.started and any(v for v in report.started.values())  # it resumed, not restarted
     assert_exactly_once(read_back(kafka_broker.bootstrap, topic), records)
@@ -277,30 +284,33 @@ from test_kafka_dts_sink import build_input, run_once
 args = json.loads(sys.argv[1])
 records = build_input()
 run_once(args["bootstrap"], args["topic"], args["tid"], records, offsets_topic=args["offsets"],
-         store_path=args.get("store"), per_poll=2, delay=0.01, commit_interval=args["interval"])
+         store_path=args.get("store"), per_poll=2, delay=0.05, commit_interval=args["interval"],
+         on_open=lambda at: print("open", json.dumps(sorted(at.values())), flush=True))
 print("done", flush=True)
 """
 
 
-def _kill_rounds(kafka_broker, records, topic: str, tid: str | None, rounds: int, seed: int, **extra) -> int:
+def _kill_rounds(kafka_broker, records, topic: str, tid: str | None, rounds: int, seed: int, **extra) -> list:
+    """Start the child `rounds` times, each killed (SIGKILL) at a random moment of its run (once it
+    loaded its positions and started reading); returns where each round started reading."""
     rnd = random.Random(seed)
     code = CHILD.format(root=str(ROOT), tests=str(ROOT / "tests"))
-    finished = 0
+    starts = []
     for _ in range(rounds):
         args = {"bootstrap": kafka_broker.bootstrap, "topic": topic, "tid": tid, "offsets": extra.get("offsets"),
                 "store": extra.get("store"), "interval": rnd.choice([0.02, 0.1, 0.3])}
         proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(args)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=ROOT)
-        # the child needs about a second to import and start: kill it while it writes
-        time.sleep(rnd.uniform(1.0, 3.0))
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=30)
-        if proc.returncode == 0:
-            finished += 1
-        else:
-            assert proc.returncode == -signal.SIGKILL, err.decode()[-3000:]
-    return finished
+        line = proc.stdout.readline().decode()
+        assert line.startswith("open"), (line, proc.stderr.read().decode()[-3000:])
+        starts.append(json.loads(line.split(" ", 1)[1]))
+        time.sleep(rnd.uniform(0.05, 0.6))
+        os.kill(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL, err.decode()[-3000:]
+    # the kills landed while the child wrote: later rounds start further on, none reaches the end
+    assert starts[-1] != starts[0] and sum(starts[-1]) < sum(len(v) for v in records.values()), starts
+    return starts
 
 
 def test_sigkill_at_random_moments_then_restart_gives_each_entry_once(kafka_broker, records):
@@ -338,7 +348,7 @@ def test_a_zombie_is_fenced_and_its_open_transaction_never_shows(kafka_broker, r
         zpos.save({key: 21}, {key: 21})
     zombie.close()  # quietly: it is fenced
     got = read_back(kafka_broker.bootstrap, topic)
-    ids = [test_id(e) for entries in got.values() for e, _, _ in entries]
+    ids = [entry_id(e) for entries in got.values() for e, _, _ in entries]
     assert sorted(ids, key=lambda t: int(t.split(":")[1])) == [f"0:{i}" for i in range(10)]
     # the successor goes on from 10 and commits
     for i, entry in enumerate(inputs[key][10:], start=10):
@@ -347,7 +357,7 @@ def test_a_zombie_is_fenced_and_its_open_transaction_never_shows(kafka_broker, r
     spos.save({key: len(inputs[key])}, {key: len(inputs[key])})
     successor.close()
     got = read_back(kafka_broker.bootstrap, topic)
-    ids = [test_id(e) for entries in got.values() for e, _, _ in entries]
+    ids = [entry_id(e) for entries in got.values() for e, _, _ in entries]
     assert sorted(ids, key=lambda t: int(t.split(":")[1])) == [f"0:{i}" for i in range(len(inputs[key]))]
 
 
@@ -456,7 +466,7 @@ def test_no_transactions_skips_what_landed_after_the_last_commit(kafka_broker, r
     sink2.close()
     assert sink2.skipped == big
     got = read_back(kafka_broker.bootstrap, topic, "read_uncommitted")
-    ids = [test_id(e) for entries in got.values() for e, _, _ in entries]
+    ids = [entry_id(e) for entries in got.values() for e, _, _ in entries]
     assert sorted(ids, key=lambda t: int(t.split(":")[1])) == [f"2:{i}" for i in range(len(inputs[key]))]
 
 

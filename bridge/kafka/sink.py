@@ -291,9 +291,23 @@ class DtsKafkaSink:
                 self.messages += 1
                 return
             except BufferError:
-                self.producer.poll(0.1)
+                self._flushed(0.1)
             except ck.KafkaException as exc:
                 raise self._error(exc.args[0], f"cannot send to {self.topic} [{partition}]") from None
+
+    def _flushed(self, timeout: float) -> int:
+        """producer.flush; a fatal error (fenced) raised from inside a delivery callback comes out
+        of confluent-kafka as a SystemError around the KafkaException."""
+        ck = confluent()
+        try:
+            return self.producer.flush(timeout)
+        except (ck.KafkaException, SystemError) as exc:
+            cause = exc
+            while not isinstance(cause, ck.KafkaException) and cause.__cause__ is not None:
+                cause = cause.__cause__
+            if isinstance(cause, ck.KafkaException):
+                raise self._error(cause.args[0], f"records to {self.topic} were not delivered") from None
+            raise
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
@@ -307,7 +321,7 @@ class DtsKafkaSink:
         for partition in list(self._pending):
             self._emit(partition)
         deadline = time.monotonic() + self.timeout
-        while self.producer.flush(min(1.0, self.timeout)) > 0:
+        while self._flushed(min(1.0, self.timeout)) > 0:
             if time.monotonic() > deadline:
                 raise KafkaError(f"records to {self.topic} not acknowledged within {self.timeout:g} s")
         if self._failures:
@@ -348,6 +362,7 @@ class DtsKafkaSink:
             except ck.KafkaException as exc:
                 err = exc.args[0]
                 if err.retriable() and not err.fatal() and time.monotonic() < deadline:
+                    time.sleep(0.1)
                     continue
                 if err.txn_requires_abort():
                     self.abort()
