@@ -100,8 +100,7 @@ METHOD = """
 """
 
 
-def _log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+_log = timing.log
 
 
 def _chunks(entries: list, chunk_rows: int) -> list[list]:

@@ -148,18 +148,19 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
 
 def main(argv: list[str] | None = None) -> int:
     from . import workload
-    from .run import WORK_DIR, _log
+    from .timing import log as _log
+    work_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work")  # as run.WORK_DIR
     p = argparse.ArgumentParser(prog="python -m benchmarks.spark_streaming_bench", description=__doc__.split("\n")[0],
                                 epilog="Example: python -m benchmarks.spark_streaming_bench --rows 200000 --repeat 3")
     p.add_argument("--rows", type=int, default=200_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    os.makedirs(WORK_DIR, exist_ok=True)
+    os.makedirs(work_dir, exist_ok=True)
     work = workload.build(args.rows, seed=args.seed)
-    result = run(work.entries, work.rows, WORK_DIR, args.repeat, _log)
+    result = run(work.entries, work.rows, work_dir, args.repeat, _log)
     result["load_after"] = os.getloadavg()
-    path = os.path.join(WORK_DIR, "spark_streaming.json")
+    path = os.path.join(work_dir, "spark_streaming.json")
     with open(path, "w") as fh:
         json.dump(result, fh, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -57,3 +58,8 @@ def interleaved(cases: dict[str, Callable], chunks: Iterable, repeat: int,
             progress(f"chunk {index + 1}: {chunk.rows} rows, "
                      + ", ".join(f"{n} {chunk.rows / min(seconds[n]):,.0f}/s" for n in names))
     return out
+
+
+def log(message: str) -> None:
+    """A timestamped progress line on stderr (every benchmark module writes its progress so)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

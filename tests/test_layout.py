@@ -294,6 +294,11 @@ def test_no_import_circles():
     assert cycle_problems(ROOT / PACKAGE) == []
 
 
+def test_no_import_circles_in_the_benchmarks():
+    """The house, not only the package: benchmarks/run.py and spark_streaming_bench.py were one."""
+    assert cycle_problems(ROOT / "benchmarks") == []
+
+
 def test_nothing_imports_the_package_root():
     assert root_import_problems(ROOT / PACKAGE) == []
 
