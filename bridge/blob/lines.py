@@ -64,8 +64,8 @@ def entries_to_blob_lines(entries: bytes | Iterable[bytes], options: Options = D
     `max_bytes` bytes of lines (their lengths added up; LIST_BYTES, 256 MiB, by default): an Entry
     whose lines would take it past that raises OutputTooLargeError naming the Entry (its index,
     seqId and table), the size reached and the bound; take the lines from `stream_blob_lines` instead, or pass a
-    larger `max_bytes`. Every Entry is parsed before the first is converted, so bytes that do not
-    parse are a DecodeError, whichever Entry comes first.
+    larger `max_bytes`. Bytes of one `Entries` that do not parse are a DecodeError before any
+    Entry is converted; Entry encodings are parsed one by one as they are converted.
 
     >>> e = pb.Entry(header=pb.Header(messageType=pb.HEARTBEAT, timestamp=1605339932, seqId=9))
     >>> _ = e.event.heartbeatEvent.SetInParent()
@@ -77,7 +77,7 @@ def entries_to_blob_lines(entries: bytes | Iterable[bytes], options: Options = D
     convert = _encoder(options).stream_lines
     out: list = []
     size = 0
-    for index, entry, raw in list(_parsed(entries)):
+    for index, entry, raw in _parsed(entries):
         try:
             lines = convert(entry, raw)
         except BridgeError as exc:
