@@ -298,7 +298,18 @@ class TupleEncoder:
 
     def convert(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict]:
         """The Tuple rows of one Entry, all at once (`stream` for a writer that takes them one by one)."""
-        return self._run(self._convert, entry, raw)
+        header = entry.header  # `_run(self._convert, ...)` unrolled: this runs once per Entry
+        try:
+            out = self._convert(entry, header, raw)
+        except BridgeError as exc:
+            raise exc.located(seq_id=header.seqId, table=_table_name(header))
+        except (ValueError, TypeError, OverflowError, UnicodeError) as exc:
+            raise ConversionError(f"cannot convert entry ({exc})", seq_id=header.seqId,
+                                  table=_table_name(header)) from exc
+        if out:
+            self.entries += 1
+            self.emitted += len(out)
+        return out
 
     def stream(self, entry: pb.Entry, raw: bytes | None = None) -> list[dict] | _StreamedRows:
         """The rows of `convert(entry, raw)` for a writer that takes them one by one (the CLI's
