@@ -100,6 +100,42 @@ def test_a_datahub_op_update_on_an_update_header_keeps_its_two_halves():
     assert [orjson.loads(line)["payload"]["op"] for line in lines] == ["UPDATE_BEFOR", "UPDATE_AFTER"] * 3
 
 
+@pytest.mark.parametrize("where", ["header", "row", "last row"])
+@pytest.mark.parametrize("dml_type, nrows", [(pb.DELETE, 1), (pb.INSERT, 1), (pb.DELETE, 2), (pb.INSERT, 3)])
+def test_a_datahub_op_update_on_a_row_of_one_message_is_an_ordinary_property(where, dml_type, nrows):
+    """The fuzz target's find: `datahub:op=UPDATE` in the row properties of a DELETE made
+    `BlobEncoder.convert` raise a bare IndexError (facts_hold's reading merged the row's 'two
+    halves', of which there was one); on a later row of an INSERT or DELETE it merged the message
+    of the row before. Only an update's halves can have come as one message: anywhere else the key
+    is the Entry's own, kept exactly, on the C and Python paths alike."""
+    entry = dml(dml_type, nrows)
+    rows = entry.event.dmlEvent.rows
+    target = {"header": entry.header.properties, "row": rows[0].properties, "last row": rows[-1].properties}[where]
+    target.add(key="datahub:op", value="UPDATE")
+    assert not facts_hold(entry)
+    lines = assert_exact(entry)
+    op = pb.DMLType.Name(dml_type)
+    assert [orjson.loads(line)["payload"]["op"] for line in lines] == [op] * nrows
+    assert_same(entry.SerializeToString())
+
+
+def test_the_fuzz_targets_delete_with_datahub_op_update_round_trips_exactly():
+    """The fuzz target's Entry itself (tests/fuzz_seeds/datahub-op-update-on-a-delete-row.pb), built fresh."""
+    entry = pb.Entry(header=pb.Header(version=2, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=1700000000,
+                                      schemaName="db", tableName="t2", seqId=1000))
+    event = entry.event.dmlEvent
+    event.dmlEventType = pb.DELETE
+    event.columns.add(name="c0", originalType="bigint(20)", isKey=True)
+    row = event.rows.add()
+    row.oldColumns.add(dataType=pb.NA)
+    row.properties.add(key="datahub:op", value="UPDATE")
+    raw = entry.SerializeToString()
+    [msg] = bridge.BlobEncoder().convert(pb.Entry.FromString(raw), raw)
+    assert msg["payload"]["op"] == "DELETE" and msg["dts"]["rowProperties"] == [["datahub:op", "UPDATE"]]
+    assert_exact(entry)
+    assert_same(raw)
+
+
 @pytest.mark.parametrize("where", ["header", "row", "column", "event"])
 @pytest.mark.parametrize("key, value", [("datahub:sequenceId", "77"), ("datahub:foo", "x"),
                                         ("datahub:eventTime", "not a number"), ("datahub:type", "BOOLEAN"),

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import orjson
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
-from bridge.blob.encode import FORMAT_VERSION
+from bridge.blob.encode import FORMAT_VERSION, facts_hold, read_back_with
 from bridge.blob.rows import native_plan
 from bridge.errors import BlobFormatError, BridgeError, ConversionError, LineTooLongError, OptionsError
 from bridge.native import speedups
@@ -487,10 +487,8 @@ class BlobDecoder:
         those only for an Entry whose such properties do not read as its DataHub facts
         (`facts_hold`); an Entry that would read so would come back as another message."""
         if self._reserved and self._check_reserved:
-            from bridge.blob.encode import facts_hold
-
             for entry in out:
-                if facts_hold(entry, None, self.options):
+                if facts_hold(entry, None, self.options, BlobDecoder):
                     raise ConversionError("the 'dts' extension holds reserved-prefix (datahub:) properties that "
                                           "read as DataHub facts of the bridge's own: no message the bridge writes")
         return out
@@ -1168,6 +1166,9 @@ def _seq_of(msg) -> str | None:
         return msg["payload"]["sequenceId"]
     except (KeyError, TypeError):
         return None
+
+
+read_back_with(BlobDecoder)  # facts_hold's default (encode cannot import this module back)
 
 
 def blob_to_entries(messages: Iterable[dict], options: Options = DEFAULT_OPTIONS) -> Iterator[pb.Entry]:

@@ -694,6 +694,9 @@ class BlobEncoder:
                         msg["dts"] = ext
                 out.append(msg)
             if row_facts and row_facts.get("op") == "UPDATE":
+                if len(ops) != 2:  # only an update's two halves can have come as one message
+                    raise ConversionError(f"datahub:op UPDATE on a row of a {pb.DMLType.Name(dml_type)} Entry: "
+                                          "no message the bridge writes")
                 out[-2:] = [_merge_update(out[-2], out[-1])]
         return out
 
@@ -1075,20 +1078,36 @@ def _has_reserved(props) -> bool:
     return any(p.key.startswith(RESERVED_PREFIX) for p in props)
 
 
-def facts_hold(entry: pb.Entry, raw: bytes | None = None, options: Options = DEFAULT_OPTIONS) -> bool:
+# The decoder `facts_hold` reads messages back with. bridge.blob.decode imports this module, so this
+# one does not import it back (an import circle, tests/test_layout.py): decode names its BlobDecoder
+# here as it loads (`read_back_with`), and every way into the package loads it (bridge/__init__.py).
+_READ_BACK: list = []
+
+
+def read_back_with(decoder: Callable[[Options], Any]) -> None:
+    """Name the decoder class (`BlobDecoder`) `facts_hold` reads an Entry's messages back with when
+    it is given none (bridge.blob.decode calls this as it loads)."""
+    _READ_BACK[:] = [decoder]
+
+
+def facts_hold(entry: pb.Entry, raw: bytes | None = None, options: Options = DEFAULT_OPTIONS,
+               decoder: Callable[[Options], Any] | None = None) -> bool:
     """Whether the reserved-prefix properties of an Entry are the bridge's own DataHub facts: the
     messages that read them so (lossless, whatever `options.strict` says) decode back to exactly
-    this Entry. What `BlobEncoder` and `BlobDecoder` ask of an Entry that holds such properties."""
-    from bridge.blob.decode import BlobDecoder  # (decode imports this module)
-
+    this Entry. What `BlobEncoder` and `BlobDecoder` ask of an Entry that holds such properties;
+    `decoder` (the `BlobDecoder` class; by default the one bridge.blob.decode named) reads back."""
+    if decoder is None:
+        if not _READ_BACK:
+            raise RuntimeError("bridge.blob.decode is not loaded: facts_hold has no decoder to read back with")
+        decoder = _READ_BACK[0]
     lossless = dataclasses.replace(options, strict=False, control_events="emit", system_time=False)
     encoder = _encoder(lossless)._twin("facts")
     try:
         messages = encoder._convert(entry, entry.header, raw)
-        decoder = BlobDecoder(lossless)
-        decoder._check_reserved = False  # (what it decodes is the facts' reading, never a user's)
-        out = [e for m in messages for e in decoder.feed(m)]
-        if decoder.finish():
+        reader = decoder(lossless)
+        reader._check_reserved = False  # (what it decodes is the facts' reading, never a user's)
+        out = [e for m in messages for e in reader.feed(m)]
+        if reader.finish():
             return False
     except (BridgeError, ValueError, TypeError, OverflowError, UnicodeError, KeyError):
         return False

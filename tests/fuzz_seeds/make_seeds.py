@@ -156,6 +156,21 @@ def issue_29() -> None:
     update.event.dmlEvent.rows[0].properties.add(key="datahub:sequenceId", value="7")
     entries.append(update)
     _write_pb("reserved-prefix-properties.pb", entries)
+    # ... and `datahub:op=UPDATE` on a row that gives one message (the fuzz target's find: facts_hold's
+    # reading merged two 'halves' and raised a bare IndexError): the found Entry as it was, then the
+    # key on the last of three INSERT rows and on a DELETE's header
+    found = pb.Entry(header=pb.Header(version=2, sourceType=pb.MYSQL, messageType=pb.DML, timestamp=T0,
+                                      schemaName="db", tableName="t2", seqId=1000))
+    found.event.dmlEvent.dmlEventType = pb.DELETE
+    found.event.dmlEvent.columns.add(name="c0", originalType="bigint(20)", isKey=True)
+    row = found.event.dmlEvent.rows.add()
+    row.oldColumns.add(dataType=pb.NA)
+    row.properties.add(key="datahub:op", value="UPDATE")
+    inserts = _dml(25, pb.INSERT, rows=3)
+    inserts.event.dmlEvent.rows[2].properties.add(key="datahub:op", value="UPDATE")
+    delete = _dml(26, pb.DELETE, rows=1)
+    delete.header.properties.add(key="datahub:op", value="UPDATE")
+    _write_pb("datahub-op-update-on-one-message-rows.pb", [found, inserts, delete])
     # 2. non-DML Entries whose Event lacks the sub-message its messageType names, holds only
     # properties, or (DDL) has no SQL
     entries = []
