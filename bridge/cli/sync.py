@@ -32,6 +32,7 @@ from bridge.cli.kafka import (
     _check_reading_args,
     _consumer_config,
     _graceful_stop,
+    _kafka_config,
     _mirror_reading,
     _watching,
 )
@@ -63,7 +64,90 @@ def _sinks(args, popts, writer, policy, source: str, options, letters, oversized
                           oversized=oversized or popts.oversized, letters=letters)
 
 
+def _since_ms(text: str | None) -> int | None:
+    """--since: epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    import datetime
+    if text.strip().lstrip("-").isdigit():
+        return int(text)
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"--since takes epoch milliseconds or an ISO 8601 time, not {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def cmd_sync_to_dts(args: argparse.Namespace) -> int:
+    """sync --to dts: DataHub -> whole Entries -> DTS Envelopes in Kafka (bridge.pipeline.to_dts)."""
+    from bridge.cli import observe
+    from bridge.datahub.sink import make_client
+    from bridge.pipeline.to_dts import sync_to_dts
+    popts = pipeline_options_from(args)
+    if args.no_transactions and not args.offsets_file:
+        raise UsageError("--no-transactions keeps the DataHub positions in a file: pass --offsets-file PATH")
+    if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
+        raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
+    options = options_from(args, {"dts", "blob", "tuple"})
+    label = f"{PROG} sync {args.project}/{args.datahub_topic} -> {args.topic}"
+    topics = args.datahub_topic.split(",") if "," in args.datahub_topic else args.datahub_topic
+    tally = Tally()
+    rejects = open(args.rejects, "ab") if args.rejects else None
+    policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally, sink=rejects_sink(rejects, tally),
+                         keep_records=False, ledger=None)
+    report = Report()
+    parts: list = []
+    metrics = observe.Metrics()
+
+    def refresh(metrics: observe.Metrics) -> None:
+        metrics.count_tally(tally)
+        for key, lag in report.lag().items():
+            metrics.lag.labels(topic=f"{key[0]}", partition=str(key[1])).set(lag)
+
+    def render(status) -> str:
+        sink = parts[0].sink if parts else None
+        written = sink.written if sink is not None else 0
+        lag = report.lag()
+        text = (f"{report.envelopes:,} DataHub records ({observe.rate_text(status.rate('in', report.envelopes))}), "
+                f"{written:,} Entries to Kafka, {tally.rejected:,} rejected, {report.commits:,} commits")
+        return text + (", lag " + " ".join(f"{k[0]}/{k[1]}:{n:,}" for k, n in sorted(lag.items())) if lag else "")
+
+    try:
+        with _graceful_stop() as stop, _watching(args, label, metrics, render, refresh):
+            done = sync_to_dts(make_client(args.datahub_endpoint, compress=popts.compress), args.project, topics,
+                               _kafka_config(args), args.topic, policy, options,
+                               from_beginning=args.from_beginning, since_ms=_since_ms(args.since),
+                               transactions=not args.no_transactions, transactional_id=args.transactional_id,
+                               offsets_file=args.offsets_file, partition_by=args.partition_by,
+                               fail_on_data_loss=not args.accept_data_loss, max_records=args.max_messages,
+                               idle_timeout=args.idle_timeout, stop=stop,
+                               commit_interval=popts.commit_interval or None, max_retries=popts.max_retries,
+                               report=report, started=parts.append)
+    finally:
+        if rejects is not None:
+            rejects.close()
+    sink = done.sink
+    committed = ", ".join(f"{k[0]}/{k[1]}:{o}" for k, o in sorted(report.committed.items())) or "nothing new"
+    if args.json:
+        doc = {"datahub_topic": args.datahub_topic, "kafka_topic": args.topic, "input": tally.input,
+               "converted": tally.converted, "rejected": tally.rejected, "not_emitted": tally.not_emitted,
+               "entries_written": sink.written, "kafka_messages": sink.messages, "already_landed": sink.skipped,
+               "transactions": sink.commits, "records": report.envelopes, "commits": report.commits,
+               "committed": {f"{k[0]}/{k[1]}": o for k, o in sorted(report.committed.items())},
+               "stopped": report.stopped}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.flush()
+    print(f"{label}: {tally.summary()}; {sink.written} Entries written to Kafka in {sink.messages} messages "
+          f"({sink.skipped} found already there), {sink.commits} transactions; read {report.envelopes} DataHub "
+          f"records; committed {committed}; stopped: {report.stopped}", file=sys.stderr)
+    return 1 if tally.rejected else 0
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
+    if args.to == "dts":
+        return cmd_sync_to_dts(args)
     from bridge import kafka, sync
     from bridge.cli import observe
     from bridge.datahub.sink import DataHubWriter, make_client
@@ -210,9 +294,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if tally.rejected else 0
 
 
-def _add_datahub_flags(parser, topic_help: str) -> None:
+def _add_datahub_flags(parser, topic_help: str, to=("blob", "tuple")) -> None:
     """Where and how records go to DataHub (sync and replay)."""
-    parser.add_argument("--to", choices=("blob", "tuple"), default="blob", help="DataHub record type (default: blob)")
+    parser.add_argument("--to", choices=to, default="blob",
+                        help="DataHub record type (default: blob)" + ("; dts: the other way, DataHub -> Kafka DTS "
+                                                                      "Envelopes" if "dts" in to else ""))
     parser.add_argument("--datahub-endpoint", required=True, metavar="URL", help="DataHub endpoint")
     parser.add_argument("--project", required=True, help="DataHub project")
     parser.add_argument("--datahub-topic", required=True, metavar="NAME", help=topic_help)
@@ -237,7 +323,20 @@ def register(commands) -> None:
     _add_kafka_flags(parser)
     _add_reading_flags(parser)
     _add_datahub_flags(parser, "Blob: the topic (or one per database with {db}); Tuple: a template with {db} and "
-                               "{table}, e.g. '{db}_{table}'")
+                               "{table}, e.g. '{db}_{table}'; with --to dts the topic(s) read: a Blob topic, Tuple "
+                               "topics by a comma-separated list or a template", to=("blob", "tuple", "dts"))
+    back = parser.add_argument_group("--to dts (DataHub -> Kafka)")
+    back.add_argument("--since", metavar="TIME", help="shards without a committed position start at this time "
+                      "(epoch ms or ISO 8601); default: --from-beginning's oldest record, else the end")
+    back.add_argument("--transactional-id", metavar="ID", help="Kafka transactional.id (default: derived from "
+                      "the project, the DataHub topic and the Kafka topic: stable, so a restart fences a zombie)")
+    back.add_argument("--no-transactions", action="store_true", help="for brokers without transactions: an "
+                      "idempotent producer, positions in --offsets-file and record headers, and a look at each "
+                      "output partition's tail on restart (exactly-once effect)")
+    back.add_argument("--partition-by", choices=("table", "key"), default="table",
+                      help="Kafka partition of an Entry: by table (default, as DTS) or by table and primary key")
+    back.add_argument("--accept-data-loss", action="store_true", help="records past a topic's lifecycle (the "
+                      "committed position is gone) are counted and skipped instead of stopping the run")
     add_pipeline_flags(parser, ("workers", "max_buffered", "commit_interval"))
     parser.add_argument("--include", action="append", metavar="PATTERN",
                         help="only tables whose db.table matches this shell pattern (repeatable; e.g. 'shop.*')")

@@ -53,6 +53,9 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     flush = sink.flush
     mark_sink = getattr(sink, "mark", None)
     may_commit = getattr(sink, "may_commit", None)
+    # an assembler may know that a commit now would not be exact (DataHubAssembler: an Entry split
+    # across shards is incomplete while later records of one of its shards were handed on)
+    commit_safe = getattr(assembler, "commit_safe", None)
     last_commit = [time.monotonic()]
 
     def commit() -> None:
@@ -63,6 +66,9 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
             held = assembler.held_from(k)
             safe[k] = nxt if held is None else held
         changed = {k: off for k, off in safe.items() if committed.get(k) != off}
+        if changed and commit_safe is not None and not commit_safe():
+            report.deferred += 1  # the assembler cannot vouch for these positions yet: commit later
+            return
         if changed and may_commit is not None and not may_commit({**committed, **changed}):
             report.deferred += 1  # the sink cannot vouch for these positions yet: commit later
             return

@@ -81,6 +81,9 @@ class Assembler(Protocol):
     def held(self) -> int:
         """How many records it holds (for the report)."""
 
+    # optional: commit_safe() -> bool, False while a commit at the held positions would not be
+    # exact (the loop then commits later); DataHubAssembler has it
+
 
 @runtime_checkable
 class Sink(Protocol):

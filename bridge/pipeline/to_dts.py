@@ -1,0 +1,106 @@
+"""The reverse pipeline: DataHub (Blob or Tuple topics) -> whole Entries -> DTS Envelopes in Kafka,
+exactly once (`dts-bridge sync --to dts`, docs/kafka.md "DataHub -> Kafka").
+
+It is the forward pipeline's loop with the other pair of parts, nothing else:
+
+| seam       | forward (`bridge.sync`)         | reverse (here)                                             |
+|------------|---------------------------------|------------------------------------------------------------|
+| Source     | `kafka.KafkaSource`             | `datahub.source.DataHubSource` (shards, splits, merges)    |
+| Assembler  | `stream.pipeline.DtsAssembler`  | `stream.shards.DataHubAssembler` (shards merged per stream)|
+| convert    | BlobEncoder / TupleEncoder      | none: the Entry itself                                     |
+| Sink       | `sync.BlobSink` / `TupleSink`   | `kafka.DtsKafkaSink` (Envelopes, per-table partitions)     |
+| Positions  | `kafka.GroupOffsets` / file     | `kafka.TransactionalPositions` (same transaction), or a file + the sink's tail look |
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bridge.datahub.source import DataHubSource, key_text, parse_key
+from bridge.kafka import DtsKafkaSink, FileOffsets, TailPositions, TransactionalPositions, transactional_id_for
+from bridge.options import DEFAULT_OPTIONS, Options
+from bridge.pipeline import run
+from bridge.stream import ErrorPolicy
+from bridge.stream.pipeline import Report
+from bridge.stream.shards import DataHubAssembler
+
+__all__ = ["ToDts", "datahub_source_of", "sync_to_dts"]
+
+
+def datahub_source_of(where: dict) -> tuple | None:
+    """(source key, order token) of an Entry the DataHub assembler handed on: its shard and the
+    sequence of the record that completed it (records are handed on in shard order)."""
+    if not where or "shard" not in where or "sequence" not in where:
+        return None
+    return parse_key(where["shard"]), (where["sequence"],)
+
+
+@dataclass
+class ToDts:
+    """The parts of one reverse pipeline, built by `sync_to_dts` (the CLI reads its counts)."""
+    source: DataHubSource
+    assembler: DataHubAssembler
+    sink: DtsKafkaSink
+    positions: object
+    report: Report
+
+
+def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_config: dict, kafka_topic: str,
+                policy: ErrorPolicy, options: Options = DEFAULT_OPTIONS, *, from_beginning: bool = False,
+                since_ms: int | None = None, transactions: bool = True, transactional_id: str | None = None,
+                offsets_file: str | None = None, partition_by: str = "table", fail_on_data_loss: bool = True,
+                max_records: int | None = None, idle_timeout: float | None = None,
+                stop: Callable[[], bool] = lambda: False, commit_interval: float | None = 5.0,
+                max_retries: int = 12, settle: float = 1.0, report: Report | None = None,
+                started: Callable[[ToDts], None] | None = None) -> ToDts:
+    """Read `datahub_topic` of `project` (a Blob topic, Tuple topics by list or `{db}_{table}`
+    template) from the committed positions (else the oldest record with `from_beginning`, else
+    `since_ms`, else the end), rebuild whole Entries and write them to `kafka_topic` as DTS
+    Envelopes. With `transactions` the records and the DataHub positions are committed in one
+    Kafka transaction (offsets topic); without, positions go to `offsets_file` and a restart looks
+    at each output partition's tail. `settle`: seconds a shard must be seen at its end before it
+    counts as holding nothing earlier (a writer still writing: docs/kafka.md, "Reading DataHub").
+    `started(parts)` is called once the parts exist (the CLI watches them)."""
+    name = datahub_topic if isinstance(datahub_topic, str) else ",".join(datahub_topic)
+    tid = (transactional_id or transactional_id_for(project, name, kafka_topic)) if transactions else None
+    assembler = DataHubAssembler(options, settle=settle)
+    source = DataHubSource(client, project, datahub_topic, from_beginning=from_beginning, since_ms=since_ms,
+                           fail_on_data_loss=fail_on_data_loss, max_retries=max_retries,
+                           wants_tick=assembler.waiting)
+    sink = DtsKafkaSink(kafka_config, kafka_topic, transactional_id=tid, transactions=transactions,
+                        partition_by=partition_by, max_message_bytes=options.max_message_bytes,
+                        key_text=key_text, source_of=datahub_source_of)
+    if transactions:
+        positions = TransactionalPositions(sink, key_text=key_text, parse_key=parse_key)
+    else:
+        if not offsets_file:
+            raise ValueError("without transactions the DataHub positions go to a file: give offsets_file")
+        positions = TailPositions(_KeyedFile(FileOffsets(offsets_file, name)), sink)
+    parts = ToDts(source, assembler, sink, positions, report if report is not None else Report())
+    if started is not None:
+        started(parts)
+    try:
+        run(source, positions, assembler, lambda entry: entry, sink, policy, max_records=max_records,
+            idle_timeout=idle_timeout, stop=stop, report=parts.report, size=lambda entry: 1,
+            commit_interval=commit_interval)
+    finally:
+        sink.close()
+    return parts
+
+
+class _KeyedFile:
+    """FileOffsets keyed by text: DataHub keys are (topic, shard) pairs, stored as "topic:shard"."""
+
+    def __init__(self, store: FileOffsets) -> None:
+        self.store = store
+
+    @property
+    def times(self) -> dict:
+        return self.store.times
+
+    def load(self, keys: list) -> dict:
+        got = self.store.load([key_text(k) for k in keys])
+        return {parse_key(k): v for k, v in got.items()}
+
+    def save(self, commit: dict, read: dict) -> None:
+        self.store.save({key_text(k): v for k, v in commit.items()}, {key_text(k): v for k, v in read.items()})
