@@ -289,11 +289,15 @@ class DtsKafkaSink:
                 self.producer.produce(self.topic, value=value, partition=partition, headers=headers,
                                       on_delivery=self._delivered)
                 self.messages += 1
+                self.producer.poll(0)  # serve delivery reports as we go
                 return
             except BufferError:
                 self._flushed(0.1)
-            except ck.KafkaException as exc:
-                raise self._error(exc.args[0], f"cannot send to {self.topic} [{partition}]") from None
+            except (ck.KafkaException, SystemError) as exc:
+                err = _kafka_error(exc)
+                if err is None:
+                    raise
+                raise self._error(err, f"cannot send to {self.topic} [{partition}]") from None
 
     def _flushed(self, timeout: float) -> int:
         """producer.flush; a fatal error (fenced) raised from inside a delivery callback comes out
@@ -302,12 +306,10 @@ class DtsKafkaSink:
         try:
             return self.producer.flush(timeout)
         except (ck.KafkaException, SystemError) as exc:
-            cause = exc
-            while not isinstance(cause, ck.KafkaException) and cause.__cause__ is not None:
-                cause = cause.__cause__
-            if isinstance(cause, ck.KafkaException):
-                raise self._error(cause.args[0], f"records to {self.topic} were not delivered") from None
-            raise
+            err = _kafka_error(exc)
+            if err is None:
+                raise
+            raise self._error(err, f"records to {self.topic} were not delivered") from None
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
@@ -359,8 +361,10 @@ class DtsKafkaSink:
             try:
                 self.producer.commit_transaction(self.timeout)
                 break
-            except ck.KafkaException as exc:
-                err = exc.args[0]
+            except (ck.KafkaException, SystemError) as exc:
+                err = _kafka_error(exc)
+                if err is None:
+                    raise
                 if err.retriable() and not err.fatal() and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
@@ -460,6 +464,15 @@ class DtsKafkaSink:
                     if last is None or token > last:
                         self.landed[(partition, key)] = token
             end = start
+
+
+def _kafka_error(exc: BaseException):
+    """The librdkafka error of a KafkaException, also when confluent-kafka raised it from inside a
+    callback (a SystemError whose cause is the KafkaException); None if there is none."""
+    ck = confluent()
+    while exc is not None and not isinstance(exc, ck.KafkaException):
+        exc = exc.__cause__ or exc.__context__
+    return exc.args[0] if exc is not None else None
 
 
 def _marks(headers) -> dict | None:
