@@ -1,4 +1,4 @@
-"""(f2) Streaming `bridge.spark.dts_to_blob` against the batch job on the same input, local[2].
+"""(f2) Streaming `bridge.spark.dts_to_blob` against Spark's streaming floor and the batch job, local[2].
 
 The Kafka-shaped input (as (f): topic, partitions 0..1 interleaved, offset, value) is cut into
 `FILES` Parquet files at offsets inside split Entries where there are any, so each file is one
@@ -8,7 +8,10 @@ the state store, one micro-batch per file) into the `noop` sink, and once more w
 file (one micro-batch). `streaming_running` is the pace of the micro-batches after the first
 (input rows over their `triggerExecution` time, from the query's progress): a running query,
 its start left out; `streaming_one_micro_batch_add_batch` the one micro-batch's own Spark job
-(`addBatch`: reading, shuffling, converting, the state), without the query's start. The batch pass is
+(`addBatch`: reading, shuffling, converting, the state), without the query's start. `floor` is
+Spark's own streaming floor on the same files and trigger (issue 33): the stream shuffled by Kafka
+(topic, partition) and passed through an identity `mapInArrow` into `noop`; `streaming_tuple` is
+`dts_to_tuple` of the workload's table; `*_running_vs_floor` compare the running paces. The batch pass is
 `dts_to_blob(spark.read.parquet(...))` of the same files (it shuffles into Kafka order, as the
 streaming job groups by Kafka partition) into `noop`. Both are warmed up once; the best of
 `repeat` alternating rounds counts.
@@ -63,6 +66,18 @@ def _write_files(envelopes: list, folder: str, files: int = FILES) -> int:
     return inside
 
 
+# Spark's own streaming floor on the same files and trigger: the input shuffled by Kafka partition
+# (as the stateful transform groups it) and handed through Python unchanged, into `noop`.
+FLOOR_COLUMNS = "`topic` STRING, `partition` INT, `offset` BIGINT, `value` BINARY"
+
+
+def _floor(stream):
+    def identity(batches):
+        yield from batches
+    return (stream.select("topic", "partition", "offset", "value").repartition("topic", "partition")
+            .mapInArrow(identity, FLOOR_COLUMNS))
+
+
 def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str], None]) -> dict:
     try:
         import pyarrow  # noqa: F401
@@ -70,6 +85,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     except ImportError as exc:
         return {"skipped": f"pyspark/pyarrow not installed ({exc.name}): pip install 'dts-datahub-bridge[spark]'"}
     import bridge.spark as bs
+    from bridge.tuple import record_schema
 
     envelopes = [segment for env in bridge.pack_entries(entries)
                  for segment in bridge.split_entries(env.data, SEGMENT_BYTES)]
@@ -78,6 +94,10 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     whole = os.path.join(work_dir, f"spark_stream_{rows}_one_file")
     _write_files(envelopes, whole, 1)
     split = sum(env.total > 1 for env in envelopes)
+    first = next(e for e in entries if e.header.messageType == bridge.pb.DML)
+    table = f"{first.header.schemaName}.{first.header.tableName}"
+    columns = list(first.event.dmlEvent.columns)
+    schema = record_schema(columns)
     log(f"spark streaming: {rows} rows in {len(envelopes)} Envelopes ({split} segments of split Entries), "
         f"{FILES} files, {inside} cuts inside an Entries; starting local[2]")
     spark = bs.local_session("bridge-bench")
@@ -88,12 +108,13 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     checkpoints = os.path.join(work_dir, "spark_stream_checkpoints")
     counter = iter(range(1 << 30))
     add_batch: list = []  # seconds of the one-micro-batch pass's addBatch
-    steady: list = []  # (share of the input, seconds) of the micro-batches after the first, per streaming pass
+    # per pass: (share of the input, seconds) of the micro-batches after the first, per run
+    steady: dict[str, list] = {}
 
-    def stream_pass(source: str) -> int:
+    def stream_pass(name: str, source: str, transform) -> int:
         checkpoint = os.path.join(checkpoints, str(next(counter)))
         stream = spark.readStream.schema(bs.KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
-        query = (bs.dts_to_blob(stream).writeStream.format("noop").option("checkpointLocation", checkpoint)
+        query = (transform(stream).writeStream.format("noop").option("checkpointLocation", checkpoint)
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         progress = query.recentProgress
@@ -101,16 +122,21 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
             add_batch.append(progress[0]["durationMs"]["addBatch"] / 1000)
         if len(progress) > 1:  # the micro-batches after the first: the running query, its start left out
             later = progress[1:]
-            steady.append((sum(p["numInputRows"] for p in later) / sum(p["numInputRows"] for p in progress),
-                           sum(p["durationMs"]["triggerExecution"] for p in later) / 1000))
+            steady.setdefault(name, []).append(
+                (sum(p["numInputRows"] for p in later) / sum(p["numInputRows"] for p in progress),
+                 sum(p["durationMs"]["triggerExecution"] for p in later) / 1000))
         shutil.rmtree(checkpoint, ignore_errors=True)
         return len(progress)
 
     def batch_pass() -> None:
         spark_bench._noop(bs.dts_to_blob(spark.read.parquet(folder)))
 
-    passes = {"batch": batch_pass, "streaming": lambda: stream_pass(folder),
-              "streaming_one_micro_batch": lambda: stream_pass(whole)}
+    passes = {"batch": batch_pass,
+              "floor": lambda: stream_pass("floor", folder, _floor),
+              "streaming": lambda: stream_pass("streaming", folder, bs.dts_to_blob),
+              "streaming_tuple": lambda: stream_pass("streaming_tuple", folder,
+                                                     lambda s: bs.dts_to_tuple(s, table, schema, columns=columns)),
+              "streaming_one_micro_batch": lambda: stream_pass("one", whole, bs.dts_to_blob)}
     try:
         shutil.rmtree(checkpoints, ignore_errors=True)
         for run_pass in passes.values():  # warm-up: workers, the state store, the JVM's compilation
@@ -125,13 +151,15 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
                 micro_batches[name] = run_pass()
                 times[name].append(time.perf_counter() - start)
             log(f"spark streaming round {rep + 1}: " +
-                ", ".join(f"{n} {rows / t[-1]:,.0f} rows/s" for n, t in times.items()))
+                ", ".join(f"{n} {rows / t[-1]:,.0f} rows/s" for n, t in times.items()) + "; running: " +
+                ", ".join(f"{n} {rows * s[-1][0] / s[-1][1]:,.0f} rows/s" for n, s in steady.items()))
     finally:
         spark.stop()
         shutil.rmtree(checkpoints, ignore_errors=True)
     best = {name: min(t) for name, t in times.items()}
-    share, seconds = min(steady, key=lambda x: x[1] / x[0])
-    best["streaming_running"] = seconds / share  # the whole input at the running query's best pace
+    for name in ("floor", "streaming", "streaming_tuple"):
+        share, seconds = min(steady[name], key=lambda x: x[1] / x[0])
+        best[f"{name}_running"] = seconds / share  # the whole input at the running query's best pace
     best["streaming_one_micro_batch_add_batch"] = min(add_batch)
     return {
         "rows": rows, "envelopes": len(envelopes), "split_segments": split, "files": FILES,
@@ -141,7 +169,13 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         "streaming_vs_batch": round(best["batch"] / best["streaming"], 3),
         "streaming_one_micro_batch_vs_batch": round(best["batch"] / best["streaming_one_micro_batch"], 3),
         "streaming_running_vs_batch": round(best["batch"] / best["streaming_running"], 3),
+        "streaming_running_vs_floor": round(best["floor_running"] / best["streaming_running"], 3),
+        "streaming_tuple_running_vs_floor": round(best["floor_running"] / best["streaming_tuple_running"], 3),
+        "streaming_vs_floor": round(best["floor"] / best["streaming"], 3),
         "add_batch_vs_batch": round(best["batch"] / best["streaming_one_micro_batch_add_batch"], 3),
+        # each round's running paces side by side (rows/s), so the ratio's spread shows
+        "running_samples": {name: [round(rows * share / seconds) for share, seconds in s]
+                            for name, s in steady.items()},
         "samples": times,
     }
 
