@@ -188,10 +188,13 @@ def test_source_table_option():
 
 
 def test_datahub_facts_override_sequence_id_and_time():
-    entry = dml(COLUMNS, pb.INSERT, [([], [i64(1), text("a")])],
-                props=[("datahub:sequenceId", "42"), ("datahub:eventTime", "1605339932123")])
+    """Where and as the bridge writes them (row properties, agreeing with the header); a header's
+    are the Entry's own properties, which a Tuple row cannot carry (tests/test_hostile_round2_tuple.py)."""
+    entry = dml(COLUMNS, pb.INSERT, [([], [i64(1), text("a")])])
+    entry.event.dmlEvent.rows[0].properties.add(key="datahub:eventTime", value="1605339932123")
+    entry.event.dmlEvent.rows[0].properties.add(key="datahub:sequenceId", value="7000042")
     [row] = entry_to_tuples(entry)
-    assert (row["_sequence_id_"], row["_execute_time_"]) == ("42", 1605339932123)
+    assert (row["_sequence_id_"], row["_execute_time_"]) == ("7000042", 1605339932123)
 
 
 def test_na_becomes_null():

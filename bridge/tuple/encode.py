@@ -220,10 +220,72 @@ def load_record_schema(schema) -> dict:
 
 # ---- the encoder ---------------------------------------------------------------------------------
 
-def _facts(props) -> dict:
-    """DataHub facts (reserved-prefix properties) of a properties list."""
-    n = len(RESERVED_PREFIX)
-    return {p.key[n:]: p.value for p in props if p.key.startswith(RESERVED_PREFIX)}
+# ---- reserved-prefix properties (docs/tuple.md, "DataHub facts"): a row change's facts are what
+# TupleDecoder writes (and the Blob decoder, for its rows' sequenceId and eventTime); every other
+# reserved-prefix key of a DML Entry is an ordinary property, which a Tuple row cannot carry
+
+_TUPLE_FACTS = frozenset(("eventTime", "sequenceId", "sourceTable"))
+_NO_FACTS: dict = {}
+_MAX_SEQ_ID = 1 << 64
+
+
+def _has_reserved(props) -> bool:
+    return any(p.key.startswith(RESERVED_PREFIX) for p in props)
+
+
+def _not_facts(where: str, props, why: str) -> ConversionError:
+    keys = sorted({p.key for p in props if p.key.startswith(RESERVED_PREFIX)})
+    return ConversionError(f"{where} properties hold reserved-prefix keys that are not the bridge's DataHub facts "
+                           f"({why}): a Tuple row cannot carry them", value=keys)
+
+
+def _check_entry_properties(entry: pb.Entry, header: pb.Header) -> None:
+    """A DML Entry's header and event properties hold no reserved-prefix key: the bridge writes its
+    facts only in row properties, so such a key is the Entry's own, and a Tuple row has no place
+    for it (it was read as a fact before, and rewrote the row's meta columns)."""
+    if header.properties and _has_reserved(header.properties):
+        raise _not_facts("header", header.properties, "the bridge writes none in a DML Entry's header")
+    if _has_reserved(entry.event.properties):
+        raise _not_facts("event", entry.event.properties, "the bridge writes none in an Event")
+
+
+def _row_facts(row, header: pb.Header, index: int) -> dict:
+    """The DataHub facts of a row change (name -> value), or ConversionError: its reserved-prefix
+    properties are facts only when they are exactly what TupleDecoder writes for the meta columns
+    they give, on an Entry whose header is the one TupleDecoder writes for them: `sequenceId`
+    (digits; the header's seqId is its value // 10**6, 0 past 64 bits; there when it is not
+    `sequence_id(seqId, index)`), `eventTime` (epoch ms that are not whole seconds, of the header's
+    second), `sourceTable` (split at its first dot it names the header's table, and it is not
+    `db.table`), in that (sorted) order; so DTS -> Tuple -> DTS gives them back. Anything else is
+    the Entry's own property, which no Tuple row can carry."""
+    pairs = [(p.key[len(RESERVED_PREFIX):], p.value) for p in row.properties if p.key.startswith(RESERVED_PREFIX)]
+    if not pairs:
+        return _NO_FACTS
+    facts = dict(pairs)
+    why = None
+    if not facts.keys() <= _TUPLE_FACTS:
+        why = "not a Tuple fact: " + ", ".join(RESERVED_PREFIX + k for k in sorted(facts.keys() - _TUPLE_FACTS))
+    elif [k for k, _ in pairs] != sorted(facts):
+        why = "repeated, or not in the order the bridge writes them"
+    else:
+        seq, time, source = facts.get("sequenceId"), facts.get("eventTime"), facts.get("sourceTable")
+        table = f"{header.schemaName}.{header.tableName}"
+        if seq is not None:
+            value = int(seq) if seq.isdigit() and seq.isascii() else None
+            if value is None or seq == sequence_id(header.seqId, index) or header.seqId != (
+                    value // _ROW_SCALE if value // _ROW_SCALE < _MAX_SEQ_ID else 0):
+                why = f"sequenceId {seq!r} is not what the bridge writes for seqId {header.seqId}, row {index}"
+        if why is None and time is not None:
+            value = int(time) if time.isdigit() and time.isascii() else None
+            if value is None or not value % 1000 or value // 1000 != header.timestamp:
+                why = f"eventTime {time!r} is not a millisecond of timestamp {header.timestamp}"
+        if why is None and source is not None:
+            db, _, name = source.partition(".")
+            if source == table or (db, name) != (header.schemaName, header.tableName):
+                why = f"sourceTable {source!r} is not the header's table {table!r} as TupleDecoder writes it"
+    if why is not None:
+        raise _not_facts("row", row.properties, why)
+    return facts
 
 
 def _table_name(header: pb.Header) -> str | None:
@@ -358,11 +420,11 @@ class TupleEncoder:
         check_dml_event(dml)
         images = ROW_IMAGES[dml.dmlEventType]
         table = self._wire_table(dml, header, raw)
-        facts = _facts(header.properties) if header.properties else {}
+        _check_entry_properties(entry, header)
         check_row_images(dml)
         rows, nrows = dml.rows, len(dml.rows)
         step = max(1, _PIECE_CELLS // (len(images) * (len(table.names) + len(self._meta))))
-        native = table.native is not None and not facts
+        native = table.native is not None
         for first in range(0, nrows, step):
             stop = min(nrows, first + step)
             out = None
@@ -370,7 +432,7 @@ class TupleEncoder:
                 part = pb.Entry()
                 part.event.dmlEvent.rows.extend(rows[first:stop])
                 out = self._native_rows(entry, header, dml, images, table, part.SerializeToString(), first, stop)
-            yield out if out is not None else self._python_rows(header, dml, images, table, facts, first, stop)
+            yield out if out is not None else self._python_rows(header, dml, images, table, first, stop)
 
     def _convert(self, entry: pb.Entry, header: pb.Header, raw: bytes | None) -> list[dict]:
         mtype = header.messageType
@@ -385,21 +447,24 @@ class TupleEncoder:
             return []
         images = ROW_IMAGES[dml.dmlEventType]
         table = self._wire_table(dml, header, raw)
-        facts = _facts(header.properties) if header.properties else {}
-        if table.native is not None and not facts:  # DataHub facts (rare) are Python's
+        if header.properties or entry.event.properties:
+            _check_entry_properties(entry, header)
+        if table.native is not None:  # C leaves an Entry with row properties (facts) to Python
             out = self._native_rows(entry, header, dml, images, table, raw)
             if out is not None:  # C's walk checked the images as check_row_images does
                 return out
         check_row_images(dml)  # after the columns, as every converter orders its checks
-        return self._python_rows(header, dml, images, table, facts, 0, len(dml.rows))
+        return self._python_rows(header, dml, images, table, 0, len(dml.rows))
 
-    def _python_rows(self, header: pb.Header, dml: pb.DMLEvent, images, table: _TupleTable, facts: dict,
+    def _python_rows(self, header: pb.Header, dml: pb.DMLEvent, images, table: _TupleTable,
                      first: int, stop: int) -> list[dict]:
         """The rows of row changes first to stop, in Python (the Entry-level checks made)."""
         out = []
         rows = dml.rows
         for index, row in enumerate(rows if first == 0 and stop == len(rows) else rows[first:stop], first):
-            row_facts = {**facts, **_facts(row.properties)} if row.properties else facts
+            row_facts = _row_facts(row, header, index) if row.properties else _NO_FACTS
+            if "sourceTable" in row_facts and not self.options.source_table:
+                raise _not_facts("row", row.properties, "sourceTable, without Options.source_table's column")
             seq = row_facts["sequenceId"] if "sequenceId" in row_facts else sequence_id(header.seqId, index)
             time = int(row_facts["eventTime"]) if "eventTime" in row_facts else header.timestamp * 1000
             source = (row_facts["sourceTable"] if "sourceTable" in row_facts
