@@ -27,6 +27,7 @@ from bridge.values import (
     FAMILIES,
     OP_IMAGES,
     TYPES,
+    NativeKind,
     TypeRow,
     blob_type,
     codec_for,
@@ -129,7 +130,7 @@ def test_every_row_has_every_column(row: TypeRow):
     assert row.blob_type in BLOB_TYPES or callable(row.blob_type)
     assert row.tuple_type in FIELD_TYPES or callable(row.tuple_type)
     assert isinstance(row.spark_type, str) or callable(row.spark_type)
-    assert isinstance(row.c_kind, Kind) or callable(row.c_kind)
+    assert isinstance(row.c_kind, NativeKind) or callable(row.c_kind)  # a C kind and what the faces do beside it
     for factory in (row.codec, row.to_tuple, row.from_tuple):
         assert callable(factory)
     assert isinstance(row.need_bv, bool)

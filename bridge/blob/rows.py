@@ -21,9 +21,10 @@ import math
 
 from bridge.errors import ConversionError
 from bridge.native import NATIVE, header_properties, speedups, split_items, wire_scan
-from bridge.native.contract import NA, NIL, Kind
+from bridge.native.contract import NA, NIL
 from bridge.values import DECIMAL_TEXT, Codec, Inexact
 from bridge.values.plans import PlanColumn, plan_column
+from bridge.values.types import native_of
 
 # split_items, wire_scan, header_properties and NATIVE are bridge.native's, named here for
 # bridge/blob/encode.py and the tests that take the Blob path's C helpers from this module.
@@ -38,46 +39,23 @@ class Miss(Exception):
 # What sends an image to the general path (which then reports or carries the value).
 MISSES = (Miss, Inexact, ConversionError, ValueError, UnicodeDecodeError, TypeError, OverflowError)
 
-# C kind (bridge/native/contract.py) -> inline body for a value `d` of the column's canonical
-# DataType; `{n}` is the column. The kinds C alone inlines (and columns C does not take) are "call".
-_BODIES = {
-    Kind.LONG: ("sv = d.sv\n"
-                "v = int(sv)\n"
-                "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
-                "values[name{n}] = v"),
-    Kind.DIGITS: ("sv = d.sv\n"
-                  "v = int(sv)\n"
-                  "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
-                  "values[name{n}] = sv"),
-    Kind.DOUBLE: ("sv = d.sv\n"
-                  "v = float(sv)\n"
-                  "if repr(v) != sv or not isfinite(v) or d.charset or d.bv: raise Miss\n"
-                  "values[name{n}] = v"),
-    Kind.DECIMAL: ("sv = d.sv\n"
-                   "if not dec_re(sv) or d.charset or d.bv: raise Miss\n"
-                   "values[name{n}] = sv"),
-    Kind.TEXT: ("if d.charset != charset{n} or d.sv: raise Miss\n"
-                "values[name{n}] = d.bv.decode('utf-8')"),
-    Kind.BASE64: ("if d.charset != charset{n} or d.sv: raise Miss\n"
-                  "values[name{n}] = b64encode(d.bv).decode('ascii')"),
+# A column's inline body in a compiled image is its row's C kind's (`NativeKind.image`, named by the
+# row's `c_kind` in bridge/values/types.py); a column whose kind has none (and a column C does not
+# take) calls its codec: "call", or "call with charset" for a codec whose values may carry a charset
+# the extension names (temporal and time text: a value with another than its own is the per-value
+# path's, which records it).
+_CALLS = {
     "call": "values[name{n}] = to_blob{n}(d)",
-    # a codec whose values may carry a charset the extension names (temporal and time text): a
-    # value with another than its own is the per-value path's, which records it
     "call with charset": ("if d.charset != charset{n}: raise Miss\n"
                           "values[name{n}] = to_blob{n}(d)"),
 }
 
-# C kind -> the Blob type of the value it makes: a Blob column takes its row's kind only when the
-# column's Blob type is that one (decimal="double" leaves DECIMAL columns to the codec)
-_KIND_BLOB_TYPES = {Kind.LONG: "LONG", Kind.DIGITS: "STRING", Kind.DOUBLE: "DOUBLE", Kind.DECIMAL: "STRING",
-                    Kind.TEXT: "STRING", Kind.BASE64: "BYTES", Kind.UTF8: "STRING", Kind.BOOL: "BOOLEAN",
-                    Kind.DATE: "DATE", Kind.DATETIME: "DATE", Kind.TIMESTAMP: "DATE"}
-
 
 def _blob_column(name: str, codec: Codec, utc: bool) -> PlanColumn | None:
-    """`plan_column` of a Blob codec's column, when its kind makes the codec's Blob type."""
+    """`plan_column` of a Blob codec's column, when its kind makes the codec's Blob type (the row's
+    `NativeKind.blob_type`: `decimal="double"` leaves DECIMAL columns to the codec)."""
     column = plan_column(name, codec.ct, utc)
-    if column is None or _KIND_BLOB_TYPES[column.kind] != codec.blob_type:
+    if column is None or native_of(codec.ct).blob_type != codec.blob_type:
         return None
     return column
 
@@ -86,11 +64,12 @@ def _body(codec: Codec) -> tuple:
     """(inline body, canonical DataType or None when any value goes to the codec, the charset a
     canonical value carries) of a column of a compiled image."""
     column = _blob_column("", codec, False)  # temporal kinds are C's only
-    if column is None or column.kind not in _BODIES:
+    image = None if column is None else native_of(codec.ct).image
+    if image is None:
         if codec.charset is not None:
-            return "call with charset", None, codec.charset
-        return "call", None, ""
-    return column.kind, column.datatype, column.charset
+            return _CALLS["call with charset"], None, codec.charset
+        return _CALLS["call"], None, ""
+    return image, column.datatype, column.charset
 
 
 def compile_image(names: list, codecs: list[Codec]):
@@ -103,15 +82,15 @@ def compile_image(names: list, codecs: list[Codec]):
         body, dt, charset = _body(codec)
         scope[f"name{n}"] = name
         scope[f"to_blob{n}"] = codec.to_blob
-        if body in (Kind.LONG, Kind.DIGITS):
+        if "lo{n}" in body:
             scope[f"lo{n}"], scope[f"hi{n}"] = codec.ct.int_range
-        if body in (Kind.TEXT, Kind.BASE64, "call with charset"):
+        if "charset{n}" in body:
             scope[f"charset{n}"] = charset
         test = f"dt == {dt}" if dt is not None else f"{NIL} < dt < {NA}"
         lines += [f"    d = datas[{n}]",
                   "    dt = d.dataType",
                   f"    if {test}:"]
-        lines += ["        " + line for line in _BODIES[body].format(n=n).split("\n")]
+        lines += ["        " + line for line in body.format(n=n).split("\n")]
         lines += [f"    elif dt == {NIL} and not d.ByteSize():",  # NIL with nothing else set
                   f"        values[name{n}] = None",
                   f"    elif dt != {NA} or d.ByteSize() != 2:",  # anything but a bare NA

@@ -20,9 +20,7 @@ prefix `datahub:` (`sequenceId` of a row that is not its event's first, a millis
 """
 from __future__ import annotations
 
-import datetime
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal, InvalidOperation
@@ -50,9 +48,11 @@ from bridge.values import (
     TYPES,
     decimal_text,
     float32,
+    native_of,
     sequence_id,
 )
 from bridge.values.plans import plan_column
+from bridge.values.tuples import C_MISS, AsText
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["tuples_to_entries", "TupleDecoder", "FIELD_CHECKS", "FIELD_COLUMNS", "FROM_TUPLE", "OP_IMAGES",
@@ -209,92 +209,12 @@ def _compile_checks(field_types: list, names: list):
 # A Blob plan's `encode` writes each column's Data from its Blob value as the Blob codec's from_blob
 # does. For most columns the checked Tuple value is that Blob value and the row's from_tuple makes
 # the same Data (integers, floats, booleans, text, json, time, base64 binary). The rest are adapted
-# here first, and only where the Data is sure to be from_tuple's (`_adapter`); anything else leaves the
-# image to the Python converters, which decide (and name the error).
+# first, by the row's C kind (`NativeKind.from_tuple`, bridge/values/tuples.py), and only where the
+# Data is sure to be from_tuple's; anything else leaves the image to the Python converters, which
+# decide (and name the error).
 
-_MISS = object()  # an adapter's "not sure": the image goes to the converters
 _MAX_SHAPE_PLANS = 64  # C encoders one decoder builds for the shapes of its DECIMAL values
 _SHIPPED_ROWS = {row.kind: row for row in TYPES}  # a type row a test registered in place of one is Python's
-_DIGITS = re.compile(r"(?:0|[1-9][0-9]*)\Z").match
-_DAY_MICROS = 86_400_000_000
-_EPOCH = datetime.datetime(1970, 1, 1)
-_timedelta = datetime.timedelta
-# A temporal column with sub-millisecond digits (fsp 4..6) in UTC: C's temporal kinds write
-# milliseconds, so C takes it as text without charset in `bv` (Kind.UTF8 with the STRING DataType:
-# the Data from_tuple makes) and the text is made here.
-_MICRO_TEXT = -1
-
-
-def _decimal_pattern(precision: int, scale: int):
-    """Text `str(value)` of a Decimal has when it is `decimal_text(value, precision, scale)`: exactly
-    `scale` fraction digits, no exponent, no leading zero, at most precision - scale integer digits,
-    no negative zero."""
-    whole = precision - scale
-    if whole < 0:
-        return None
-    integer = "0" if whole == 0 else f"(?:0|[1-9][0-9]{{0,{whole - 1}}})"
-    fraction = f"\\.[0-9]{{{scale}}}" if scale else ""
-    return re.compile(rf"(?!-0(?:\.0*)?\Z)-?{integer}{fraction}\Z").match
-
-
-def _adapter(kind: int, ct, field_type: str, options: Options):
-    """How a column's checked Tuple value becomes the Blob value `Plan.encode` takes: None (as it
-    is), a function (value -> Blob value, or _MISS), or False (C does not take the column)."""
-    if kind == Kind.LONG:  # int; the field's check held it to the field's range, the column's may be narrower
-        if field_type not in INT_RANGES:
-            return False
-        (flo, fhi), (lo, hi) = INT_RANGES[field_type], ct.int_range
-        if lo <= flo and fhi <= hi:
-            return None
-        return lambda v: v if lo <= v <= hi else _MISS
-    if kind == Kind.DIGITS:  # bigint unsigned: a whole Decimal -> its digits
-        if field_type != "DECIMAL":
-            return False
-        hi = ct.int_range[1]
-
-        def digits(v):
-            if type(v) is not Decimal:
-                return _MISS
-            text = str(v)
-            return text if _DIGITS(text) and (len(text) < 20 or int(text) <= hi) else _MISS
-        return digits
-    if kind == Kind.DECIMAL:  # a Decimal already at the column's scale -> its text
-        match = _decimal_pattern(ct.length, ct.scale or 0) if field_type == "DECIMAL" else None
-        if match is None:
-            return False
-
-        def text(v):
-            if type(v) is not Decimal:
-                return _MISS
-            t = str(v)
-            return t if match(t) else _MISS
-        return text
-    if kind in (Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP):
-        # epoch microseconds -> milliseconds, when the column's text holds every digit of them (the
-        # converter's round trip then gives the value back; a value it would refuse stays Python's)
-        if field_type != "TIMESTAMP":
-            return False
-        unit = _DAY_MICROS if kind == Kind.DATE else max(1000, 10 ** (6 - ct.fsp))
-        return lambda v: v // 1000 if type(v) is int and not v % unit else _MISS
-    if kind == _MICRO_TEXT:  # DATETIME(4..6), TIMESTAMP(4..6) in UTC: the text, made here
-        if field_type != "TIMESTAMP":
-            return False
-        fsp = ct.fsp
-        unit, width = 10 ** (6 - fsp), 20 + fsp
-        suffix = " +00:00" if ct.kind == "timestamp" else ""
-
-        def micro_text(v):
-            if type(v) is not int or v % unit:
-                return _MISS
-            try:
-                moment = _EPOCH + _timedelta(microseconds=v)
-            except OverflowError:  # beyond years 1..9999: the converter names it
-                return _MISS
-            return moment.isoformat(" ", "microseconds")[:width] + suffix
-        return micro_text
-    if kind == Kind.BASE64 and options.tuple_binary != "base64":
-        return False
-    return None  # DOUBLE, BOOL, TEXT, UTF8, BASE64: the checked value is the Blob value
 
 
 class _NativeImages:
@@ -311,7 +231,7 @@ class _NativeImages:
             value = values[i]
             if value is not None:
                 value = adapt(value)
-                if value is _MISS:
+                if value is C_MISS:
                     return None
                 blob[name] = value
         return self.plan.encode(blob, field)
@@ -331,13 +251,13 @@ def _native_images(fields: list, columns: list, options: Options) -> _NativeImag
         pc = plan_column(name, ct, utc)
         if pc is None:
             return None
-        kind = pc.kind
-        if kind in (Kind.DATETIME, Kind.TIMESTAMP) and pc.fsp > 3:
-            kind = _MICRO_TEXT
-            pc = pc._replace(kind=Kind.UTF8, fsp=0)
-        adapt = _adapter(kind, ct, field_type, options)
+        c_from_tuple = native_of(ct).from_tuple
+        adapt = c_from_tuple and c_from_tuple(ct, field_type, INT_RANGES.get(field_type), options)
         if adapt is False:
             return None
+        if isinstance(adapt, AsText):
+            adapt = adapt.adapt
+            pc = pc._replace(kind=Kind.UTF8, fsp=0)
         if adapt is not None:
             adapters.append((i, name, adapt))
         plan_columns.append(tuple(pc)[:-1])  # a Blob plan's columns: no `out`

@@ -3,6 +3,8 @@
 One module per job:
 - `bridge/values/types.py`: one row per MySQL type family (its DTS DataType, Blob type and codec,
   Tuple field type and converters, Spark type, C kind). "Where is DATETIME mapped?": there.
+  `columns.py`, below the converters: the shapes the table is made of (`ColumnType`, `TypeRow`,
+  `NativeKind`) and the registry of rows.
 - `bridge/values/codecs.py`: the Blob value codecs the rows name; `tuples.py`: the Tuple value
   converters they name; `temporal.py`: date/time text <-> epoch time; `charsets.py`: MySQL
   charset -> Python codec (`CHARSETS`).
@@ -91,11 +93,13 @@ from bridge.values.types import (
     TUPLE_TYPES,
     TYPES,
     ColumnType,
+    NativeKind,
     TypeRow,
     blob_type,
     codec_for,
     column_is_boolean,
     native_kind,
+    native_of,
     parse_column_type,
     spark_type,
     tuple_type,
@@ -114,6 +118,7 @@ __all__ = [
     "BINARY_TEXT", "TIMESTAMP_RANGE", "decimal_text", "float32",
     "BLOB_TYPES", "BOOLEAN_PROPERTY", "CODECS", "FAMILIES", "FOREIGN_COLUMN_TYPES", "FROM_TUPLE",
     "INT_TUPLE_TYPES", "INT_WIDTHS", "KIND_DATATYPES", "SPARK_TYPES", "TO_TUPLE", "TUPLE_TYPES", "TYPES",
-    "ColumnType", "TypeRow", "blob_type", "codec_for", "column_is_boolean", "native_kind", "parse_column_type",
+    "ColumnType", "NativeKind", "TypeRow", "blob_type", "codec_for", "column_is_boolean", "native_kind", "native_of",
+    "parse_column_type",
     "spark_type", "tuple_type", "type_row",
 ]

@@ -33,7 +33,7 @@ from bridge.values.temporal import (
 from bridge.wire import subscribe_pb2 as pb
 
 if TYPE_CHECKING:
-    from bridge.values.types import ColumnType
+    from bridge.values.columns import ColumnType
 
 DT = pb.DataType
 # Plain ints: attribute access on protobuf's enum wrappers is slow in hot loops.
@@ -123,6 +123,31 @@ class Codec:
     # inexact). Text: utf8mb4. Temporal and time text: none, and any charset DTS puts on it (a
     # label: the ASCII text reads the same in all of them) travels in dts.charsets.
     charset: str | None = None
+
+
+# The compiled images' inline twins of C's value kinds (bridge/blob/rows.py; `NativeKind.image`,
+# named by the rows in bridge/values/types.py): the body that converts a value `d` of the column's
+# canonical DataType as the codec's to_blob does, raising Miss where it is not sure; `{n}` is the
+# column, `lo{n}`/`hi{n}` its integer range and `charset{n}` its canonical charset.
+LONG_IMAGE = ("sv = d.sv\n"
+              "v = int(sv)\n"
+              "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
+              "values[name{n}] = v")
+DIGITS_IMAGE = ("sv = d.sv\n"
+                "v = int(sv)\n"
+                "if str(v) != sv or not lo{n} <= v <= hi{n} or d.charset or d.bv: raise Miss\n"
+                "values[name{n}] = sv")
+DOUBLE_IMAGE = ("sv = d.sv\n"
+                "v = float(sv)\n"
+                "if repr(v) != sv or not isfinite(v) or d.charset or d.bv: raise Miss\n"
+                "values[name{n}] = v")
+DECIMAL_IMAGE = ("sv = d.sv\n"
+                 "if not dec_re(sv) or d.charset or d.bv: raise Miss\n"
+                 "values[name{n}] = sv")
+TEXT_IMAGE = ("if d.charset != charset{n} or d.sv: raise Miss\n"
+              "values[name{n}] = d.bv.decode('utf-8')")
+BASE64_IMAGE = ("if d.charset != charset{n} or d.sv: raise Miss\n"
+                "values[name{n}] = b64encode(d.bv).decode('ascii')")
 
 
 def _label(charset) -> str:

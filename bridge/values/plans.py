@@ -12,31 +12,29 @@ from __future__ import annotations
 from decimal import Decimal
 
 from bridge.native import NATIVE, speedups
-from bridge.native.contract import TEMPORAL_KINDS, CharsetMode, Kind, Out, PlanColumn
+from bridge.native.contract import CharsetMode, Kind, Out, PlanColumn
 from bridge.values.charsets import CHARSETS, MYSQL_LATIN1, charset_codec
-from bridge.values.types import ColumnType, native_kind
+from bridge.values.columns import ColumnType
+from bridge.values.types import native_of
 
 __all__ = ["PlanColumn", "plan_column", "native_tuple_plan", "charset_table"]
 
-_TEMPORAL = frozenset(TEMPORAL_KINDS.values())
-
-
 def plan_column(name: str, ct: ColumnType, utc: bool, out: int = Out.SAME) -> PlanColumn | None:
-    """The Plan column of a column: the C kind of its row (`bridge.values.native_kind`) and what C
+    """The Plan column of a column: the C kind of its row (`bridge.values.native_of`) and what C
     checks a canonical value against (the row's DataType and charset, the integer range), or None
     when C does not take it (no C kind; a temporal outside UTC or beyond 6 fractional digits). The
     one choice both C plans (Blob, Tuple) and the compiled Python images start from."""
-    kind = native_kind(ct)
-    if kind is None:
+    native = native_of(ct)
+    if native is None:
         return None
     fsp = 0
-    if kind in _TEMPORAL:
+    if native.temporal:
         if not (utc and 0 <= ct.fsp <= 6):
             return None
         fsp = ct.fsp
-    lo, hi = ct.int_range if kind in (Kind.LONG, Kind.DIGITS) else (0, 0)
+    lo, hi = ct.int_range if native.ranged else (0, 0)
     row = ct.row
-    return PlanColumn(name, kind, ct.canonical_datatype(), lo, hi, row.charset, fsp, row.need_bv, out)
+    return PlanColumn(name, native.kind, ct.canonical_datatype(), lo, hi, row.charset, fsp, row.need_bv, out)
 
 
 # Tuple field type -> what a Tuple plan makes of the value besides the Blob value (else Out.SAME)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from bridge.options import Options
 
 if TYPE_CHECKING:
-    from bridge.values.types import ColumnType
+    from bridge.values.columns import ColumnType
 
 _EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
 _UTC = _dt.timezone.utc

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import math
 import re
 import struct
 from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bridge.errors import ConversionError
 from bridge.options import Options
@@ -25,7 +26,7 @@ from bridge.values.temporal import InvalidDate, format_temporal, parse_temporal,
 from bridge.wire import subscribe_pb2 as pb
 
 if TYPE_CHECKING:
-    from bridge.values.types import ColumnType
+    from bridge.values.columns import ColumnType
 
 DT = pb.DataType
 # Epoch microseconds pydatahub accepts for a TIMESTAMP field.
@@ -262,3 +263,120 @@ def _temporal_from_tuple(ct: ColumnType, options: Options) -> FromTuple:
             raise ConversionError(f"TIMESTAMP value has no exact {ct.text} text in {options.timezone}", value=us)
         return pb.Data(dataType=pb.STRING, bv=text.encode("ascii"))
     return from_tuple
+
+
+# ---- the C fast path of Tuple -> DTS: checked Tuple values -> the Blob value C writes ---------------
+#
+# A Blob plan's `encode` writes each column's Data from its Blob value as the Blob codec's from_blob
+# does. For most columns the checked Tuple value is that Blob value and the row's from_tuple makes
+# the same Data (integers, floats, booleans, text, json, time, base64 binary). The rest are adapted
+# first, and only where the Data is sure to be from_tuple's; anything else leaves the image to the
+# Python converters, which decide (and name the error). One adapter factory per C kind, named by
+# the row's `c_kind` (`NativeKind.from_tuple`, bridge/values/types.py); bridge/tuple/decode.py
+# calls it: (ColumnType, field type, the field's integer range or None, Options) -> None (the value
+# as it is), a function (value -> Blob value, or C_MISS), AsText(function), or False (C does not
+# take the column).
+
+C_MISS = object()  # an adapter's "not sure": the image goes to the converters
+_DIGITS = re.compile(r"(?:0|[1-9][0-9]*)\Z").match
+_DAY_MICROS = 86_400_000_000
+_EPOCH = datetime.datetime(1970, 1, 1)
+_timedelta = datetime.timedelta
+
+
+class AsText(NamedTuple):
+    """An adapter whose column C writes as text without charset in `bv` (the UTF8 kind with the
+    STRING DataType: the Data from_tuple makes) in place of its temporal kind; the text is made
+    by `adapt`. A temporal column with sub-millisecond digits (fsp 4..6) in UTC: C's temporal
+    kinds write milliseconds."""
+    adapt: Callable[[Any], Any]
+
+
+def _decimal_pattern(precision: int, scale: int):
+    """Text `str(value)` of a Decimal has when it is `decimal_text(value, precision, scale)`: exactly
+    `scale` fraction digits, no exponent, no leading zero, at most precision - scale integer digits,
+    no negative zero."""
+    whole = precision - scale
+    if whole < 0:
+        return None
+    integer = "0" if whole == 0 else f"(?:0|[1-9][0-9]{{0,{whole - 1}}})"
+    fraction = f"\\.[0-9]{{{scale}}}" if scale else ""
+    return re.compile(rf"(?!-0(?:\.0*)?\Z)-?{integer}{fraction}\Z").match
+
+
+def _long_c_from_tuple(ct: ColumnType, field_type: str, field_range, options: Options):
+    """int; the field's check held it to the field's range, the column's may be narrower."""
+    if field_range is None:
+        return False
+    (flo, fhi), (lo, hi) = field_range, ct.int_range
+    if lo <= flo and fhi <= hi:
+        return None
+    return lambda v: v if lo <= v <= hi else C_MISS
+
+
+def _digits_c_from_tuple(ct: ColumnType, field_type: str, field_range, options: Options):
+    """bigint unsigned: a whole Decimal -> its digits."""
+    if field_type != "DECIMAL":
+        return False
+    hi = ct.int_range[1]
+
+    def digits(v):
+        if type(v) is not Decimal:
+            return C_MISS
+        text = str(v)
+        return text if _DIGITS(text) and (len(text) < 20 or int(text) <= hi) else C_MISS
+    return digits
+
+
+def _decimal_c_from_tuple(ct: ColumnType, field_type: str, field_range, options: Options):
+    """A Decimal already at the column's scale -> its text."""
+    match = _decimal_pattern(ct.length, ct.scale or 0) if field_type == "DECIMAL" else None
+    if match is None:
+        return False
+
+    def text(v):
+        if type(v) is not Decimal:
+            return C_MISS
+        t = str(v)
+        return t if match(t) else C_MISS
+    return text
+
+
+def _date_c_from_tuple(ct: ColumnType, field_type: str, field_range, options: Options):
+    """Epoch microseconds -> milliseconds, when they are a whole day (the converter's round trip
+    then gives the value back; a value it would refuse stays Python's)."""
+    if field_type != "TIMESTAMP":
+        return False
+    return lambda v: v // 1000 if type(v) is int and not v % _DAY_MICROS else C_MISS
+
+
+def _datetime_c_from_tuple(ct: ColumnType, field_type: str, field_range, options: Options):
+    """Epoch microseconds -> milliseconds, when the column's text holds every digit of them;
+    DATETIME(4..6), TIMESTAMP(4..6): the text, made here (AsText)."""
+    if field_type != "TIMESTAMP":
+        return False
+    if ct.fsp > 3:
+        return AsText(_micro_text(ct))
+    unit = max(1000, 10 ** (6 - ct.fsp))
+    return lambda v: v // 1000 if type(v) is int and not v % unit else C_MISS
+
+
+def _micro_text(ct: ColumnType):
+    fsp = ct.fsp
+    unit, width = 10 ** (6 - fsp), 20 + fsp
+    suffix = " +00:00" if ct.kind == "timestamp" else ""
+
+    def micro_text(v):
+        if type(v) is not int or v % unit:
+            return C_MISS
+        try:
+            moment = _EPOCH + _timedelta(microseconds=v)
+        except OverflowError:  # beyond years 1..9999: the converter names it
+            return C_MISS
+        return moment.isoformat(" ", "microseconds")[:width] + suffix
+    return micro_text
+
+
+def _base64_c_from_tuple(ct: ColumnType, field_type: str, field_range, options: Options):
+    """Binary as base64 text is the Blob value; hex text is the converters'."""
+    return False if options.tuple_binary != "base64" else None

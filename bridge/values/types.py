@@ -3,14 +3,18 @@
 Where is DATETIME mapped? In the `datetime` row of `TYPES` below: the MySQL type names it covers,
 its canonical DTS DataType, its Blob type and codec factory (`bridge/values/codecs.py`), its
 DataHub Tuple field type and its to/from-Tuple converters (`bridge/values/tuples.py`), its
-Spark/Arrow type and the C fast path's value kind (`bridge/native/contract.py`'s `Kind`). The
-per-value work is in the functions the row names (temporal text: `bridge/values/temporal.py`).
+Spark/Arrow type and the C fast path's value kind (a `NativeKind` below: `bridge/native/contract.py`'s
+`Kind` and what each face's Python side does beside it: the Blob type C makes, the compiled
+image's inline body, the Tuple decoder's C adapter). The per-value work is in the functions the
+row names (temporal text: `bridge/values/temporal.py`). The shapes (`ColumnType`, `TypeRow`,
+`NativeKind`) and the registry of rows are in `bridge/values/columns.py`, below the converters.
 
 The faces look a row up through `type_row(kind)` (or `ColumnType.row`) only:
 `codec_for` / `blob_type` (Blob), `tuple_type` and the TO_TUPLE / FROM_TUPLE views (Tuple),
 `spark_type` (bridge/spark/jobs.py; from a Spark type, `arrow_type` gives its Arrow type and
-`field_type_of_spark` its field type), `native_kind` (bridge/values/plans.py's C plans, bridge/blob/rows.py's
-compiled images). Adding a MySQL type is one row here plus tests (tests/test_types.py checks that every
+`field_type_of_spark` its field type), `native_of` / `native_kind` (bridge/values/plans.py's C plans,
+bridge/blob/rows.py's compiled images, bridge/tuple/decode.py's C adapters): no face keeps a table
+keyed by the C kind. Adding a MySQL type is one row here plus tests (tests/test_types.py checks that every
 row fills every column and that every face agrees with it); docs/decisions.md, "Each type mapped
 once". A column value of a row's column is either the value itself or a rule: a function of the
 parsed column type (and, for the Blob type, the Options) giving it.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from functools import lru_cache
 from typing import Any
 
@@ -36,6 +40,12 @@ from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.values import tuples as _tuple
 from bridge.values.charsets import DEFAULT_CHARSET
 from bridge.values.codecs import (
+    BASE64_IMAGE,
+    DECIMAL_IMAGE,
+    DIGITS_IMAGE,
+    DOUBLE_IMAGE,
+    LONG_IMAGE,
+    TEXT_IMAGE,
     Codec,
     _boolean_codec,
     _bytes_codec,
@@ -46,17 +56,18 @@ from bridge.values.codecs import (
     _text_codec,
     _utf8_codec,
 )
+from bridge.values.columns import (
+    INT_WIDTHS,
+    ROWS,
+    ColumnType,
+    NativeKind,
+    TypeRow,
+)
 from bridge.values.events import RESERVED_PREFIX
 from bridge.wire import subscribe_pb2 as pb
 
 DT = pb.DataType
 BLOB_TYPES = ("BOOLEAN", "DOUBLE", "DATE", "BYTES", "LONG", "STRING")
-_LONG_MAX = (1 << 63) - 1
-
-INT_WIDTHS = {"tinyint": 8, "bool": 8, "boolean": 8, "smallint": 16, "mediumint": 24, "int": 32,
-              "integer": 32, "bigint": 64}
-_SIGNED_DT = {8: DT.INT8, 16: DT.INT16, 24: DT.INT32, 32: DT.INT32, 64: DT.INT64}
-_UNSIGNED_DT = {8: DT.UINT8, 16: DT.UINT16, 24: DT.UINT32, 32: DT.UINT32, 64: DT.UINT64}
 
 # integer width -> (signed Tuple field type, unsigned): unsigned values widen to the next type that holds them.
 INT_TUPLE_TYPES: dict[int, tuple[str, str]] = {
@@ -114,55 +125,6 @@ def field_type_of_spark(column: str, spark_type: str, hint: str = "") -> str:
     return FIELD_TYPES_OF_SPARK[kind]
 
 
-@dataclass(frozen=True)
-class ColumnType:
-    """A parsed `Column.originalType`: family, sign, length/precision, scale/fsp."""
-    text: str
-    family: str
-    kind: str
-    unsigned: bool = False
-    length: int | None = None
-    scale: int | None = None
-
-    @property
-    def row(self) -> TypeRow:
-        """The row of `TYPES` that maps this column's kind (`type_row(self.kind)`)."""
-        return _ROWS[self.kind]
-
-    @property
-    def fsp(self) -> int:
-        """Fractional-second digits of a temporal type (its declared precision)."""
-        return self.length or 0
-
-    @property
-    def int_range(self) -> tuple[int, int]:
-        bits = 64 if self.kind == "bit" else INT_WIDTHS.get(self.family, 64)
-        if self.kind == "bit":
-            return 0, (1 << (self.length or 1)) - 1
-        if self.unsigned:
-            return 0, (1 << bits) - 1
-        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-
-    @property
-    def wide(self) -> bool:
-        """An integer type whose values pass the signed 64-bit range (bigint unsigned, bit(64)):
-        they travel as exact digits (Blob STRING, Tuple DECIMAL)."""
-        return self.int_range[1] > _LONG_MAX
-
-    def canonical_datatype(self, value: int | None = None) -> int:
-        """The DataType a canonical DTS value of this column has (the row's `datatype`; integers
-        and floats by width and sign, bit(64) above 2**63 - 1 by value)."""
-        kind = self.kind
-        if kind == "integer":
-            bits = INT_WIDTHS.get(self.family, 64)
-            return (_UNSIGNED_DT if self.unsigned else _SIGNED_DT)[bits]
-        if kind == "float":
-            return DT.FLOAT32 if self.family == "float" else DT.FLOAT64
-        if kind == "bit" and value is not None and value > _LONG_MAX:
-            return DT.UINT64
-        return _ROWS[kind].datatype  # per value (from_blob): the row without a call
-
-
 # ---- rules: a column of a row that depends on the column's definition ---------------------------
 
 def _integer_blob_type(ct: ColumnType, options: Options) -> str:
@@ -208,38 +170,30 @@ def _decimal_spark_type(ct: ColumnType) -> str:
     return _spark_decimal(ct.length, ct.scale or 0)
 
 
-def _integer_c_kind(ct: ColumnType) -> Kind:
-    return Kind.DIGITS if ct.wide else Kind.LONG
+# ---- the C value kinds the rows name: the C Plan's kind and each face's Python side beside it ------
+
+C_LONG = NativeKind(Kind.LONG, "LONG", LONG_IMAGE, _tuple._long_c_from_tuple, ranged=True)
+C_DIGITS = NativeKind(Kind.DIGITS, "STRING", DIGITS_IMAGE, _tuple._digits_c_from_tuple, ranged=True)
+C_DOUBLE = NativeKind(Kind.DOUBLE, "DOUBLE", DOUBLE_IMAGE)
+C_DECIMAL = NativeKind(Kind.DECIMAL, "STRING", DECIMAL_IMAGE, _tuple._decimal_c_from_tuple)
+C_TEXT = NativeKind(Kind.TEXT, "STRING", TEXT_IMAGE)
+C_BASE64 = NativeKind(Kind.BASE64, "BYTES", BASE64_IMAGE, _tuple._base64_c_from_tuple)
+C_UTF8 = NativeKind(Kind.UTF8, "STRING")
+C_BOOL = NativeKind(Kind.BOOL, "BOOLEAN")
+C_DATE = NativeKind(Kind.DATE, "DATE", None, _tuple._date_c_from_tuple, temporal=True)
+C_DATETIME = NativeKind(Kind.DATETIME, "DATE", None, _tuple._datetime_c_from_tuple, temporal=True)
+C_TIMESTAMP = NativeKind(Kind.TIMESTAMP, "DATE", None, _tuple._datetime_c_from_tuple, temporal=True)
 
 
-def _bit_c_kind(ct: ColumnType) -> Kind | None:
-    return None if ct.wide else Kind.LONG  # bit(64): its DataType depends on the value, Python's
+def _integer_c_kind(ct: ColumnType) -> NativeKind:
+    return C_DIGITS if ct.wide else C_LONG
+
+
+def _bit_c_kind(ct: ColumnType) -> NativeKind | None:
+    return None if ct.wide else C_LONG  # bit(64): its DataType depends on the value, Python's
 
 
 # ---- the table ------------------------------------------------------------------------------------
-
-BlobTypeRule = str | Callable[[ColumnType, Options], str]
-Rule = str | Callable[[ColumnType], Any]
-Factory = Callable[[ColumnType, Options], Callable]
-
-
-@dataclass(frozen=True)
-class TypeRow:
-    """How one MySQL type family travels, on every face. A column holds the value, or a rule:
-    a function of the ColumnType (Blob type: and the Options) that gives it."""
-    kind: str                  # the family's name (ColumnType.kind)
-    mysql_types: tuple         # the MySQL type names (`Column.originalType` without arguments) it covers
-    datatype: int | None       # canonical DTS DataType; None: by width and sign (ColumnType.canonical_datatype)
-    charset: str               # the `Data.charset` a canonical value carries
-    blob_type: BlobTypeRule    # Blob `dataColumn` type
-    codec: Factory             # (ColumnType, Options) -> Codec: Data <-> Blob value (values/codecs.py)
-    tuple_type: Rule           # DataHub Tuple field type
-    to_tuple: Factory          # (ColumnType, Options) -> Data -> Tuple value (values/tuples.py)
-    from_tuple: Factory        # (ColumnType, Options) -> Tuple value -> Data (values/tuples.py)
-    spark_type: Rule           # Spark SQL type of the Tuple field (bridge/spark/jobs.py turns it into Arrow)
-    c_kind: Kind | Callable[[ColumnType], Kind | None] | None  # the C Plan's value kind (None: Python only)
-    need_bv: bool = False      # C: a canonical value's text is in `bv`, never empty (time)
-
 
 _INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "bool", "boolean")
 _TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "nchar", "nvarchar")
@@ -254,35 +208,36 @@ TYPES: tuple[TypeRow, ...] = (
     # no MySQL type of its own: a tinyint(1) column with the property BOOLEAN_PROPERTY (a DataHub
     # BOOLEAN); the name, which no column type parses to, keeps the kind among FAMILIES' values
     TypeRow("boolean", ("boolean-from-datahub",), DT.INT8, "", "BOOLEAN", _boolean_codec,
-            "BOOLEAN", _tuple._boolean_to_tuple, _tuple._blob_from_tuple, "boolean", Kind.BOOL),
+            "BOOLEAN", _tuple._boolean_to_tuple, _tuple._blob_from_tuple, "boolean", C_BOOL),
     TypeRow("bit", ("bit",), DT.INT64, "", _integer_blob_type, _integer_codec,
             _bit_tuple_type, _tuple._integer_to_tuple, _tuple._integer_from_tuple, _bit_spark_type, _bit_c_kind),
     TypeRow("year", ("year",), DT.INT64, "", "LONG", _integer_codec,
-            "SMALLINT", _tuple._integer_to_tuple, _tuple._integer_from_tuple, "smallint", Kind.LONG),
+            "SMALLINT", _tuple._integer_to_tuple, _tuple._integer_from_tuple, "smallint", C_LONG),
     TypeRow("float", ("float", "double", "real", "double precision"), None, "", "DOUBLE", _float_codec,
-            _float_tuple_type, _tuple._float_to_tuple, _tuple._float_from_tuple, _float_spark_type, Kind.DOUBLE),
+            _float_tuple_type, _tuple._float_to_tuple, _tuple._float_from_tuple, _float_spark_type, C_DOUBLE),
     TypeRow("decimal", ("decimal", "numeric", "dec", "fixed"), DT.DECIMAL, "", _decimal_blob_type, _decimal_codec,
-            "DECIMAL", _tuple._decimal_to_tuple, _tuple._decimal_from_tuple, _decimal_spark_type, Kind.DECIMAL),
+            "DECIMAL", _tuple._decimal_to_tuple, _tuple._decimal_from_tuple, _decimal_spark_type, C_DECIMAL),
     TypeRow("text", _TEXT_TYPES, DT.STRING, DEFAULT_CHARSET, "STRING", _text_codec,
-            "STRING", _tuple._text_to_tuple, _tuple._text_from_tuple, "string", Kind.TEXT),
+            "STRING", _tuple._text_to_tuple, _tuple._text_from_tuple, "string", C_TEXT),
     TypeRow("binary", ("binary", "varbinary"), DT.STRING, "binary", "BYTES", _bytes_codec,
-            "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", Kind.BASE64),
+            "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", C_BASE64),
     TypeRow("bytes", _BYTES_TYPES, DT.BYTES, "", "BYTES", _bytes_codec,
-            "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", Kind.BASE64),
+            "STRING", _tuple._bytes_to_tuple, _tuple._bytes_from_tuple, "string", C_BASE64),
     TypeRow("json", ("json",), DT.BYTES, "", "STRING", _utf8_codec,
-            "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", Kind.UTF8),
+            "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", C_UTF8),
     TypeRow("date", ("date",), DT.STRING, "", "DATE", _temporal_codec,
-            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.DATE),
+            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", C_DATE),
     TypeRow("datetime", ("datetime",), DT.STRING, "", "DATE", _temporal_codec,
-            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.DATETIME),
+            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", C_DATETIME),
     TypeRow("timestamp", ("timestamp",), DT.STRING, "", "DATE", _temporal_codec,
-            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", Kind.TIMESTAMP),
+            "TIMESTAMP", _tuple._temporal_to_tuple, _tuple._temporal_from_tuple, "timestamp", C_TIMESTAMP),
     TypeRow("time", ("time",), DT.STRING, "", "STRING", _utf8_codec,
-            "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", Kind.UTF8, need_bv=True),
+            "STRING", _tuple._utf8_to_tuple, _tuple._blob_from_tuple, "string", C_UTF8, need_bv=True),
 )
 
 ROW_COLUMNS = tuple(f.name for f in fields(TypeRow))
-_ROWS: dict[str, TypeRow] = {row.kind: row for row in TYPES}
+_ROWS = ROWS  # the registry ColumnType.row reads (bridge/values/columns.py), filled here
+_ROWS.update((row.kind, row) for row in TYPES)
 
 
 def type_row(kind: str) -> TypeRow:
@@ -379,6 +334,13 @@ def spark_type(ct: ColumnType) -> str:
 
 def native_kind(ct: ColumnType) -> Kind | None:
     """The C Plan's value kind of a column, or None when only Python converts it."""
+    native = _apply(ct.row.c_kind, ct)
+    return None if native is None else native.kind
+
+
+def native_of(ct: ColumnType) -> NativeKind | None:
+    """The row's C value kind of a column with what each face does beside it (`NativeKind`), or
+    None when only Python converts it."""
     return _apply(ct.row.c_kind, ct)
 
 
