@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,6 +300,60 @@ class DataHubSource(Retrying):
 
     def close(self) -> None:
         self._closing = True
+
+    # -- for planners that read shard ranges themselves (the Spark source) ----------------------
+    def shard_facts(self, relist: bool = True) -> list[tuple[tuple, tuple, str]]:
+        """(key, parents, state) of every shard of the topics, listed again unless `relist` is
+        false; keys in `keys()` order."""
+        if relist:
+            self._relist()
+        return [(k, self._shards[k].parents, self._shards[k].state) for k in self.keys()]
+
+    def sequence(self, key: tuple, kind: str, param: int = -1) -> int | None:
+        """GetCursor of `kind` (OLDEST, LATEST, SYSTEM_TIME with `param` ms) on shard `key`: the
+        sequence it points at, or None for an empty shard (or a time past its last record)."""
+        return self._sequence(self._shards[tuple(key)], kind, param)
+
+    def end_of(self, key: tuple) -> int:
+        """The shard's next sequence to be written (its last record's + 1; 0 when it is empty)."""
+        latest = self.sequence(key, "LATEST")
+        return 0 if latest is None else latest + 1
+
+    def start_at(self, key: tuple, since_ms: int) -> int:
+        """The first sequence of shard `key` written at or after `since_ms`, else the shard's end."""
+        seq = self.sequence(key, "SYSTEM_TIME", since_ms)
+        return seq if seq is not None else self.end_of(key)
+
+    def read_range(self, key: tuple, start: int, end: int) -> Iterator[DataHubRecord]:
+        """The records of shard `key` with sequences in [start, end), in order, read with GetRecords
+        pages under the retry policy. Records below the shard's oldest are past the lifecycle:
+        `DataLossError`, or with `fail_on_data_loss=False` skipped and counted in `lost`. A shard
+        that ends before `end` (a topic deleted and created again) is a DataHubError."""
+        st = self._shards.get(tuple(key))
+        if st is None:
+            self._relist()
+            st = self._shards.get(tuple(key))
+            if st is None:
+                raise DataHubError(f"DataHub {self.project}: no shard {key_text(key)} to read")
+        if end <= start:
+            return
+        st.next, st.cursor, st.at_end = start, None, False
+        oldest = self._sequence(st, "OLDEST")
+        if oldest is not None and start < oldest:
+            self._lost(st, start, min(oldest, end))
+            st.next = min(oldest, end)
+        while st.next < end:
+            out: list = []
+            before = st.next
+            self._read(st, min(self.page, end - st.next), out)
+            self._marks.clear()
+            for _, seq, rec, _ in out:
+                if seq >= end:
+                    return
+                yield rec
+            if st.next == before and not out:
+                raise DataHubError(f"DataHub {self.project}/{st.topic} shard {st.shard_id} ends at {st.next}, "
+                                   f"before the planned end {end} (was the topic created again?)")
 
     # -- reading ----------------------------------------------------------------------------------
     def _read(self, st: _Shard, want: int, out: list) -> None:

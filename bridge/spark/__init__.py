@@ -280,6 +280,10 @@ def blob_to_dts(df, options: Options | None = None, mode: str = "FAILFAST", *,
     order) or an input column (its value on the message completing the Entry); Entries share an
     Envelope only when their keys agree.
     """
+    from bridge.spark import reverse
+    if reverse.is_datahub_frame(df):  # rows of format("datahub"): shards merged (bridge/spark/reverse.py)
+        options, limit = _dts_output(options, mode, max_message_bytes, key)
+        return reverse.datahub_to_dts(df, options, mode, limit, key, tally)
     fn = blob_to_dts_batches(options, mode, max_message_bytes=max_message_bytes, key=key, tally=tally,
                              arrow=True)
     _key_column(df, key)
@@ -321,6 +325,10 @@ def tuple_to_dts(df, table: str | None, schema=None, options: Options | None = N
     in the same Spark partition; rows with positions (dts_to_tuple(positions=True)) are put in
     stream order here, other input keeps its order.
     """
+    from bridge.spark import reverse
+    if reverse.is_datahub_frame(df):  # rows of format("datahub"): shards merged (bridge/spark/reverse.py)
+        options, limit = _dts_output(options, mode, max_message_bytes, key)
+        return reverse.datahub_to_dts(df, options, mode, limit, key, tally, schema, table)
     schema = schema if schema is not None else record_schema_of(df)
     fn = tuple_to_dts_batches(table, schema, options, mode, columns=columns, max_message_bytes=max_message_bytes,
                               key=key, tally=tally, arrow=True)
@@ -332,9 +340,9 @@ def register(spark) -> None:
     """Register the bridge's Spark data sources in this session: `format("dts-kafka")` (a DTS
     Kafka topic, batch and streaming) and `format("datahub")` (write Blob or Tuple rows to DataHub,
     batch and streaming); docs/spark.md."""
-    from bridge.spark import sink, source
-    source.register(spark)
-    sink.register(spark)
+    from bridge.spark import kafka_sink, sink
+    kafka_sink.register(spark)  # the dts-kafka source (bridge/spark/source.py) and its writer
+    sink.register(spark)  # format("datahub"): the writer, and the reader (bridge/spark/datahub_source.py)
 
 
 def local_session(app_name: str = "dts-bridge", conf: dict | None = None):

@@ -39,6 +39,7 @@ from typing import Any
 
 from bridge.datahub.sink import DataHubError
 from bridge.errors import OptionsError
+from bridge.spark.datahub_source import ReadOptions, read_schema, register_reader
 from bridge.spark.tables import ENTRY_COLUMNS, TablesTask
 from bridge.spark.task import (
     _ENTRY_OPTIONS,
@@ -273,6 +274,15 @@ def _classes():
         @classmethod
         def name(cls) -> str:
             return NAME
+
+        def schema(self):  # a read (bridge/spark/datahub_source.py)
+            return read_schema(ReadOptions.parse(self.options, streaming=True))[0]
+
+        def reader(self, schema):
+            return register_reader(self.options, streaming=False)
+
+        def streamReader(self, schema):
+            return register_reader(self.options, streaming=True)
 
         def writer(self, schema, overwrite: bool):
             return DataHubBatchWriter(configure(self.options, _spark_columns(schema), streaming=False,

@@ -143,7 +143,7 @@ class _Stream:
     def __init__(self, decoder) -> None:
         self.decoder = decoder
         self.group = None  # the group of the last record fed
-        self.fed: list = []  # (key, seq) of records fed whose Entry is not complete yet
+        self.fed: list = []  # (key, seq, record) of records fed whose Entry is not complete yet
         self.released = None  # order of the last record handed on
 
 
@@ -191,7 +191,7 @@ class DataHubAssembler:
         if buf:
             first = buf[0].seq
         for stream in self._streams.values():
-            for k, s in stream.fed:
+            for k, s, _ in stream.fed:
                 if k == key and (first is None or s < first):
                     first = s
         return first
@@ -208,7 +208,7 @@ class DataHubAssembler:
         commit now is exact (a restart hands on nothing twice). Wire it into the commit (e.g. a
         sink's `may_commit`) where exactly-once matters."""
         for stream in self._streams.values():
-            for key, seq in stream.fed:
+            for key, seq, _ in stream.fed:
                 if self._handed_after.get(key, -1) > seq:
                     return False
         return True
@@ -220,8 +220,61 @@ class DataHubAssembler:
             info.end_at = float("inf")
         yield from self._release(policy)
         for stream in self._streams.values():
-            self._report(stream, stream.decoder.finish(), policy)
+            if stream.decoder is not None:
+                self._report(stream, stream.decoder.finish(), policy)
             stream.fed.clear()
+
+    # -- the open tail as plain data (a streaming engine's state between micro-batches) ----------
+    def snapshot(self) -> dict:
+        """What this assembler holds, as plain picklable data: the shards it knows (parents,
+        finished, last seen at the end), the records not yet handed on (in shard order), and per
+        stream the order handed on up to, its open Entry's group and the records fed to it.
+        `restore` on a fresh assembler (same options) continues exactly where this one is.
+        Streams of records without an order of their own are left out once their Entry closed."""
+        streams = {}
+        for stream, st in self._streams.items():
+            if stream[0] == "shard" and not st.fed:
+                continue
+            streams[stream] = (st.group, st.released, [(k, s, rec) for k, s, rec in st.fed])
+        seen = {ks: order for ks, order in self._seen.items() if ks[1][0] != "shard" or self._by_stream.get(ks)}
+        return {
+            "shards": [(key, info.parents, info.finished, info.end_at) for key, info in self._shards.items()],
+            "buffered": [(key, [(item.seq, item.rec) for item in buf]) for key, buf in self._buffers.items() if buf],
+            "seen": seen,
+            "streams": streams,
+            "handed_after": dict(self._handed_after),
+            "counts": (self.late, self.orphans, self.released),
+        }
+
+    def restore(self, snap: dict) -> None:
+        """Take over a `snapshot`: the records fed to an open Entry go to a fresh decoder again
+        (they complete nothing, as they did not before)."""
+        for key, parents, finished, end_at in snap["shards"]:
+            info = self._info(key, parents)
+            info.finished, info.end_at = finished, end_at
+        for key, items in snap["buffered"]:
+            for seq, rec in items:
+                stream, order, group = stream_of(rec)
+                item = _Item(key, seq, rec, stream, order, group)
+                self._buffers.setdefault(key, deque()).append(item)
+                self._by_stream.setdefault((key, stream), deque()).append(item)
+                self.buffered += 1
+        self._seen.update(snap["seen"])
+        self._handed_after.update(snap["handed_after"])
+        self.late, self.orphans, self.released = snap["counts"]
+        for stream, (group, released, fed) in snap["streams"].items():
+            st = self._streams[stream] = _Stream(None)
+            st.group, st.released = group, released
+            for key, seq, rec in fed:
+                st = self._stream(_Item(key, seq, rec, stream, None, group))
+                if rec.row is not None:
+                    out = st.decoder.feed(rec.row, number=seq)
+                else:
+                    out = st.decoder.feed_line(rec.data, line=seq, source=f"{key[0]}:{key[1]}")
+                if out:  # cannot be: these records completed nothing the first time
+                    raise BridgeError(f"DataHub {key[0]} shard {key[1]} sequence {seq}: a restored open Entry "
+                                      "completed on restore (a snapshot of other options?)")
+                st.fed.append((key, seq, rec))
 
     # -- marks and records --------------------------------------------------------------------
     def _info(self, key, parents=()) -> _ShardInfo:
@@ -307,7 +360,7 @@ class DataHubAssembler:
 
     def _stream(self, item: _Item) -> _Stream:
         st = self._streams.get(item.stream)
-        if st is None:
+        if st is None or st.decoder is None:
             rec = item.rec
             if rec.row is not None:
                 table = self._table(rec.topic)
@@ -316,7 +369,10 @@ class DataHubAssembler:
                                        max_pending=self.max_pending)
             else:
                 decoder = BlobDecoder(self.options, max_pending=self.max_pending)
-            st = self._streams[item.stream] = _Stream(decoder)
+            if st is None:
+                st = self._streams[item.stream] = _Stream(decoder)
+            else:
+                st.decoder = decoder
         return st
 
     def _table(self, topic: str):
@@ -355,7 +411,7 @@ class DataHubAssembler:
         self._report(st, decoder.evicted[:], policy)
         decoder.evicted.clear()
         if decoder.pending:
-            st.fed.append((item.key, item.seq))
+            st.fed.append((item.key, item.seq, rec))
         else:
             st.fed.clear()
         for entry in out:
