@@ -1,0 +1,345 @@
+"""The DataHub writer every face uses (`dts-bridge sync`, `deliver`, Spark's `datahub` sink).
+
+Guarantees (docs/kafka.md, "The DataHub writer"):
+
+- **Order per shard.** Records are routed to a shard by DataWorks' rule (`shard_for(key, ids)`: MD5
+  of the key over the topic's ACTIVE shard ids) and each shard has one request in flight at a time,
+  sent with PutRecordsByShard, which DataHub applies whole or not at all. A retry resends the same
+  records, from the first one that did not land, before anything later of that shard: a partial
+  failure can never let a later record land first. Shards are written in parallel (`workers`).
+- **Bounded memory.** At most `max_buffered` records wait; `put` blocks until the shards drain
+  (backpressure reaches the Kafka consumer, which simply stops polling).
+- **Rate (AIMD).** Each shard has an allowed request rate, from DataHub's 2,000/s: LimitExceeded
+  halves it (to 1/s at least), each acknowledged request adds `rate_step` (1/s) back.
+- **Refusals.** With `on_refused`, a request DataHub refuses as malformed (InvalidParameter,
+  MalformedRecord) is sent again one record per request; a record refused alone is handed to
+  `on_refused` and skipped, the next goes on (the shard's order is kept).
+- **Retries.** Throttling (LimitExceeded) and server trouble back off with jitter; a request whose
+  outcome is unknown (a timeout, a dropped connection, a 5xx) is checked against the shard's tail
+  before it is sent again, so it cannot land twice. Split or merged shards (InvalidShardOperation,
+  ShardSealed, NoSuchShard) make the writer wait for the topic's requests in flight, list the shards
+  again and route every waiting record anew, in the order it was put.
+- **Exactly-once effect across restarts.** Every record carries its source position as attributes
+  (`dts.topic`, `dts.pos` = "partition:offset:entry:row"). `resume(source, committed)` tells the
+  writer which Kafka offsets were committed; before its first write to a DataHub topic the writer
+  reads each shard's tail back to the first committed record and drops every record put again that
+  already landed there. This is exact when offsets are committed only after `flush()` and no
+  converted record starts at or after a committed offset (what `bridge.sync` does).
+
+DataHub has no local emulator: the tests drive the real pydatahub client against a loopback
+stand-in server (tests/support/datahub_standin.py).
+
+The writer is one class over four modules along its seams (docs/decisions.md): routing
+(bridge/datahub/routing.py), request packing and sending (packing.py), the restart look (resume.py)
+and, here, the queue, the worker threads and the acknowledgements.
+"""
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from bridge.datahub.calls import DataHubError, Retrying, pydatahub
+from bridge.datahub.packing import RequestPacking
+from bridge.datahub.records import (
+    ATTR_EPOCH,
+    ATTR_POS,
+    ATTR_TOPIC,
+    MAX_REQUEST_BYTES,
+    SHARD_MAX_RATE,
+    OversizedRecord,
+    Pending,
+    Position,
+)
+from bridge.datahub.resume import TailLook
+from bridge.datahub.routing import ShardRouting, _Shard, _Topic
+from bridge.errors import BridgeError
+
+__all__ = ["DataHubWriter"]
+
+
+class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
+    """Writes Blob and Tuple records to DataHub topics of one project, ordered per shard and
+    idempotent across restarts (see the module docstring).
+
+    `put(topic, key, value, position)`: `value` is a Blob message's bytes or a Tuple row (a dict
+    keyed by field name); `key` is the routing key (`shard_key`, `tuple_shard_key`). `flush()`
+    returns once DataHub acknowledged every record put before it, or raises `DataHubError`.
+    `observer(event, **facts)` hears each request ("request": op, topic, shard, records, seconds,
+    outcome) and each retry ("retry": reason, code).
+    """
+
+    def __init__(self, client, project: str, *, batch_records: int = 1000,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, max_buffered: int = 20_000, workers: int = 4,
+                 max_retries: int = 12, backoff: float = 0.1, max_backoff: float = 10.0,
+                 sleep: Callable[[float], None] = time.sleep, seed: int | None = None,
+                 observer: Callable[..., None] | None = None, create_topics: dict | None = None,
+                 on_refused: Callable[[Pending, str], None] | None = None, max_rate: float = SHARD_MAX_RATE,
+                 min_rate: float = 1.0, rate_step: float = 1.0) -> None:
+        if batch_records < 1:
+            raise DataHubError("batch_records must be at least 1")
+        if workers < 1:
+            raise DataHubError("workers must be at least 1")
+        pydatahub()
+        self.client, self.project = client, project
+        self.batch_records, self.max_request_bytes, self.max_buffered = batch_records, max_request_bytes, max_buffered
+        self.max_retries, self.backoff, self.max_backoff, self.sleep = max_retries, backoff, max_backoff, sleep
+        self.rng = random.Random(seed)
+        self.observer = observer
+        self.create_topics = create_topics  # {"shards": N, "lifecycle": days} creates missing topics
+        # on_refused(record, reason): a record DataHub refused as malformed (alone in its request), or
+        # one labelled with a halted tag, is handed there and skipped (its shard's order is kept);
+        # without it a refused request stops the writer
+        self.on_refused = on_refused
+        self.max_rate, self.min_rate, self.rate_step = max_rate, min_rate, rate_step
+        self.halted: dict = {}  # tag -> halted after this Position (None: all of it)
+        self.refused = 0
+        self.records = self.requests = self.retries = self.throttled = self.skipped = self.resplits = 0
+        self._topics: dict[str, _Topic] = {}
+        self._cv = threading.Condition()
+        self._ready: collections.deque[_Shard] = collections.deque()
+        self._buffered = 0
+        self._seq = 0
+        self._error: BaseException | None = None
+        self._closing = False
+        self._source: str | None = None
+        self._committed: dict[int, int | None] = {}
+        self._epoch: int | None = None
+        self._since: int | None = None
+        self._threads = [threading.Thread(target=self._work, name=f"datahub-writer-{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def topic(self, name: str, record_schema: dict | None = None, check: bool = True) -> _Topic:
+        """The topic's facts, read once (its type and, for Tuple, its RecordSchema); with
+        `create_topics` a missing topic is created (Tuple with `record_schema`). `check`: an existing
+        Tuple topic whose fields clash with `record_schema` is an error (bridge.sync compares per row
+        under its schema-change policy instead)."""
+        topic = self._topics.get(name)
+        if topic is not None:
+            return topic
+        pydatahub()
+        try:
+            info = self.call(lambda: self.client.get_topic(self.project, name), "GetTopic")
+        except DataHubError as err:
+            if self.create_topics is None or "NoSuchTopic" not in str(err) and "not exist" not in str(err).lower():
+                raise
+            info = self._create(name, record_schema)
+        kind = str(getattr(info.record_type, "value", info.record_type)).upper()
+        schema = info.record_schema if kind == "TUPLE" else None
+        if kind == "TUPLE" and schema is None:
+            raise DataHubError(f"Tuple topic {self.project}/{name} has no RecordSchema")
+        if kind == "TUPLE" and record_schema is not None and check:
+            # Fields are matched by name: a field both have must have one type; one the rows lack must
+            # take NULL; one the topic lacks is the caller's to append (a column added by DDL).
+            want = {f["name"]: f["type"].upper() for f in record_schema["fields"]}
+            have = {f.name: str(getattr(f.type, "value", f.type)).upper() for f in schema.field_list}
+            clash = [n for n, t in want.items() if n in have and have[n] != t]
+            required = [f.name for f in schema.field_list if f.name not in want and not getattr(f, "allow_null", True)]
+            if clash or required:
+                raise DataHubError(f"topic {self.project}/{name} has RecordSchema {sorted(have.items())}, the rows need "
+                                   f"{sorted(want.items())} ({'types differ for ' + ', '.join(clash) if clash else ''}"
+                                   f"{'; ' if clash and required else ''}"
+                                   f"{'NOT NULL fields the rows lack: ' + ', '.join(required) if required else ''})")
+        topic = _Topic(name, kind, schema)
+        topic.shard_ids = self._active_shards(name)
+        with self._cv:
+            self._topics.setdefault(name, topic)
+            return self._topics[name]
+
+    def append_fields(self, name: str, fields: list[tuple[str, str]]) -> None:
+        """Add nullable fields (name, DataHub type) to a Tuple topic, after everything queued for it
+        landed (records built on the old RecordSchema go first), and read its RecordSchema again."""
+        from datahub.models import FieldType
+        self.flush()
+        # read afresh: another writer (a Spark task of another Kafka partition) may have appended them
+        have = {f.name for f in self._refresh_schema(self.topic(name)).field_list}
+        for field, kind in fields:
+            if field in have:
+                continue
+            try:
+                self.call(lambda: self.client.append_field(self.project, name, field, FieldType(kind.lower())),
+                           "AppendField")
+            except DataHubError:
+                # appended by another writer in between: done, if with the same type
+                now = {f.name: str(getattr(f.type, "value", f.type)).upper()
+                       for f in self._refresh_schema(self.topic(name)).field_list}
+                if now.get(field) != kind.upper():
+                    raise
+        self._refresh_schema(self.topic(name))
+
+    def _create(self, name: str, record_schema: dict | None):
+        from datahub.models import RecordSchema
+        shards, lifecycle = self.create_topics.get("shards", 1), self.create_topics.get("lifecycle", 7)
+        if record_schema is None:
+            op = lambda: self.client.create_blob_topic(self.project, name, shards, lifecycle, "dts-bridge")  # noqa: E731
+        else:
+            schema = RecordSchema.from_json({"fields": record_schema["fields"]})
+            op = lambda: self.client.create_tuple_topic(self.project, name, shards, lifecycle, schema,  # noqa: E731
+                                                         "dts-bridge")
+        try:
+            self.call(op, "CreateTopic")
+        except DataHubError as err:
+            if "AlreadyExist" not in str(err):
+                raise
+        return self.call(lambda: self.client.get_topic(self.project, name), "GetTopic")
+
+    # -- records --------------------------------------------------------------------------------
+
+    def put(self, topic: str, key: str, value, position: Position | None = None,
+            attributes: dict | None = None) -> bool:
+        """Queue one record; False when it already landed before a restart (and is dropped)."""
+        prepared = self.prepare(topic, key, value, position, attributes)
+        return self.put_prepared(prepared) if prepared is not None else False
+
+    def prepare(self, topic: str, key: str, value, position: Position | None = None,
+                attributes: dict | None = None, tag=None, context=None) -> Pending | None:
+        """Build a record and check it fits (a ConversionError if not), without queueing it; None
+        when it already landed before a restart. Callers that must put all of an Entry's records or
+        none prepare them all first."""
+        self._raise_pending()
+        info = self.topic(topic)
+        if position is not None and self._source is not None and not info.scanned:
+            self._scan(info)
+        if position is not None and info.landed and position.key in info.landed:
+            info.landed.discard(position.key)
+            self.skipped += 1
+            return None
+        record, size = self._record(info, value)
+        if attributes:
+            for name, val in attributes.items():
+                record.put_attribute(name, str(val))
+        if position is not None:
+            record.put_attribute(ATTR_TOPIC, position.source)
+            record.put_attribute(ATTR_POS, position.key)
+            size += 24 + len(position.source) + len(position.key)
+            if self._epoch is not None:
+                record.put_attribute(ATTR_EPOCH, str(self._epoch))
+                size += 16
+        if size > self.max_request_bytes:
+            raise OversizedRecord(f"record of {size} bytes exceeds DataHub's request limit "
+                                  f"({self.max_request_bytes} bytes)")
+        pending = Pending(record, key, position, 0, size)
+        pending.topic, pending.tag, pending.context = info, tag, context
+        return pending
+
+    def halt(self, tag, after: Position | None = None) -> None:
+        """Records labelled `tag` not yet sent go to `on_refused` instead ("halted"), in order: with
+        `after`, only those of its partition past it, and those of other partitions."""
+        with self._cv:
+            self.halted.setdefault(tag, after)
+
+    def _is_halted(self, pending: Pending) -> bool:
+        if pending.tag not in self.halted:
+            return False
+        after, pos = self.halted[pending.tag], pending.position
+        if after is None or pos is None or pos.partition != after.partition:
+            return True
+        return (pos.offset, pos.entry, pos.row) > (after.offset, after.entry, after.row)
+
+    def put_prepared(self, pending: Pending) -> bool:
+        with self._cv:
+            while self._buffered >= self.max_buffered and self._error is None:
+                self._cv.wait()
+            self._raise_pending_locked()
+            self._seq += 1
+            pending.seq = self._seq
+            shard = self._route(pending.topic, pending.key)
+            shard.queue.append(pending)
+            self._buffered += 1
+            if not shard.busy and len(shard.queue) == 1:
+                self._ready.append(shard)
+                self._cv.notify_all()
+        return True
+
+    def flush(self) -> None:
+        """Wait until every record put so far is acknowledged (or raise what stopped a shard)."""
+        with self._cv:
+            while self._buffered and self._error is None:
+                self._cv.wait()
+            self._raise_pending_locked()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.stop()
+
+    def stop(self, wait: float | None = None) -> None:
+        """End the workers; records not yet acknowledged are abandoned (a restart resends them).
+        `wait` (seconds): also wait for the requests in flight to come back, so that nothing of this
+        writer lands after `stop` returns (a retry that is due gives up instead)."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        if wait is not None:
+            deadline = time.monotonic() + wait
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+
+    def error(self) -> BaseException | None:
+        """What a worker thread failed with (raised by the next put, flush or stop), else None."""
+        return self._error
+
+    def _raise_pending(self) -> None:
+        with self._cv:
+            self._raise_pending_locked()
+
+    def _raise_pending_locked(self) -> None:
+        if self._error is not None:
+            err = self._error
+            raise err if isinstance(err, BridgeError) else DataHubError(f"DataHub writer failed: {err}")
+
+    # -- the workers ----------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                shard = None
+                while shard is None:
+                    if self._closing:
+                        return
+                    for candidate in self._ready:
+                        if not candidate.topic.resharding:
+                            shard = candidate
+                            break
+                    if shard is None:
+                        self._cv.wait()
+                self._ready.remove(shard)
+                shard.busy = True
+                batch = self._batch(shard)
+            try:
+                outcome = self._send(shard, batch)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of put/flush
+                with self._cv:
+                    shard.busy = False
+                    if self._error is None:
+                        self._error = exc
+                    self._cv.notify_all()
+                continue
+            with self._cv:
+                shard.busy = False
+                if outcome == "split":  # refused: the same records again, one per request
+                    shard.solo = len(batch)
+                    self._ready.append(shard)
+                    self._cv.notify_all()
+                    continue
+                if outcome != "reshard":
+                    for _ in batch:
+                        shard.queue.popleft()
+                    self._buffered -= len(batch)
+                    self.records += outcome
+                    shard.solo = max(0, shard.solo - len(batch))
+                    if shard.queue:
+                        self._ready.append(shard)
+                    self._cv.notify_all()
+                    continue
+            self._reshard(shard.topic)
+
