@@ -25,7 +25,7 @@ from bridge.blob.decode import BlobDecoder
 from bridge.blob.encode import facts_hold
 from bridge.errors import LineTooLongError
 from bridge.options import DEFAULT_OPTIONS
-from bridge.stream import ErrorPolicy, blob_lines_to_entries
+from bridge.stream import ErrorPolicy, blob_lines_to_entries, decoder_entries
 from bridge.wire.framing import DEFAULT_MAX_LINE_BYTES
 from support.blob_strategies import blob_entries
 from support.native_paths import assert_same
@@ -370,3 +370,45 @@ def test_a_max_size_array_line_costs_no_more_than_the_line():
     assert peak < len(line) // 4
     with pytest.raises(LineTooLongError):  # and one byte over the bound is refused by size first
         BlobDecoder(Options(max_line_bytes=len(line) - 1)).feed_line(line)
+
+
+# ---- the accounting law when an Entry's last message is rejected ----------------------------------
+
+def _lines_with_bad(entry: pb.Entry, bad: int) -> list[bytes]:
+    """The Entry's Blob lines, line `bad` given row properties that would read as facts (rejected
+    when its Entry completes, by `_check_plain`)."""
+    lines = bridge.entries_to_blob_lines(pb.Entries(items=[entry]).SerializeToString())
+    msg = orjson.loads(lines[bad])
+    msg["dts"]["rowProperties"] = [["datahub:eventTime", "1605339932123"]]
+    lines[bad] = orjson.dumps(msg)
+    return lines
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("dml_type, nrows, bad", [(pb.INSERT, 3, 2), (pb.INSERT, 3, 0), (pb.UPDATE, 1, 1),
+                                                  (pb.UPDATE, 2, 3), (pb.UPDATE, 2, 0), (pb.DELETE, 4, 1)])
+def test_an_entry_rejected_on_its_last_message_rejects_every_message_of_it(native, dml_type, nrows, bad):
+    """A multi-row event (or an update pair) whose last message is rejected when it completes the
+    Entry: the messages held before it gave no Entry either, so they count as rejected, not
+    converted (they counted as converted before: converted + rejected == input held, but wrongly)."""
+    lines = _lines_with_bad(dml(dml_type, nrows), bad)
+    good = bridge.entries_to_blob_lines(pb.Entries(items=[heartbeat()]).SerializeToString())
+    policy = ErrorPolicy("skip")
+    decoder = BlobDecoder()
+    decoder._native = native
+    stream = decoder_entries(
+        ((({"line": n}), line, None) for n, line in enumerate(lines + good, 1)), decoder, policy,
+        lambda line, where: decoder.feed_line(line, line=where["line"]))
+    out = [entry for _, entry, _ in stream]
+    tally = policy.tally
+    assert len(out) == 1 and out[0].header.messageType == pb.HEARTBEAT
+    assert (tally.input, tally.converted, tally.rejected, tally.not_emitted) == (len(lines) + 1, 1, len(lines), 0)
+    assert tally.balanced()
+    assert any("earlier message" in r["reason"] for r in policy.rejects)
+
+
+def test_blob_lines_to_entries_counts_the_held_rows_of_a_rejected_event():
+    lines = _lines_with_bad(dml(pb.INSERT, 3), 2)
+    policy = ErrorPolicy("skip")
+    assert list(blob_lines_to_entries(lines, policy)) == []
+    assert (policy.tally.input, policy.tally.converted, policy.tally.rejected) == (3, 0, 3)

@@ -223,6 +223,7 @@ class BlobDecoder:
         # other messages did): its Entry is checked against the encoder's reading (`_check_plain`)
         self._reserved = False
         self._check_reserved = True  # (False in `facts_hold`'s own decoder)
+        self._completed = 0  # messages held before the one being read that its Entry completed (`_lost`)
 
     def feed_line(self, data: bytes | str, *, line: int | None = None, source: str | None = None
                   ) -> list[pb.Entry]:
@@ -458,19 +459,37 @@ class BlobDecoder:
             self._reserved = True
         if self._reserved:
             self._check_facts(facts)
+        self._completed = 0
         if half != "both":
             row, facts, done = self._pair(seq, half, row, facts, entry, partner, columns_key, unknown_key)
             if not done:
                 return []
-            if self._reserved:
+            self._completed = 1  # the waiting half, no longer held
+        try:
+            if self._reserved and half != "both":
                 self._check_facts(facts)
-        if facts and self.options.lossless:
-            _add_facts(row.properties, facts)
-        if not ext:  # (`entry`, not a DMLEvent held before: a before half that completes its update
-            # has had the waiting after half's Entry copied into `entry`)
-            entry.event.dmlEvent.rows.append(row)
-            return self._check_plain([entry])
-        return self._check_plain(self._regroup(entry, row, row_index, nrows, columns_key, unknown_key))
+            if facts and self.options.lossless:
+                _add_facts(row.properties, facts)
+            if not ext:  # (`entry`, not a DMLEvent held before: a before half that completes its update
+                # has had the waiting after half's Entry copied into `entry`)
+                entry.event.dmlEvent.rows.append(row)
+                return self._check_plain([entry])
+            return self._check_plain(self._regroup(entry, row, row_index, nrows, columns_key, unknown_key))
+        except BridgeError:
+            self._lost(seq)
+            raise
+
+    def _lost(self, seq) -> None:
+        """This message completed its Entry (an update's other half, the other rows of its event:
+        `_completed` messages held before it), and is rejected: they go with it, each counted, as
+        an error in `evicted` (the caller rejects this one; a stream counts records, so the law
+        `converted + rejected + not_emitted == input` keeps them out of `converted`)."""
+        held, self._completed = self._completed, 0
+        if held:
+            err = ConversionError(f"{held} earlier message{'s' if held > 1 else ''} of an Entry whose last message "
+                                  f"(line {self._line}) was rejected", sequence_id=seq)
+            err.count = held
+            self.evicted.append(err)
 
     def _check_facts(self, facts: dict) -> None:
         """A message whose extension holds reserved-prefix properties (the Entry's own: the bridge
@@ -950,6 +969,7 @@ class BlobDecoder:
         if len(event.rows) < nrows:
             return []
         del self._events[key]
+        self._completed += event.messages - (2 if key[1] == _UPDATE else 1)  # its other rows' messages
         self._reserved = event.reserved
         out = event.entry
         rows = event.rows
