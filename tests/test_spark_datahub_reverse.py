@@ -175,3 +175,122 @@ def test_stream_available_now_max_records_into_memory(spark, server, client, blo
     got = spark_entries(spark.sql(f"select * from {name}").collect())
     want = convert(lines)
     assert by_table(got) == by_table(want)
+
+
+# ---- the dts-kafka writer ---------------------------------------------------------------------------
+
+def test_batch_write_dts_kafka_and_rerun_with_query_id(spark, server, client, blob_topic, kafka_broker):
+    """write.format("dts-kafka"): every Entry once, in order per table, partitioned by table; a
+    rerun with the same queryId writes nothing (the markers)."""
+    import bridge.spark as bs
+    topic, lines = blob_topic
+    out = kafka_broker.create_topic(f"rev-batch-{uuid.uuid4().hex[:6]}", partitions=3)
+    dts = bs.blob_to_dts(reader(spark, server, topic))
+    for _ in range(2):
+        (dts.write.format("dts-kafka").mode("append").option("kafka.bootstrap.servers", kafka_broker.bootstrap)
+         .option("topic", out).option("queryId", f"job-{out}").save())
+    got = read_back(kafka_broker.bootstrap, out)
+    tables = {}
+    for partition, items in got.items():
+        for entry, _, _ in items:
+            raw = entry.SerializeToString()
+            tables.setdefault(table_of(raw), set()).add(partition)
+    assert all(len(ps) == 1 for t, ps in tables.items())  # a table in one partition
+    have = [e.SerializeToString() for p in sorted(got) for e, _, _ in got[p]]
+    assert by_table(have) == by_table(convert(lines))
+
+
+def _start(tmp_path, run: int, cfg: dict, trigger: str):
+    config = tmp_path / f"driver-{run}.json"
+    config.write_text(json.dumps(dict(cfg, trigger=trigger)))
+    log = tmp_path / f"driver-{run}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "pipeline_jobs" / "reverse_driver.py"),
+                                 str(config)], cwd=ROOT, env=ENV, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc, log
+
+
+def _killpg(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _output_records(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "count"})
+    try:
+        for _ in range(50):
+            try:
+                parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+                return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
+            except KafkaException:  # a topic just created: no leader yet
+                time.sleep(0.2)
+        raise AssertionError(f"no watermarks of {topic}")
+    finally:
+        c.close()
+
+
+def kill_run(server, client, kafka_broker, tmp_path, *, kills: int, seed: int):
+    """DataHub (3 shards) -> blob_to_dts -> dts-kafka, the driver SIGKILLed `kills` times inside
+    micro-batches (after the first kill shard 0 is split and more lines go to the children), then
+    run to the end (availableNow): a read_committed consumer sees every Entry once, in order per
+    table."""
+    import random
+    rng = random.Random(seed)
+    topic = f"rev_kill_{uuid.uuid4().hex[:6]}"
+    server.create_topic(P, topic, shard_count=3)
+    entries = sample_lines()
+    half = len(entries) // 2
+    lines = write_round_robin(client, topic, entries[:half], ["0", "1", "2"])
+    out = kafka_broker.create_topic(f"rev-kill-{uuid.uuid4().hex[:6]}", partitions=3)
+    cfg = dict(endpoint=server.endpoint, project=P, datahub_topic=topic, bootstrap=kafka_broker.bootstrap, topic=out,
+               checkpoint=str(tmp_path / "checkpoint"), maxRecordsPerTrigger=25, settle=0.3,
+               markers=f"markers-{out}")
+    log = []
+    for run in range(1, kills + 1):
+        before = _output_records(kafka_broker.bootstrap, out)
+        proc, path = _start(tmp_path, run, cfg, "200 milliseconds")
+        started = time.monotonic()
+        while proc.poll() is None and _output_records(kafka_broker.bootstrap, out) <= before \
+                and time.monotonic() - started < 120:
+            time.sleep(0.1)
+        time.sleep(rng.uniform(0.0, 1.5))
+        alive = proc.poll() is None
+        _killpg(proc)
+        text = path.read_text(errors="replace")
+        assert alive, f"run {run} ended by itself:\n{text[-4000:]}"
+        assert "Traceback" not in text, text[-4000:]
+        log.append(f"run {run}: killed after {time.monotonic() - started:.1f} s, "
+                   f"{_output_records(kafka_broker.bootstrap, out)} Kafka records")
+        if run == 1:  # a split mid-stream: shard 0 closes, later lines go to its children too
+            children = server.split(P, topic, "0")
+            active = [x["shard_id"] for x in server.shards(P, topic) if x["state"] == "ACTIVE"]
+            log.append(f"split: children {children}, active {active}")
+            lines += write_round_robin(client, topic, entries[half:], active, first=half)
+    proc, path = _start(tmp_path, kills + 1, cfg, "availableNow")
+    try:
+        code = proc.wait(240)
+    except subprocess.TimeoutExpired:
+        _killpg(proc)
+        raise AssertionError("the final run did not end:\n" + path.read_text(errors="replace")[-4000:]) from None
+    text = path.read_text(errors="replace")
+    assert code == 0 and "finished" in text, text[-4000:]
+    got = read_back(kafka_broker.bootstrap, out)
+    have = [e.SerializeToString() for p in sorted(got) for e, _, _ in got[p]]
+    want = convert(lines)
+    assert len(have) == len(want), "\n".join(log)
+    assert by_table(have) == by_table(want), "\n".join(log)  # each once, in order per table (never sorted)
+    return log
+
+
+def test_stream_killed_restarted_split_exactly_once(server, client, kafka_broker, tmp_path):
+    kill_run(server, client, kafka_broker, tmp_path, kills=1, seed=int(ENV.get("SPARK_REVERSE_SEED", "33")))
+
+
+@pytest.mark.deep
+def test_stream_killed_many_times(server, client, kafka_broker, tmp_path):
+    kill_run(server, client, kafka_broker, tmp_path, kills=4, seed=7)
