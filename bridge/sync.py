@@ -20,11 +20,11 @@ import threading
 from collections.abc import Callable
 
 from bridge.blob.encode import BlobEncoder
-from bridge.datahub.sink import DataHubWriter, OversizedRecord, Position, tuple_shard_key
+from bridge.datahub.sink import DataHubWriter, LookStopped, OversizedRecord, Position, tuple_shard_key
 from bridge.errors import BridgeError, ConversionError
 from bridge.options import Options
 from bridge.pipeline.options import SCHEMA_CHANGE_POLICIES, TABLE_ERROR_POLICIES
-from bridge.stream.pipeline import Overlay
+from bridge.stream.pipeline import Overlay, Report
 from bridge.values import discard_substitutions
 
 __all__ = ["BlobSink", "TupleSink", "Routing", "TableErrors", "EntryGate", "topic_name", "blob_converter", "run",
@@ -283,6 +283,19 @@ class _Sink:
         if self.letters is not None:
             self.letters.sync()
 
+    def acknowledged(self) -> dict[int, int]:
+        """The acknowledgement watermark (`DataHubWriter.acknowledged`): per Kafka partition with
+        records not yet done, the offset of the first; everything of it below was acknowledged by
+        DataHub or dead-lettered (refusals counted, the dead letters fsynced before this returns). A
+        partition absent has nothing outstanding. The loop may commit min(read, held, this) without
+        `flush()`; `flush()` still waits for everything."""
+        acked = self.writer.acknowledged()
+        if self.tables is not None:
+            self.tables.settle()
+        if self.letters is not None:
+            self.letters.sync()
+        return acked
+
     def mark(self, offsets: dict) -> None:
         """After sync, before the offsets are stored: the dead letters' length goes with them."""
         if self.letters is not None:
@@ -492,8 +505,16 @@ def deliver(entries, sink: _Sink, gate: EntryGate, policy) -> None:
             sink.write(where, outputs)
 
 
-# How far DataHub's clock may be behind this machine's: the tail scan reads back this much further.
-CLOCK_MARGIN_MS = 5 * 60 * 1000
+# The restart look (DataHubWriter.resume) reads each shard back per partition to its committed record,
+# which needs no clock. This bound only ends the look in a shard where a partition has no committed
+# record (an idle partition, keys that never went there): no record of it at or past its commit can
+# be older than the last commit's time (stamped here) less the skew between this machine's clock and
+# DataHub's (NTP keeps it under a second) and less how long before a commit a record past it may
+# land while the commit waits for an earlier one (seconds, unless one shard is stuck while the others
+# take the partition's later records, which a newer record of that partition in the shard then shows
+# and the look follows back). 60 s covers both with room; benchmarks/restart_bench.py measures what
+# it costs (an idle partition makes each shard's look read back that far).
+CLOCK_MARGIN_MS = 60 * 1000
 
 
 class _EveryPartition:
@@ -537,7 +558,13 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
     if any(off is not None for off in committed.values()) and \
             all(p in times for p, off in committed.items() if off is not None):
         since = min(times[p] for p, off in committed.items() if off is not None) - CLOCK_MARGIN_MS
-    writer.resume(topic, committed, since_ms=since)
+    try:
+        writer.resume(topic, committed, since_ms=since, stop=stop)
+    except LookStopped:  # asked to stop while reading the shards' tails: nothing written, nothing to commit
+        writer.stop()
+        report = report if report is not None else Report()
+        report.stopped = "signal"
+        return report
     try:
         return pipeline.consume(consumer, topic, store, convert, sink, policy, partitions=partitions, start=start,
                              max_messages=max_messages, idle_timeout=idle_timeout, stop=stop, raw=raw,

@@ -111,9 +111,15 @@ class RequestPacking:
                 return 0
         records = [p.record for p in batch]
         first_sent_ms = None  # wall clock of the first attempt: how far back a lost answer is looked for
+        failing = None  # monotonic time of the first failure (the retry timeout counts from it)
+        name = f"PutRecordsByShard to {topic.name}/{shard.shard_id}"
         while True:
-            if unsure and self._landed_already(shard, batch, first_sent_ms):
-                return len(batch)
+            if unsure:
+                with self.on_behalf_of(name, failing):  # its errors name this request, within its deadline
+                    landed = self._landed_already(shard, batch, first_sent_ms)
+                if landed:
+                    self._succeeded()
+                    return len(batch)
             self._pace(shard)
             started = time.monotonic()
             if first_sent_ms is None:
@@ -125,6 +131,8 @@ class RequestPacking:
                 self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
                               records=len(batch), seconds=time.monotonic() - started, outcome="ok")
                 shard.rate = min(self.max_rate, shard.rate + self.rate_step)
+                if failing is not None:
+                    self._succeeded()
                 return len(batch)
             except dx.LimitExceededException:
                 code = "LimitExceeded"  # this attempt did not land; an earlier answer-less one still may have
@@ -158,7 +166,8 @@ class RequestPacking:
                 unsure = True
             self._observe("request", op="PutRecordsByShard", topic=topic.name, shard=shard.shard_id,
                           records=len(batch), seconds=time.monotonic() - started, outcome=code)
-            attempt = self._wait(attempt, f"PutRecordsByShard to {topic.name}/{shard.shard_id}: {code}", code)
+            failing = failing or time.monotonic()
+            attempt = self._wait(attempt, f"{name}: {code}", code, since=failing)
 
     def _refuse(self, pending: Pending, reason: str) -> None:
         self.refused += 1

@@ -56,7 +56,7 @@ class Position:
 
 
 class Pending:
-    __slots__ = ("record", "key", "position", "seq", "size", "topic", "tag", "context", "dropped")
+    __slots__ = ("record", "key", "position", "seq", "size", "topic", "tag", "context", "dropped", "at")
 
     def __init__(self, record, key: str, position: Position | None, seq: int, size: int) -> None:
         self.record, self.key, self.position, self.seq, self.size = record, key, position, seq, size
@@ -64,4 +64,5 @@ class Pending:
         self.tag = None  # the caller's label (a table): `halt(tag)` stops records so labelled
         self.context = None  # the caller's, handed back to `on_refused`
         self.dropped = False  # handed to `on_refused` (halted): never sent, even when its batch goes again
+        self.at = 0.0  # when it was queued (monotonic): a request waits at most `linger` for more
 

@@ -5,37 +5,80 @@ request whose answer was lost (`_landed_already`). Also `read_topic`, every reco
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 
+from bridge.datahub.calls import DataHubError
 from bridge.datahub.records import ATTR_EPOCH, ATTR_POS, ATTR_TOPIC, LOST_ANSWER_MARGIN_MS, Pending, Position
 from bridge.datahub.routing import _Shard, _Topic
 
-__all__ = ["TailLook"]
+__all__ = ["TailLook", "LookStopped"]
+
+
+class LookStopped(DataHubError):
+    """The restart look was asked to stop (`resume(stop=...)`): nothing was written."""
 
 
 class TailLook:
     """The writer's restart look (a mixin of `DataHubWriter`, whose state it uses)."""
 
+    look_reads = 0  # GetRecords requests of restart looks
+    _stop_look: Callable[[], bool] | None = None
+    _since_of: dict = {}
+    _looking: int | None = None  # the thread running a look
+
     def resume(self, source: str, committed: dict[int, int | None] | None = None, epoch: int | None = None,
-               since_ms: int | None = None) -> None:
-        """Records of `source` put again after a restart that already landed are dropped: a shard's
-        tail is read back to the first record of `source` below its partition's committed offset
-        (`committed[partition]`; None or absent: nothing of that partition was committed).
+               since_ms: int | None = None, stop: Callable[[], bool] | None = None) -> None:
+        """Records of `source` put again after a restart that already landed are dropped. Each
+        shard's tail is read back (newest first), per partition of `committed`, to that partition's
+        last record in the shard below its committed offset: every record of a partition lands in
+        its shard in offset order, so older ones are all below it too, and the ones seen before it
+        are those to drop (`committed[partition]` None: nothing of that partition was committed, its
+        records are all looked for; a partition not in `committed` is another process's, skipped).
+        The look ends in a shard once every partition of `committed` met its committed record there.
+
+        `committed` empty: every record of `source` in the shards is taken as landed (a replay).
+        Called again with the same source (a group member given more partitions), it looks for the
+        new partitions only and keeps what it found for the others.
 
         With `epoch` (a Spark micro-batch id) every record also carries `dts.epoch`, and the tail is
         read back to the first record of `source` from an earlier epoch instead: a micro-batch
         replayed after a failure finds what its earlier attempt wrote (every record of an earlier
         epoch landed before any of this one, as Spark runs the batches one after another).
 
-        With `since_ms` (the earliest time, DataHub's clock, at which a record landed after the last
-        commit could have been written: the oldest partition's commit time less a margin for clock
-        skew) the tail is read back to the first record older than that instead, whoever wrote the
-        records in between: exact whatever process owned which partition before."""
+        `since_ms` (DataHub's clock) bounds the look for partitions that have no committed record in
+        a shard (an idle partition, or keys that never went there): past records older than it, a
+        shard's look ends unless a partition already showed records past its commit there, which are
+        then followed back to its committed record (bridge.sync.run passes the last commit's time
+        less CLOCK_MARGIN_MS). None: no bound (the look may read a shard whole once).
+
+        The look runs at once for the topics the writer knows and before the first write to any
+        other; it reports to the observer ("look": state start|shard|done, topic, shard, records
+        read, requests, found, seconds) and `stop()` is asked between requests: true ends it with
+        `LookStopped`."""
         with self._cv:
-            self._source, self._committed, self._epoch = source, dict(committed or {}), epoch
+            fresh = (source != self._source or epoch is not None or self._epoch is not None or not committed
+                     or not self._committed)
+            committed = dict(committed or {})
+            if fresh:
+                self._committed, self._since_of = {}, {}
+            self._source, self._epoch = source, epoch
+            self._committed.update(committed)
+            for p in committed:
+                self._since_of[p] = since_ms
             self._since = since_ms
+            self._stop_look = stop
             for topic in self._topics.values():
+                if fresh or topic.look_for is None:
+                    topic.look_for = None if fresh else set(committed)
+                else:
+                    topic.look_for |= set(committed)
                 topic.scanned = False
+            topics = list(self._topics.values())
+        for topic in topics:
+            if not topic.scanned:
+                self._scan(topic)
 
     def covered(self, offsets: dict[int, int]) -> bool:
         """Whether committing `offsets` is safe: no record found in a shard's tail (landed after the
@@ -77,9 +120,11 @@ class TailLook:
                 return False  # written before the first attempt: it cannot be further back
         return False
 
-    def _newest_first(self, topic: _Topic, shard_id: str, window: int) -> Iterator:
+    def _newest_first(self, topic: _Topic, shard_id: str, window: int, look: bool = False) -> Iterator:
         """A shard's records from the newest back, read in windows growing fourfold (a reader that
-        stops early reads little)."""
+        stops early reads little). `look`: the restart look's (counted, and `stop` is asked)."""
+        if look:
+            self._check_stop()
         latest = self._sequence(topic, shard_id, "LATEST")
         if latest is None:
             return
@@ -87,43 +132,82 @@ class TailLook:
         end = latest
         while end >= oldest:
             start = max(oldest, end - window + 1)
-            yield from reversed(self._read(topic, shard_id, start, end - start + 1))
+            yield from reversed(self._read(topic, shard_id, start, end - start + 1, look))
             end, window = start - 1, window * 4
 
     def _scan(self, topic: _Topic) -> None:
-        """Collect the positions of `source`'s records that landed past the committed offsets."""
-        landed: set[str] = set()
-        shards = self.call(lambda: self.client.list_shard(self.project, topic.name), "ListShard").shards
-        for shard in shards:
-            landed |= self._scan_shard(topic, shard.shard_id)
+        """Collect the positions of `source`'s records that landed past the committed offsets (of
+        the partitions the look is for: `topic.look_for`, None for all)."""
         with self._cv:
-            topic.landed, topic.scanned = landed, True
+            parts = None if topic.look_for is None else set(topic.look_for)
+            committed = {p: off for p, off in self._committed.items() if parts is None or p in parts}
+            sinces = [self._since_of.get(p) for p in committed] or [self._since]
+            since = None if any(x is None for x in sinces) else min(sinces)
+        started, reads = time.monotonic(), self.look_reads
+        self._looking = threading.get_ident()
+        try:
+            landed, records = self._scan_shards(topic, committed, since)
+        finally:
+            self._looking = None
+        with self._cv:
+            if parts is None or topic.landed is None:
+                topic.landed = landed
+            else:  # a partition looked for again: what was found before for it is replaced
+                topic.landed = {k for k in topic.landed if int(k.split(":", 1)[0]) not in parts} | landed
+            topic.scanned, topic.look_for = True, set()
+        self._observe("look", state="done", topic=topic.name, records=records, requests=self.look_reads - reads,
+                      found=len(landed), seconds=time.monotonic() - started)
 
-    def _scan_shard(self, topic: _Topic, shard_id: str) -> set[str]:
+    def _scan_shards(self, topic: _Topic, committed: dict, since: int | None) -> tuple[set[str], int]:
+        shards = self.call(lambda: self.client.list_shard(self.project, topic.name), "ListShard").shards
+        self._observe("look", state="start", topic=topic.name, shards=len(shards), partitions=sorted(committed),
+                      since_ms=since)
+        landed: set[str] = set()
+        records = 0
+        for shard in shards:
+            found, read = self._scan_shard(topic, shard.shard_id, committed, since)
+            landed |= found
+            records += read
+            self._observe("look", state="shard", topic=topic.name, shard=shard.shard_id, records=read,
+                          found=len(found))
+        return landed, records
+
+    def _scan_shard(self, topic: _Topic, shard_id: str, committed: dict, since: int | None) -> tuple[set[str], int]:
+        """(positions found past the commits, records read) in one shard."""
         found: set[str] = set()
-        for record in self._newest_first(topic, shard_id, 64):
-            if self._since is not None and (getattr(record, "system_time", None) or 0) < self._since:
-                return found  # written before the oldest commit: nothing after the commits is older
+        looking = {p for p, off in committed.items() if off is not None}  # no committed record met yet
+        unbounded = not committed or any(off is None for off in committed.values())
+        past: set[int] = set()  # partitions with records past their commit met, their commit not yet
+        read = 0
+        for record in self._newest_first(topic, shard_id, 64, look=True):
+            read += 1
+            if since is not None and not past and (getattr(record, "system_time", None) or 0) < since:
+                return found, read  # older than the bound, and no partition is being followed back
             attrs = record.attributes or {}
             if attrs.get(ATTR_TOPIC) != self._source:
                 continue  # another writer's record
             pos = Position.parse(attrs.get(ATTR_POS, ""))
             if pos is None:
                 continue
-            if self._epoch is None and self._committed and pos[0] not in self._committed:
-                continue  # a partition another process owns: neither ours to skip nor a boundary
             if self._epoch is not None:
                 epoch = attrs.get(ATTR_EPOCH, "")
                 if not epoch.lstrip("-").isdigit() or int(epoch) < self._epoch:
-                    return found  # an earlier micro-batch: everything before it landed before this one
-            else:
-                committed = self._committed.get(pos[0])
-                if committed is not None and pos[1] < committed:
-                    if self._since is not None:
-                        continue  # committed; the time bound ends the scan
-                    return found  # everything before this landed before the last commit
+                    return found, read  # an earlier micro-batch: everything before it landed before this one
+                found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
+                continue
+            if committed and pos[0] not in committed:
+                continue  # a partition another process owns (or not looked for now): skipped
+            limit = committed.get(pos[0])
+            if limit is not None and pos[1] < limit:
+                looking.discard(pos[0])  # its committed record: everything older of it is committed
+                past.discard(pos[0])
+                if not looking and not unbounded:
+                    return found, read
+                continue
+            if limit is not None:
+                past.add(pos[0])
             found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
-        return found
+        return found, read
 
     def read_topic(self, topic: str, window: int = 1000) -> Iterator:
         """Every record of `topic`, shard by shard in sequence order, read `window` records at a
@@ -154,12 +238,26 @@ class TailLook:
         sequence = getattr(result, "sequence", -1)
         return None if sequence is None or sequence < 0 else sequence
 
-    def _read(self, topic: _Topic, shard_id: str, start: int, count: int) -> list:
+    def _before_wait(self) -> None:
+        """Asked before and during each backoff (Retrying._pause): the look stops when asked to,
+        even while DataHub is down."""
+        if self._looking == threading.get_ident():
+            self._check_stop()
+
+    def _check_stop(self) -> None:
+        stop = self._stop_look
+        if stop is not None and stop():
+            raise LookStopped("stopped during the restart look (DataHub shards' tails were being read)")
+
+    def _read(self, topic: _Topic, shard_id: str, start: int, count: int, look: bool = False) -> list:
         from datahub.models import CursorType
         cursor = self.call(lambda: self.client.get_cursor(self.project, topic.name, shard_id, CursorType.SEQUENCE,
                                                            start), "GetCursor").cursor
         out: list = []
         while len(out) < count:
+            if look:
+                self._check_stop()
+                self.look_reads += 1
             want = min(1000, count - len(out))
             if topic.kind == "BLOB":
                 result = self.call(lambda: self.client.get_blob_records(self.project, topic.name, shard_id, cursor,

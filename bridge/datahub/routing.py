@@ -35,7 +35,7 @@ def tuple_shard_key(row: dict, table: str, keys: list[str]) -> str:
 
 
 class _Shard:
-    __slots__ = ("topic", "shard_id", "queue", "busy", "solo", "rate", "next_at")
+    __slots__ = ("topic", "shard_id", "queue", "busy", "solo", "rate", "next_at", "bytes")
 
     def __init__(self, topic: _Topic, shard_id: str, rate: float) -> None:
         self.topic, self.shard_id = topic, shard_id
@@ -44,6 +44,7 @@ class _Shard:
         self.solo = 0  # records still to send one per request (after a refused request)
         self.rate = rate  # requests per second allowed (AIMD: halved on LimitExceeded, +step on success)
         self.next_at = 0.0
+        self.bytes = 0  # estimated size of the records queued
 
 
 class _Topic:
@@ -55,6 +56,7 @@ class _Topic:
         self.resharding = False
         self.landed: set[str] | None = None  # positions of ours found past the commit, not yet put again
         self.scanned = False
+        self.look_for: set[int] | None = None  # partitions the restart look is still to look for (None: all)
 
 
 class ShardRouting:
@@ -100,8 +102,12 @@ class ShardRouting:
                     self._ready.remove(shard)
             topic.shard_ids = ids
             topic.shards = {sid: s for sid, s in topic.shards.items() if sid in ids}
+            for shard in topic.shards.values():
+                shard.bytes = 0
             for item in waiting:
-                self._route(topic, item.key).queue.append(item)
+                target = self._route(topic, item.key)
+                target.queue.append(item)
+                target.bytes += item.size
             for shard in topic.shards.values():
                 if shard.queue:
                     self._ready.append(shard)

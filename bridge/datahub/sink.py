@@ -52,10 +52,11 @@ from bridge.datahub.records import (
     OversizedRecord,
     Position,
 )
+from bridge.datahub.resume import LookStopped
 from bridge.datahub.routing import shard_for, tuple_shard_key
 from bridge.datahub.writer import DataHubWriter
 
-__all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "OversizedRecord", "Position", "shard_for",
+__all__ = ["DataHubWriter", "DataHubSink", "DataHubError", "LookStopped", "OversizedRecord", "Position", "shard_for",
            "tuple_shard_key", "make_client", "MAX_REQUEST_BYTES", "MAX_STRING_BYTES", "ACCESS_ID_ENV", "ACCESS_KEY_ENV", "ATTR_TOPIC", "ATTR_POS", "ATTR_EPOCH"]
 
 

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bridge.datahub.calls import DataHubError, Retrying, pydatahub
+from bridge.datahub.calls import BY_COUNT, DataHubError, Retrying, pydatahub
 from bridge.datahub.packing import RequestPacking
 from bridge.datahub.records import (
     ATTR_EPOCH,
@@ -57,7 +57,12 @@ from bridge.datahub.resume import TailLook
 from bridge.datahub.routing import ShardRouting, _Shard, _Topic
 from bridge.errors import BridgeError
 
-__all__ = ["DataHubWriter"]
+__all__ = ["DataHubWriter", "LINGER"]
+
+# How long a shard's request waits for more records (Kafka's producer has linger.ms for the same
+# reason): 50 ms adds at most that to a record's latency, never to a flush, and lets a request
+# fill while records come slower than DataHub takes them (tests/test_datahub_writer.py counts).
+LINGER = 0.05
 
 
 class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
@@ -68,7 +73,10 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
     keyed by field name); `key` is the routing key (`shard_key`, `tuple_shard_key`). `flush()`
     returns once DataHub acknowledged every record put before it, or raises `DataHubError`.
     `observer(event, **facts)` hears each request ("request": op, topic, shard, records, seconds,
-    outcome) and each retry ("retry": reason, code).
+    outcome), each retry ("retry": reason, code), an outage ("degraded": request, reason, seconds;
+    then "recovered": request, seconds) and the restart look ("look", see `resume`).
+    `retry_timeout`: seconds a failing request is retried (None or -1: for ever, what `dts-bridge
+    sync` uses); not given, `max_retries` bounds the retries.
     """
 
     def __init__(self, client, project: str, *, batch_records: int = 1000,
@@ -77,7 +85,8 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
                  sleep: Callable[[float], None] = time.sleep, seed: int | None = None,
                  observer: Callable[..., None] | None = None, create_topics: dict | None = None,
                  on_refused: Callable[[Pending, str], None] | None = None, max_rate: float = SHARD_MAX_RATE,
-                 min_rate: float = 1.0, rate_step: float = 1.0) -> None:
+                 min_rate: float = 1.0, rate_step: float = 1.0, retry_timeout: float | None | str = BY_COUNT,
+                 linger: float = LINGER) -> None:
         if batch_records < 1:
             raise DataHubError("batch_records must be at least 1")
         if workers < 1:
@@ -86,6 +95,9 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
         self.client, self.project = client, project
         self.batch_records, self.max_request_bytes, self.max_buffered = batch_records, max_request_bytes, max_buffered
         self.max_retries, self.backoff, self.max_backoff, self.sleep = max_retries, backoff, max_backoff, sleep
+        # seconds a failing request is retried (None or -1: for ever); BY_COUNT: max_retries times
+        self.retry_timeout = None if retry_timeout is not None and retry_timeout != BY_COUNT and \
+            retry_timeout < 0 else retry_timeout
         self.rng = random.Random(seed)
         self.observer = observer
         self.create_topics = create_topics  # {"shards": N, "lifecycle": days} creates missing topics
@@ -108,6 +120,14 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
         self._committed: dict[int, int | None] = {}
         self._epoch: int | None = None
         self._since: int | None = None
+        self._since_of: dict[int, int | None] = {}
+        self.look_reads = 0
+        # a shard's request waits up to `linger` seconds for more records unless it is full (batch_records,
+        # max_request_bytes) or someone waits for it (flush, a full buffer, stop): dense requests when
+        # records come slower than DataHub takes them (Tuple rows convert slower than Blob lines)
+        self.linger = linger
+        self._urgent = 0  # flushes (and puts blocked on a full buffer) waiting
+        self._acks: dict[int, _Outstanding] = {}  # per source partition: records put, not yet done
         self._threads = [threading.Thread(target=self._work, name=f"datahub-writer-{i}", daemon=True)
                          for i in range(workers)]
         for thread in self._threads:
@@ -244,24 +264,66 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
 
     def put_prepared(self, pending: Pending) -> bool:
         with self._cv:
-            while self._buffered >= self.max_buffered and self._error is None:
-                self._cv.wait()
+            if self._buffered >= self.max_buffered:
+                self._urgent += 1
+                self._cv.notify_all()
+                try:
+                    while self._buffered >= self.max_buffered and self._error is None:
+                        self._cv.wait()
+                finally:
+                    self._urgent -= 1
             self._raise_pending_locked()
             self._seq += 1
             pending.seq = self._seq
+            pending.at = time.monotonic()
             shard = self._route(pending.topic, pending.key)
             shard.queue.append(pending)
+            shard.bytes += pending.size
             self._buffered += 1
+            if pending.position is not None:
+                marks = self._acks.get(pending.position.partition)
+                if marks is None:
+                    marks = self._acks[pending.position.partition] = _Outstanding()
+                marks.add(pending.position.offset)
             if not shard.busy and len(shard.queue) == 1:
                 self._ready.append(shard)
                 self._cv.notify_all()
+            elif self.linger and len(shard.queue) == self.batch_records:
+                self._cv.notify_all()  # a lingering request is full now
         return True
+
+    def acknowledged(self) -> dict[int, int]:
+        """The acknowledgement watermark: per source partition (a `Position`'s) that has records
+        put and not yet done, the offset of the first of them. Every record of that partition put
+        below it is done: acknowledged by DataHub, handed to `on_refused` (refused or halted: a dead
+        letter), or dropped at `prepare` as already landed; so an Entry counts only once all its
+        records are done. A partition absent from the answer has nothing outstanding. A pipeline
+        may commit, per partition, min(next to read, first held, this) without a `flush()`.
+        Raises what stopped the writer, as `flush` does."""
+        with self._cv:
+            self._raise_pending_locked()
+            return {p: first for p, marks in self._acks.items() if (first := marks.first()) is not None}
+
+    @property
+    def acked(self) -> int:
+        """Records DataHub acknowledged so far (landed; not those found already there)."""
+        return self.records
+
+    @property
+    def queued(self) -> int:
+        """Records put and not yet done (waiting or in flight)."""
+        return self._buffered
 
     def flush(self) -> None:
         """Wait until every record put so far is acknowledged (or raise what stopped a shard)."""
         with self._cv:
-            while self._buffered and self._error is None:
-                self._cv.wait()
+            self._urgent += 1
+            self._cv.notify_all()
+            try:
+                while self._buffered and self._error is None:
+                    self._cv.wait()
+            finally:
+                self._urgent -= 1
             self._raise_pending_locked()
 
     def close(self) -> None:
@@ -298,6 +360,14 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
             raise err if isinstance(err, BridgeError) else DataHubError(f"DataHub writer failed: {err}")
 
     # -- the workers ----------------------------------------------------------------------------
+    def _due(self, shard: _Shard, now: float) -> float:
+        """When the shard's next request should go: now when it is full, urgent or not lingering,
+        else when its oldest record has waited `linger`."""
+        if not self.linger or self._urgent or shard.solo or len(shard.queue) >= self.batch_records \
+                or shard.bytes >= self.max_request_bytes or not shard.queue:
+            return now
+        return shard.queue[0].at + self.linger
+
 
     def _work(self) -> None:
         while True:
@@ -306,12 +376,17 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
                 while shard is None:
                     if self._closing:
                         return
+                    now, wake = time.monotonic(), None
                     for candidate in self._ready:
-                        if not candidate.topic.resharding:
+                        if candidate.topic.resharding:
+                            continue
+                        due = self._due(candidate, now)
+                        if due <= now:
                             shard = candidate
                             break
+                        wake = due if wake is None else min(wake, due)
                     if shard is None:
-                        self._cv.wait()
+                        self._cv.wait(None if wake is None else wake - now)
                 self._ready.remove(shard)
                 shard.busy = True
                 batch = self._batch(shard)
@@ -332,8 +407,11 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
                     self._cv.notify_all()
                     continue
                 if outcome != "reshard":
-                    for _ in batch:
+                    for item in batch:  # landed, refused (handed to on_refused) or halted: done
                         shard.queue.popleft()
+                        shard.bytes -= item.size
+                        if item.position is not None:
+                            self._acks[item.position.partition].done(item.position.offset)
                     self._buffered -= len(batch)
                     self.records += outcome
                     shard.solo = max(0, shard.solo - len(batch))
@@ -343,3 +421,36 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
                     continue
             self._reshard(shard.topic)
 
+
+
+class _Outstanding:
+    """One source partition's records put and not yet done, counted per offset in put order (the
+    offsets of one partition are put in increasing order: its Entries in stream order)."""
+    __slots__ = ("groups", "index", "ordered")
+
+    def __init__(self) -> None:
+        self.groups: collections.deque[list[int]] = collections.deque()  # [offset, records not done]
+        self.index: dict[int, list[int]] = {}
+        self.ordered = True
+
+    def add(self, offset: int) -> None:
+        group = self.index.get(offset)
+        if group is None:
+            if self.groups and offset < self.groups[-1][0]:
+                self.ordered = False  # put out of order (not by bridge.sync): first() takes the min
+            group = self.index[offset] = [offset, 0]
+            self.groups.append(group)
+        group[1] += 1
+
+    def done(self, offset: int) -> None:
+        self.index[offset][1] -= 1
+        while self.groups and self.groups[0][1] == 0:
+            del self.index[self.groups.popleft()[0]]
+
+    def first(self) -> int | None:
+        """The lowest offset with a record not done (None: none)."""
+        if not self.groups:
+            return None
+        if not self.ordered:
+            return min(g[0] for g in self.groups if g[1] > 0)
+        return self.groups[0][0]
