@@ -198,6 +198,7 @@ class _Sink:
         self.writer, self.source, self.policy = writer, source, policy
         self.tables, self.gate, self.oversized, self.letters = tables, gate, oversized, letters
         self.written = 0
+        self.since_ms: Callable[[dict], int | None] | None = None  # run() sets it: the restart look's floor
         if oversized not in ("fail", "dlq", "policy"):  # policy: as any other error of the Entry (replay)
             raise BridgeError(f"oversized must be fail or dlq, not {oversized!r}")
         if oversized == "dlq" and letters is None:
@@ -282,6 +283,13 @@ class _Sink:
             self.tables.settle()
         if self.letters is not None:
             self.letters.sync()
+
+    def resume(self, committed: dict) -> None:
+        """The restart look of a group member, for the partitions it has now (the loop calls it when
+        the group assigns some): records of this source that landed past `committed` are found in
+        the shards' tails and not written again (DataHubWriter.resume)."""
+        since = self.since_ms(committed) if self.since_ms is not None else None
+        self.writer.resume(self.source, committed, since_ms=since)
 
     def acknowledged(self) -> dict[int, int]:
         """The acknowledgement watermark (`DataHubWriter.acknowledged`): per Kafka partition with
@@ -543,13 +551,35 @@ class _EveryPartition:
 def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Callable, policy, *,
         partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
         idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False, raw: bool = False,
-        commit_interval: float | None = 5.0, report=None):
-    """Resume the writer at the stored offsets, then `pipeline.consume` into `sink`; returns its report."""
+        commit_interval: float | None = 5.0, report=None, subscribe: bool = False):
+    """Resume the writer at the stored offsets, then `pipeline.consume` into `sink`; returns its report.
+
+    With `subscribe` the process is a member of the consumer group (cooperative rebalancing): the
+    loop resumes the writer for the partitions the group gives it, as they come (`_Sink.resume`),
+    and commits a partition's offsets before it goes to another member (docs/kafka.md, "Scaling
+    out in a consumer group")."""
     from bridge import kafka, pipeline
-    partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)
     letters = getattr(sink, "letters", None)
     if letters is not None:  # restored: its committed offsets win where ahead
         store = Overlay(store, lambda: letters.offsets)
+    if subscribe:
+        if partitions is not None:
+            raise BridgeError("a group member is given its partitions by the group: no partitions with subscribe")
+        def since_ms(committed: dict) -> int | None:
+            times = getattr(store, "times", {})  # filled as the loop loads the gained partitions
+            done = [p for p, off in committed.items() if off is not None]
+            if not done or not all(p in times for p in done):
+                return None
+            return min(times[p] for p in done) - CLOCK_MARGIN_MS
+
+        sink.since_ms = since_ms
+        try:
+            return pipeline.consume(consumer, topic, store, convert, sink, policy, start=start,
+                                    max_messages=max_messages, idle_timeout=idle_timeout, stop=stop, raw=raw,
+                                    size=sink.size, commit_interval=commit_interval, report=report, subscribe=True)
+        finally:
+            writer.stop()
+    partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)
     store = _EveryPartition(store)
     stored = store.load(partitions)
     committed = {p: stored.get(p, (None, None))[0] for p in partitions}

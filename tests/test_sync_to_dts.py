@@ -19,10 +19,9 @@ import pytest
 pytest.importorskip("datahub")
 pytest.importorskip("confluent_kafka")
 
-from test_kafka_dts_sink import read_back  # noqa: E402
-
 from bridge.wire import subscribe_pb2 as pb  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.dts_kafka import read_back  # noqa: E402
 from support.pipeline import ENV, ROOT, bridge_cli, run_bridge  # noqa: E402
 from support.sync_runs import entries_of, produce  # noqa: E402
 

@@ -64,6 +64,42 @@ def _sinks(args, popts, writer, policy, source: str, options, letters, oversized
                           oversized=oversized or popts.oversized, letters=letters)
 
 
+PROBE_SECONDS = 5.0  # how long the endpoint check waits for an answer
+
+
+def _datahub_client(endpoint: str, project: str, compress: str):
+    """A DataHub client, after checking the endpoint as a user would want it checked before a long
+    run starts: an http(s) URL, credentials set, something that answers within PROBE_SECONDS, and
+    answers as DataHub does (its x-datahub-request-id header). Each failure is one usage line."""
+    import re
+    from urllib.parse import urlsplit
+
+    import requests
+
+    from bridge.datahub.sink import DataHubError, make_client
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"--datahub-endpoint must be an http:// or https:// URL, not {endpoint!r}")
+    try:
+        client = make_client(endpoint, compress=compress)
+    except DataHubError as err:
+        raise UsageError(str(err)) from None
+    try:
+        answer = requests.get(endpoint.rstrip("/") + f"/projects/{project}", timeout=PROBE_SECONDS)
+    except requests.exceptions.Timeout:
+        raise UsageError(f"DataHub at {endpoint} did not answer within {PROBE_SECONDS:g} s") from None
+    except requests.exceptions.RequestException as exc:
+        reason = str(exc.args[0] if exc.args else exc).splitlines()[0][:200]
+        raise UsageError(f"cannot reach DataHub at {endpoint}: {reason}") from None
+    if "x-datahub-request-id" not in {k.lower() for k in answer.headers}:
+        kind = answer.headers.get("Content-Type", "no content type").split(";")[0]
+        title = re.search(rb"<title>(.*?)</title>", answer.content[:65536], re.I | re.S)
+        what = f", titled {title.group(1).decode('utf-8', 'replace').strip()[:80]!r}" if title else ""
+        raise UsageError(f"{endpoint} does not answer as DataHub does (HTTP {answer.status_code}, {kind}{what}): "
+                         f"check --datahub-endpoint")
+    return client
+
+
 def _since_ms(text: str | None) -> int | None:
     """--since: epoch milliseconds, or an ISO 8601 time (UTC unless it says otherwise)."""
     if text is None:
@@ -83,7 +119,6 @@ def _since_ms(text: str | None) -> int | None:
 def cmd_sync_to_dts(args: argparse.Namespace) -> int:
     """sync --to dts: DataHub -> whole Entries -> DTS Envelopes in Kafka (bridge.pipeline.to_dts)."""
     from bridge.cli import observe
-    from bridge.datahub.sink import make_client
     from bridge.pipeline.to_dts import sync_to_dts
     popts = pipeline_options_from(args)
     if args.no_transactions and not args.offsets_file:
@@ -116,7 +151,7 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
 
     try:
         with _graceful_stop() as stop, _watching(args, label, metrics, render, refresh):
-            done = sync_to_dts(make_client(args.datahub_endpoint, compress=popts.compress), args.project, topics,
+            done = sync_to_dts(_datahub_client(args.datahub_endpoint, args.project, popts.compress), args.project, topics,
                                _kafka_config(args), args.topic, policy, options,
                                from_beginning=args.from_beginning, since_ms=_since_ms(args.since),
                                transactions=not args.no_transactions, transactional_id=args.transactional_id,
@@ -145,12 +180,38 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
     return 1 if tally.rejected else 0
 
 
+class _SayWhereToStart:
+    """An offset store that says, once per partition, where a partition without a committed offset
+    starts (a new group starts at the latest message unless --from-beginning: say so)."""
+
+    def __init__(self, store, label: str, where: str, start: str) -> None:
+        self.store, self.label, self.where, self.start = store, label, where, start
+        self.said: set = set()
+
+    @property
+    def times(self) -> dict:
+        return getattr(self.store, "times", {})
+
+    def load(self, keys: list) -> dict:
+        got = self.store.load(keys)
+        new = sorted(k for k, (off, _) in got.items() if off is None and k not in self.said)
+        if new:
+            self.said.update(new)
+            hint = "" if self.start == "earliest" else " (--from-beginning starts a new group at the earliest)"
+            print(f"{self.label}: partition{'s' if len(new) > 1 else ''} {', '.join(map(str, new))}: no committed "
+                  f"offset in {self.where}, starting at the {self.start} message{hint}", file=sys.stderr)
+        return got
+
+    def save(self, commit: dict, read: dict) -> None:
+        self.store.save(commit, read)
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
     if args.to == "dts":
         return cmd_sync_to_dts(args)
     from bridge import kafka, sync
     from bridge.cli import observe
-    from bridge.datahub.sink import DataHubWriter, make_client
+    from bridge.datahub.sink import DataHubWriter
     _check_reading_args(args)
     popts = pipeline_options_from(args)
     _check_routing_flags(args, popts)
@@ -158,7 +219,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     options = options_from(args, {"dts", args.to})
     label = f"{PROG} sync {args.topic} -> {args.project}"
     metrics = observe.Metrics()
-    client = make_client(args.datahub_endpoint, compress=popts.compress)
+    client = _datahub_client(args.datahub_endpoint, args.project, popts.compress)
     creating = {"shards": popts.shards, "lifecycle": popts.lifecycle} if popts.create_topics else None
     writer = DataHubWriter(client, args.project, batch_records=popts.batch_size, workers=popts.workers,
                            max_retries=popts.max_retries, create_topics=creating, observer=metrics.datahub_observer(),
@@ -166,6 +227,14 @@ def cmd_sync(args: argparse.Namespace) -> int:
     config = _consumer_config(args, label)
     # while the writer's bounded buffer blocks the loop, librdkafka prefetches at most this much
     config.setdefault("queued.max.messages.kbytes", 16384)
+    # a member of its consumer group unless partitions are given by hand or offsets kept in a file
+    subscribe = bool(args.group) and args.partitions is None and not args.offsets_file
+    if subscribe:
+        config.setdefault("partition.assignment.strategy", "cooperative-sticky")
+        # a member killed without leaving keeps its partitions this long (librdkafka's default: 45 s)
+        config.setdefault("session.timeout.ms", 10_000)
+        if args.instance_id:  # static membership: a restart with the same id takes its partitions back at once
+            config["group.instance.id"] = args.instance_id
     ck = kafka.confluent()
     tally = Tally()
     report = Report()
@@ -208,6 +277,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         sink, convert = _sinks(args, popts, writer, policy, args.topic, options, letters)
         store = (kafka.FileOffsets(args.offsets_file, args.topic) if args.offsets_file
                  else kafka.GroupOffsets(consumer, args.topic))
+        store = _SayWhereToStart(store, label, f"file {args.offsets_file}" if args.offsets_file
+                                 else f"group {args.group}", "earliest" if args.from_beginning else "latest")
         bar = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
                                describe=lambda: f"{tally.rejected:,} rejected, {writer.retries:,} retries")
         with contextlib.closing(bar), _graceful_stop() as stop, _watching(args, label, metrics, render, refresh):
@@ -215,7 +286,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             report = sync.run(consumer, args.topic, store, writer, sink, convert, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
-                              raw=args.to == "blob", commit_interval=popts.commit_interval or None, report=report)
+                              raw=args.to == "blob", commit_interval=popts.commit_interval or None, report=report,
+                              subscribe=subscribe)
     except sync.TopicNameCollision as err:
         raise UsageError(str(err)) from None
     finally:
@@ -260,7 +332,7 @@ def _add_delivery_flags(parser) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from bridge import sync
-    from bridge.datahub.sink import DataHubWriter, make_client
+    from bridge.datahub.sink import DataHubWriter
     from bridge.deadletters import read_dead_letters
     args.include = args.exclude = None
     popts = pipeline_options_from(args, on_table_error=None, oversized="fail")
@@ -272,7 +344,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     policy = ErrorPolicy(getattr(args, "opt_on_error", "fail"), tally=tally, sink=rejects_sink(rejects, tally),
                          keep_records=False)
     creating = {"shards": popts.shards, "lifecycle": popts.lifecycle} if popts.create_topics else None
-    writer = DataHubWriter(make_client(args.datahub_endpoint, compress=popts.compress), args.project,
+    writer = DataHubWriter(_datahub_client(args.datahub_endpoint, args.project, popts.compress), args.project,
                            batch_records=popts.batch_size, max_retries=popts.max_retries, create_topics=creating)
     source = (letters[0]["source"] if letters else "") + sync.REPLAY_SUFFIX
     try:
@@ -338,6 +410,10 @@ def register(commands) -> None:
     back.add_argument("--accept-data-loss", action="store_true", help="records past a topic's lifecycle (the "
                       "committed position is gone) are counted and skipped instead of stopping the run")
     add_pipeline_flags(parser, ("workers", "max_buffered", "commit_interval"))
+    parser.add_argument("--instance-id", metavar="ID",
+                        help="a member of --group with a static identity (Kafka's group.instance.id): a restart with "
+                             "the same id takes its partitions back at once, and a second process with it fences "
+                             "the first; one id per process of the group")
     parser.add_argument("--include", action="append", metavar="PATTERN",
                         help="only tables whose db.table matches this shell pattern (repeatable; e.g. 'shop.*')")
     parser.add_argument("--exclude", action="append", metavar="PATTERN",

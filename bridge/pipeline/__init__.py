@@ -32,39 +32,64 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     `convert(entry[, raw])` gives an Entry's outputs; without `size` the sink takes them one by one
     (`sink.write(where with "row", item)`), with it whole (`sink.write(where, outputs)`, `size(outputs)`
     of them). Commits come at every CHECKPOINT Entry, every `commit_interval` seconds (between
-    records), and at the end; every ending but an exception commits. The run ends after
-    `max_records` records, after `idle_timeout` seconds without one (once the source is caught
-    up, or after five times the timeout), or when `stop()` turns true.
+    records, and while nothing comes, so an idle pipeline commits its tail), and at the end; every
+    ending but an exception commits. A sink that can say what it has not acknowledged yet
+    (`unacknowledged()`) is committed up to that without waiting for it (reading never stops for a
+    commit); else every commit waits for `sink.flush()`. The run ends after `max_records` records,
+    after `idle_timeout` seconds without one (once the source is caught up, or after five times the
+    timeout), or when `stop()` turns true.
+
+    A source whose keys change while it runs (`source.dynamic`: a consumer group's member) is
+    told `source.listen(assigned, revoked)`: keys it gains are loaded from `positions`, the sink
+    is told the committed positions of every key it has now (`sink.resume`, the restart look; for
+    a fixed set of keys that is the caller's, before the run), and the source starts
+    them there; before keys go, everything of theirs is flushed and committed, and the assembler
+    forgets what it held of them (the next owner reads it again from the commit).
     """
-    keys = source.keys()
-    stored = positions.load(keys)
     report = report if report is not None else Report()
-    report.started = {k: stored.get(k, (None, None))[0] for k in keys}
-    source.open(dict(report.started))
-    marks = {k: mark for k, (_, mark) in stored.items()}
-    if any(off is not None and mark is None for off, mark in stored.values()):
-        report.reread = None  # committed before, but how far that run read is unknown
-    for k, (off, _) in stored.items():
-        if off is not None:
-            assembler.resume_at(k)
     read: dict = {}
     committed: dict = {}
+    marks: dict = {}
     checkpoint = [False]
-    flush = sink.flush
+    finished = [False]
     mark_sink = getattr(sink, "mark", None)
     may_commit = getattr(sink, "may_commit", None)
+    unacknowledged = getattr(sink, "unacknowledged", None)
+    resume_sink = getattr(sink, "resume", None)
+    forget = getattr(assembler, "forget", None)
     # an assembler may know that a commit now would not be exact (DataHubAssembler: an Entry split
     # across shards is incomplete while later records of one of its shards were handed on)
     commit_safe = getattr(assembler, "commit_safe", None)
     last_commit = [time.monotonic()]
 
-    def commit() -> None:
+    def load(keys: list) -> dict:
+        stored = positions.load(keys)
+        starts = {k: stored.get(k, (None, None))[0] for k in keys}
+        report.started.update(starts)
+        for k, (off, mark) in stored.items():
+            marks[k] = mark
+            if off is not None:
+                assembler.resume_at(k)
+                if mark is None:
+                    report.reread = None  # committed before, but how far that run read is unknown
+        return starts
+
+    def commit(wait: bool = True, only=None) -> None:
         last_commit[0] = time.monotonic()
-        flush()
+        pending: dict = {}
+        if wait or unacknowledged is None:
+            sink.flush()
+        else:
+            pending = unacknowledged()
         safe = {}
         for k, nxt in read.items():
+            if only is not None and k not in only:
+                continue
             held = assembler.held_from(k)
-            safe[k] = nxt if held is None else held
+            limit = nxt if held is None else held
+            if k in pending and pending[k] is not None:
+                limit = min(limit, pending[k])
+            safe[k] = limit
         changed = {k: off for k, off in safe.items() if committed.get(k) != off}
         if changed and commit_safe is not None and not commit_safe():
             report.deferred += 1  # the assembler cannot vouch for these positions yet: commit later
@@ -81,7 +106,38 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
             report.commits += 1
             report.last_commit_at = time.time()
 
+    def assigned(keys: list) -> dict:
+        starts = load(keys)
+        if resume_sink is not None:
+            resume_sink({**committed, **{k: v for k, v in starts.items()}})
+        return starts
+
+    def revoked(keys: list, lost: bool = False) -> None:
+        if finished[0]:
+            return
+        if not lost:
+            commit(wait=True, only=set(keys))
+        for k in keys:
+            read.pop(k, None)
+            committed.pop(k, None)
+            report.committed.pop(k, None)
+            report.position.pop(k, None)
+            report.high.pop(k, None)
+            if forget is not None:
+                forget(k)
+
+    if getattr(source, "dynamic", False):
+        source.listen(assigned, revoked)
+        source.open({})
+    else:
+        source.open(load(source.keys()))  # a fixed set of keys: the caller resumed the sink already
+
+    def due() -> bool:
+        return commit_interval is not None and time.monotonic() - last_commit[0] >= commit_interval
+
     def idle(since: float) -> bool:
+        if not getattr(source, "assigned_once", True):
+            return False  # a group member not yet given its partitions: nothing is known yet
         waited = time.monotonic() - since
         return waited >= idle_timeout and (source.caught_up() or waited >= 5 * idle_timeout)
 
@@ -97,13 +153,15 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
                 return
             batch = source.poll(wanted, poll_timeout)
             report.high.update(source.ends())
-            if idle_timeout is not None and not batch and idle(last):
-                report.stopped = "idle"
-                return
+            if not batch:
+                if due():  # nothing comes: what was read is committed, so an idle pipeline shows lag 0
+                    commit(wait=False)
+                if idle_timeout is not None and idle(last):
+                    report.stopped = "idle"
+                    return
             for record in batch:
-                due = commit_interval is not None and time.monotonic() - last_commit[0] >= commit_interval
-                if checkpoint[0] or due:  # everything up to the checkpoint's Entries has been written
-                    commit()
+                if checkpoint[0] or due():  # everything up to the checkpoint's Entries has been written
+                    commit(wait=checkpoint[0])
                     checkpoint[0] = False
                 if stop():
                     report.stopped = "signal"
@@ -133,6 +191,7 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
                     sink.write(where, outputs)
         commit()
     finally:
+        finished[0] = True
         report.held = assembler.held()
         report.committed = dict(committed)
     return report
@@ -142,13 +201,15 @@ def consume(consumer, topic: str, store: Positions, convert: Callable[[pb.Entry]
             partitions: list[int] | None = None, start: str = "latest", max_messages: int | None = None,
             idle_timeout: float | None = None, stop: Callable[[], bool] = lambda: False,
             poll_timeout: float = 0.2, raw: bool = False, report: Report | None = None,
-            size: Callable[[Any], int] | None = None, commit_interval: float | None = None) -> Report:
+            size: Callable[[Any], int] | None = None, commit_interval: float | None = None,
+            subscribe: bool = False) -> Report:
     """A DTS Kafka topic through `run`: a `KafkaSource` (the consumer is assigned the partitions,
-    all or `partitions`, from the stored offsets, else from `start`) and a `DtsAssembler` (`raw`:
+    all or `partitions`, or with `subscribe` is a member of its group and given some, from the
+    stored offsets, else from `start`) and a `DtsAssembler` (`raw`:
     `convert(entry, entry_bytes)` where the bytes are known, for a converter's C fast path).
     Give the consumer `enable.partition.eof=True`, so idleness knows every partition is read to
     its end. The consumer stays open."""
-    source = KafkaSource(consumer, topic, partitions=partitions, start=start)
+    source = KafkaSource(consumer, topic, partitions=partitions, start=start, subscribe=subscribe)
     return run(source, store, DtsAssembler(raw=raw), convert, sink, policy, max_records=max_messages,
                idle_timeout=idle_timeout, stop=stop, poll_timeout=poll_timeout, report=report, size=size,
                commit_interval=commit_interval)

@@ -83,6 +83,7 @@ class Assembler(Protocol):
 
     # optional: commit_safe() -> bool, False while a commit at the held positions would not be
     # exact (the loop then commits later); DataHubAssembler has it
+    # optional: forget(key): drop what is held of `key` (it went to another member of the group)
 
 
 @runtime_checkable
@@ -96,6 +97,12 @@ class Sink(Protocol):
 
     def flush(self) -> None:
         """Wait until everything written is acknowledged."""
+
+    # optional: resume(committed): the committed positions of the keys read from now on (after a
+    # restart, or keys gained in a rebalance): what landed past them is the sink's to recognise.
+    # optional: unacknowledged() -> {key: the first position whose outputs are not acknowledged
+    # yet} (keys with nothing outstanding absent): the loop commits below it without waiting.
+    # optional: mark(positions), may_commit(positions) -> bool (see the module docstring).
 
 
 @runtime_checkable
@@ -168,6 +175,9 @@ class DtsAssembler:
 
     def held(self) -> int:
         return self.reassembler.held_segments()
+
+    def forget(self, key: Key) -> None:
+        self.reassembler.forget(key)
 
 
 @dataclass

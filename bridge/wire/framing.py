@@ -221,6 +221,19 @@ class Reassembler:
         (`ResumedTail`), not errors."""
         self._resumed.add(partition)
 
+    def forget(self, partition) -> None:
+        """Drop everything held for `partition` (it went to another reader of the group, which reads
+        it again from the committed offset): its open and waiting Entries, offsets and TDSQL state."""
+        for key in [key for key in self._open if _partition_of(key) == partition]:
+            del self._open[key]
+        self._waiting.pop(partition, None)
+        self._last_offset.pop(partition, None)
+        for key in [key for key in self._ps if key[0] == partition]:
+            del self._ps[key]
+        self._started = {key for key in self._started if key[0] != partition}
+        self._sharded.discard(partition)
+        self._resumed.discard(partition)
+
     @property
     def open_partitions(self) -> list:
         return sorted({_partition_of(key) for key in self._open}, key=repr)
