@@ -1,0 +1,417 @@
+"""DTS -> DataHub rows: the per-partition jobs of `dts_to_blob`, `dts_to_tuple` and
+`table_columns` (bridge.spark is the DataFrame face; bridge/spark/jobs_base.py the shared parts).
+
+Kafka records in offset order -> Envelope reassembly per topic -> per Entry, the rows of the Blob
+or Tuple conversion in columns (plain DML Entries through the C sink, a whole Entries at a time). The
+streaming transforms (bridge/spark/streaming.py) run the same jobs with their reassembly kept in
+Spark state.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from decimal import Context, Decimal, InvalidOperation
+from operator import itemgetter
+from typing import Any
+
+from bridge.blob.encode import FORMAT_VERSION, BlobEncoder
+from bridge.errors import BridgeError, ConversionError, OptionsError, TupleFormatError
+from bridge.native import speedups
+from bridge.native.contract import SinkTaken
+from bridge.options import Options
+from bridge.spark.jobs_base import (
+    _OUT_ROWS,
+    BLOB_COLUMNS,
+    DEFAULT_DECIMAL,
+    POSITION_COLUMNS,
+    _Job,
+    _with_error,
+)
+from bridge.stream import (
+    assembled_entries,
+    dts_records_to_assembled,
+    entries_to_outputs,
+)
+from bridge.values import OP_IMAGES, SPARK_TYPES, column_is_boolean, parse_column_type, spark_type, tuple_type
+from bridge.values.types import arrow_type as _arrow_type  # Spark type -> Arrow type, the one map's
+from bridge.wire import subscribe_pb2 as pb
+from bridge.wire.framing import Reassembler
+
+
+class _FromDts(_Job):
+    """Kafka records (topic, partition, offset, value) in offset order -> per Entry, rows of
+    `convert(entry)` after the positions, written in columns."""
+
+    raw = False  # True: `convert_columns(entry, entry_bytes)` where the bytes are known (the C fast path)
+
+    def __init__(self, mode: str, value_columns) -> None:
+        super().__init__(mode, POSITION_COLUMNS + tuple(value_columns))
+        self.nvalues = len(value_columns)
+        self.width = len(self.columns)  # positions, values (and error): what `chunks` gives
+        self.reassemblers: dict[Any, Reassembler] = {}
+        self.lazy = False  # how `_topics` builds its Reassemblers (True where `chunks` reads raw Entry bytes)
+        # None: the end of the input ends every Entries (a batch job); a streaming job's
+        # `settle(topic, reassembler, policy)` keeps what is open for the next micro-batch instead
+        self.streaming = None
+        self._out: list[list] = []
+
+    def convert(self, entry: pb.Entry) -> list[tuple]:
+        raise NotImplementedError
+
+    def convert_columns(self, entry: pb.Entry, raw: bytes | None = None) -> tuple[int, Any]:
+        """(number of rows, a sequence of their values per value column) of one Entry: by default
+        `convert`'s rows."""
+        rows = self.convert(entry)
+        return len(rows), (list(zip(*rows)) if rows else [()] * self.nvalues)
+
+    def inputs(self, names):
+        missing = [n for n in ("partition", "offset", "value") if n not in names]
+        if missing:
+            raise OptionsError(f"a DTS DataFrame needs the Kafka columns {', '.join(missing)}")
+        # Spark's kafka source gives `headers` with includeHeaders=true: TDSQL's ShardId and ps
+        return ["topic" if "topic" in names else None, "partition", "offset", "value"] + \
+            (["headers"] if "headers" in names else [])
+
+    def chunks(self, records):
+        self._out = [[] for _ in range(self.width)]
+        for topic, items in self._topics(records):
+            yield from self._chunks(topic, assembled_entries(items, self.policy, raw=self.raw))
+        if self._out[0]:
+            yield self._out
+
+    def _topics(self, records) -> Iterator[tuple]:
+        """(topic, its complete Entries) per run of one topic's records, reassembled per topic
+        across runs; at the end each topic again: its unfinished Entries reported (batch), or
+        settled by `streaming` (kept for the next micro-batch, or dead-lettered past its limits)."""
+        for topic, run in itertools.groupby(records, key=itemgetter(0)):
+            reassembler = self.reassemblers.get(topic)
+            if reassembler is None:
+                reassembler = self.reassemblers[topic] = Reassembler(lazy=self.lazy)
+            yield topic, dts_records_to_assembled((r[1:] for r in run), self.policy, reassembler, finish=False)
+        for topic, reassembler in self.reassemblers.items():
+            if self.streaming is not None:
+                yield topic, self.streaming.settle(topic, reassembler, self.policy)
+            else:
+                yield topic, dts_records_to_assembled((), self.policy, reassembler)
+
+    def _chunks(self, topic, entries) -> Iterator[list]:
+        try:
+            for where, found in entries_to_outputs(entries, self.convert_columns, self.policy, size=itemgetter(0)):
+                self._add(topic, where, found)
+                if len(self._out[0]) >= _OUT_ROWS:
+                    yield self._out
+                    self._out = [[] for _ in range(self.width)]
+            self._error_rows(topic)
+        except BridgeError as err:
+            raise err.located(topic=topic)
+
+    def _add(self, topic, where: dict, found) -> None:
+        """One Entry's rows (or its error row) into the output columns, a column at a time (the
+        per-Entry lists die at once: held until the chunk is written, they would fill the
+        collector's oldest generation and make every full collection slower)."""
+        errors = self.policy.errors
+        current = errors.pop() if found is None else None  # this Entry's own error
+        if errors:
+            self._error_rows(topic)
+        if current is not None:
+            self._error_row(topic, current, where.get("entry"))
+        elif found[0]:
+            n, values = found
+            out = self._out
+            for column, value in zip(out, (topic, where["partition"], where["offset"], where["entry"])):
+                column.extend([value] * n)
+            out[4].extend(range(n))
+            for column, value in zip(out[5:], values):
+                column.extend(value)
+            if self.keep:
+                out[-1].extend([None] * n)
+
+    def _error_rows(self, topic) -> None:
+        while self.policy.errors:
+            self._error_row(topic, self.policy.errors.pop(0), None)
+
+    def _error_row(self, topic, err: BridgeError, entry) -> None:
+        err.located(topic=topic)
+        where = err.where
+        row = ((topic, where.get("partition"), where.get("offset"), entry, None)
+               + (None,) * self.nvalues + (str(err),))
+        for column, value in zip(self._out, row):
+            column.append(value)
+
+
+class _DtsToBlob(_FromDts):
+    """Plain DML Entries (`BlobEncoder.sink_table`) go through `_speedups.Sink`, which writes their
+    output columns as Arrow buffers in C, a whole Entries at a time; every other Entry, and the first
+    of each table, through `convert_columns`. Both give the same rows (tests/test_spark_sink.py)."""
+
+    raw = True
+    utf8_bytes = frozenset({"blob"})
+    use_sink = True  # the C sink when the extension is there (tests turn it off to compare)
+
+    def __init__(self, options: Options, mode: str) -> None:
+        super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
+        self.encoder = BlobEncoder(options)
+        self.options = options
+        self.sink = speedups.Sink() if speedups is not None and self.use_sink and not options.system_time else None
+        self.lazy = self.sink is not None  # the sink reads each Entry's bytes, parsed only when it cannot
+        self.tables: dict[bytes, tuple] = {}  # Sink table key -> BlobEncoder.sink_table record
+        self._pieces: list = []  # output batches not yet given, in order
+        self._held = 0  # their rows
+        self.sunk = 0  # Entries the sink wrote
+
+    def convert_columns(self, entry, raw=None):
+        seqs, ops, dbs, tables, shards, times, lines = self.encoder.convert_columns(entry, raw)
+        return len(lines), (seqs, ops, dbs, tables, shards, [t * 1000 for t in times], lines)
+
+    def chunks(self, records):
+        if self.sink is None:
+            yield from super().chunks(records)
+            return
+        import pyarrow as pa
+        self._schema = pa.schema([(name, _arrow_type(kind)) for name, kind in self.columns])
+        self._out = [[] for _ in range(self.width)]
+        for topic, items in self._topics(records):
+            yield from self._assembled(topic, items)
+        self._hold_rows()
+        yield from self._give()
+
+    def _assembled(self, topic, items) -> Iterator:
+        tally, encoder, sink, tables = self.policy.tally, self.encoder, self.sink, self.tables
+        lossless = self.options.lossless
+        try:
+            for item in items:
+                if self.policy.errors:  # framing errors before this Entries
+                    self._hold_sink(topic)
+                    self._error_rows(topic)
+                entries, raws = item.entries.items, item.raws
+                partition, offset = item.partition, item.first_offset
+                n = len(entries)
+                plain = raws is not None and type(partition) is int and type(offset) is int
+                index = 0
+                while index < n:
+                    if plain:
+                        if self._out[0]:
+                            self._hold_rows()
+                        index, done, messages = sink.entries(raws, index, tables, partition, offset, lossless,
+                                                             _VERSION)
+                        tally.input += done
+                        tally.converted += done
+                        tally.outputs += messages
+                        encoder.entries += done
+                        encoder.emitted += messages
+                        self.sunk += done
+                        if index >= n:
+                            break
+                    raw = raws[index] if raws is not None else None
+                    self._hold_sink(topic)
+                    tally.input += 1
+                    where = {"partition": partition, "offset": offset, "entry": index}
+                    convert = self._convert_and_register if plain else self.convert_columns
+                    for at, found in entries_to_outputs([(where, entries[index], raw)], convert, self.policy,
+                                                        size=itemgetter(0)):
+                        self._add(topic, at, found)
+                    index += 1
+                if self._held + sink.rows() + len(self._out[0]) >= _OUT_ROWS:
+                    self._hold_sink(topic)
+                    self._hold_rows()
+                    yield from self._give()
+            self._hold_sink(topic)
+            self._error_rows(topic)
+        except BridgeError as err:
+            raise err.located(topic=topic)
+
+    def _convert_and_register(self, entry: pb.Entry, raw: bytes) -> tuple[int, Any]:
+        """`convert_columns`, then the Entry's table registered for the sink: one step under the
+        error policy, so an Entry the policy rejects registers nothing, and a table the sink cannot
+        be told of rejects its Entry instead of ending the task."""
+        found = self.convert_columns(entry, raw)
+        try:
+            self._register(entry, raw)
+        except BridgeError as err:
+            h = entry.header
+            named = h.schemaName or h.tableName
+            raise err.located(seq_id=h.seqId, table=f"{h.schemaName}.{h.tableName}" if named else None)
+        return found
+
+    def _register(self, entry: pb.Entry, raw: bytes) -> None:
+        """After `convert_columns` took an Entry, its table's record for the sink, if C can take it."""
+        key = speedups.table_key(raw)
+        if key is None or key in self.tables:
+            return
+        record = self.encoder.sink_table(entry, raw)
+        if record is not None:
+            if len(self.tables) >= 4096:
+                self.tables.clear()
+            self.tables[key] = record
+
+    def _hold_sink(self, topic) -> None:
+        """The sink's rows become the next output batch (the rows before them are held already)."""
+        if self.sink.rows():
+            self._hold(_sink_batch(self.sink.take(), topic, self._schema, self.keep))
+
+    def _hold_rows(self) -> None:
+        """The rows in `_out` become the next output batch (the sink's rows are held already)."""
+        if self._out[0]:
+            self._hold(self.batch(self._out, self._schema))
+            self._out = [[] for _ in range(self.width)]
+
+    def _hold(self, batch) -> None:
+        self._pieces.append(batch)
+        self._held += batch.num_rows
+
+    def _give(self) -> Iterator:
+        """The held rows in batches of at most _OUT_ROWS."""
+        import pyarrow as pa
+        pieces, self._pieces, self._held = self._pieces, [], 0
+        if len(pieces) > 1:
+            pieces = pa.Table.from_batches(pieces, schema=self._schema).combine_chunks().to_batches()
+        for batch in pieces:
+            for start in range(0, batch.num_rows, _OUT_ROWS):
+                yield batch.slice(start, _OUT_ROWS)
+
+
+_VERSION = FORMAT_VERSION.encode()
+
+
+def _sink_batch(taken: tuple, topic, schema, keep: bool):
+    """An output batch of `_speedups.Sink.take()`'s buffers (contract.SinkTaken). Its lines are UTF-8
+    by construction (the C writer checks every string it copies, and the templates are orjson's), so no
+    check here."""
+    import pyarrow as pa
+    t = SinkTaken(*taken)
+    rows = t.rows
+    strings = {"blob": (t.blob_offsets, t.blob), "shard_key": (t.shard_key_offsets, t.shard_key),
+               "sequence_id": (t.sequence_id_offsets, t.sequence_id), "db": (t.db_offsets, t.db),
+               "table": (t.table_offsets, t.table)}
+    fixed = {"entry": (pa.int32(), t.entry), "row": (pa.int32(), t.row), "partition": (pa.int32(), t.partition),
+             "offset": (pa.int64(), t.offset), "event_time": (schema.field("event_time").type, t.event_time)}
+    arrays = {name: pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)]) for name, (kind, data) in fixed.items()}
+    arrays.update((name, pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)]))
+                  for name, (offsets, data) in strings.items())
+    arrays["op"] = _op_names().take(pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(t.op)]))
+    arrays["topic"] = pa.nulls(rows, pa.string()) if topic is None else pa.repeat(pa.scalar(topic, pa.string()), rows)
+    if keep:
+        arrays["error"] = pa.nulls(rows, pa.string())
+    return pa.RecordBatch.from_arrays([arrays[f.name] for f in schema], schema=schema)
+
+
+def _op_names():
+    """The ops by the C Sink's op codes (its op column indexes this array): values.OP_IMAGES, in that order."""
+    import pyarrow as pa
+    return pa.array(list(OP_IMAGES), pa.string())
+
+
+def _spark_type(field_type: str, column: pb.Column | None) -> str:
+    """The Spark type of a Tuple field: its DTS column's row's, when the column is known and its
+    row gives this field type; else by the field type (DECIMAL: DEFAULT_DECIMAL without a column,
+    a 64-bit unsigned integer's decimal(20,0) with one of another type)."""
+    if column is not None:
+        ct = parse_column_type(column.originalType, column_is_boolean(column))
+        if tuple_type(ct) == field_type:
+            return spark_type(ct)
+    if field_type == "DECIMAL":
+        return "decimal(%d,%d)" % (DEFAULT_DECIMAL if column is None else (20, 0))
+    return SPARK_TYPES[field_type]
+
+
+def _tuple_fields(schema, columns=None) -> list[tuple[str, str, str]]:
+    """(name, field type, Spark type) of every RecordSchema field."""
+    from bridge.tuple import load_record_schema
+    by_name = {c.name: c for c in columns or ()}
+    out = []
+    for f in load_record_schema(schema)["fields"]:
+        out.append((f["name"], f["type"], _spark_type(f["type"], by_name.get(f["name"]))))
+    return out
+
+
+def _tuple_output(fields, mode: str, positions: bool) -> tuple:
+    columns = (POSITION_COLUMNS if positions else ()) + tuple((name, kind) for name, _, kind in fields)
+    names = [name for name, _ in _with_error(columns, mode)]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise OptionsError("Tuple fields clash with the output's own columns (positions, error)", value=clash)
+    return columns
+
+
+_DEC_CONTEXT = Context(prec=100)
+
+
+def _fit_decimal(v: Decimal, precision: int, scale: int) -> Decimal:
+    try:
+        q = v.quantize(Decimal(1).scaleb(-scale), context=_DEC_CONTEXT)
+    except InvalidOperation:
+        q = None
+    if q is None or q != v or len(q.as_tuple().digits) > precision and q != 0:
+        raise ConversionError(f"DECIMAL value does not fit Spark's decimal({precision},{scale})", value=v)
+    return q
+
+
+class _DtsToTuple(_FromDts):
+    def __init__(self, options: Options, mode: str, table: str, fields, positions: bool) -> None:
+        super().__init__(mode, _tuple_output(fields, mode, False))
+        self.columns = _with_error(_tuple_output(fields, mode, positions), mode)
+        from bridge.tuple import FIELD_CHECKS, TupleEncoder
+        self.encoder = TupleEncoder(options)
+        self.table = table
+        self.positions = positions
+        self.known = frozenset(name for name, _, _ in fields)
+        self.fields = []
+        for name, ftype, kind in fields:
+            check = FIELD_CHECKS[ftype]
+            if kind.startswith("decimal("):
+                p, s = map(int, kind[len("decimal("):-1].split(","))
+                check = (lambda c, p, s: lambda v: _fit_decimal(c(v), p, s))(check, p, s)
+            self.fields.append((name, check))
+
+    raw = True  # the Entry's bytes for TupleEncoder's C path
+
+    def convert(self, entry, raw=None):
+        h = entry.header
+        if h.messageType == pb.DML and f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        return [self._values(row) for row in self.encoder.convert(entry, raw)]
+
+    def convert_columns(self, entry, raw=None):
+        rows = self.convert(entry, raw)
+        return len(rows), (list(zip(*rows)) if rows else [()] * self.nvalues)
+
+    def _values(self, row: dict) -> tuple:
+        unknown = set(row) - self.known
+        if unknown:
+            raise TupleFormatError("row has fields not in the RecordSchema", value=sorted(unknown))
+        out = []
+        for name, check in self.fields:
+            value = row.get(name)
+            try:
+                out.append(None if value is None else check(value))
+            except BridgeError as exc:
+                raise exc.located(column=name)
+        return tuple(out)
+
+    def chunks(self, records):
+        for columns in super().chunks(records):
+            yield columns if self.positions else columns[len(POSITION_COLUMNS):]
+
+
+class _ColumnSets(_FromDts):
+    """The distinct DTS column sets of one table's DML entries, where each first appears. A set
+    the Tuple side builds no table of (an unknown or unparsable column type) is dropped here as
+    the bad record it is, so that it fails its own Entry under the conversion's mode rather than
+    the RecordSchema of the whole job."""
+
+    def __init__(self, table: str, options: Options) -> None:
+        super().__init__("DROPMALFORMED", (("columns", "binary"),))
+        self.table, self.options, self.seen = table, options, set()
+
+    def convert(self, entry):
+        from bridge.tuple import record_schema
+        h = entry.header
+        if h.messageType != pb.DML or f"{h.schemaName}.{h.tableName}" != self.table:
+            return []
+        columns = entry.event.dmlEvent.columns
+        raw = pb.DMLEvent(columns=columns).SerializeToString()
+        if raw in self.seen:
+            return []
+        record_schema(columns, self.options)
+        self.seen.add(raw)
+        return [(raw,)]
