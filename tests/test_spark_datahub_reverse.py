@@ -149,6 +149,16 @@ def test_batch_read_equals_one_process(spark, server, client, blob_topic):
     assert len(got) == len(want)
 
 
+def test_batch_read_without_marks_and_from_offsets(spark, server, client, blob_topic):
+    """marks=false: a batch read is merged by its records alone; JSON offsets start a shard later."""
+    import bridge.spark as bs
+    topic, lines = blob_topic
+    got = spark_entries(bs.blob_to_dts(reader(spark, server, topic, marks="false")).collect())
+    assert by_table(got) == by_table(convert(lines))
+    later = reader(spark, server, topic, startingPosition=json.dumps({topic: {"0": 5}}))
+    assert later.filter("mark IS NULL and shard = '0'").count() == len(server.records(P, topic, "0")) - 5
+
+
 def test_batch_read_options_refused(spark, server, blob_topic):
     from pyspark.errors import PySparkException
     topic, _ = blob_topic

@@ -337,9 +337,9 @@ def tuple_to_dts(df, table: str | None, schema=None, options: Options | None = N
 
 
 def register(spark) -> None:
-    """Register the bridge's Spark data sources in this session: `format("dts-kafka")` (a DTS
-    Kafka topic, batch and streaming) and `format("datahub")` (write Blob or Tuple rows to DataHub,
-    batch and streaming); docs/spark.md."""
+    """Register the bridge's Spark data sources in this session: `format("dts-kafka")` (read a DTS
+    Kafka topic; write DTS Envelopes exactly once) and `format("datahub")` (write Blob or Tuple rows
+    to DataHub; read a DataHub topic's shards), batch and streaming; docs/spark.md."""
     from bridge.spark import kafka_sink, sink
     kafka_sink.register(spark)  # the dts-kafka source (bridge/spark/source.py) and its writer
     sink.register(spark)  # format("datahub"): the writer, and the reader (bridge/spark/datahub_source.py)

@@ -106,6 +106,11 @@ def _records(frame, topic: str, fields, schema) -> list[tuple]:
                    for name, kind in fields.items()}
             rec = DataHubRecord(topic, shard, seq, system_time, attrs, row=row, schema=schema)
         records.append((sort_shard_id(shard), seq, key, rec))
+    marked = {key for _, key, _ in starts}
+    for order, _, key, _ in records:  # without mark rows: every shard known before a record is fed
+        if key not in marked:
+            marked.add(key)
+            starts.append((order, key, ShardMark("shard", topic, key[1])))
     out = [(key, -1, value) for _, key, value in sorted(starts, key=lambda t: t[0])]
     for _, seq, key, rec in sorted(records, key=lambda t: (t[0], t[1])):
         if key in read_at:
