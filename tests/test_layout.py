@@ -308,11 +308,11 @@ def test_no_private_names_across_packages():
 
 
 def test_the_graph_sees_lazy_imports():
-    """The graph holds imports made inside functions (bridge.spark imports its sink and source
+    """The graph holds imports made inside functions (bridge.spark imports its sinks
     only in `register`), and every module of the package."""
     modules = find_modules(ROOT / PACKAGE)
     graph = import_graph(modules, read_facts(modules))
-    assert {"bridge.spark.sink", "bridge.spark.source"} <= set(graph["bridge.spark"])
+    assert {"bridge.spark.sink", "bridge.spark.kafka_sink"} <= set(graph["bridge.spark"])
     assert {"bridge.cli.main", "bridge.wire.framing", "bridge.native"} <= set(graph)
 
 
