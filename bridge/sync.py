@@ -199,6 +199,7 @@ class _Sink:
         self.tables, self.gate, self.oversized, self.letters = tables, gate, oversized, letters
         self.written = 0
         self.since_ms: Callable[[dict], int | None] | None = None  # run() sets it: the restart look's floor
+        self.stop: Callable[[], bool] | None = None  # run() sets it: the restart look stops when asked
         if oversized not in ("fail", "dlq", "policy"):  # policy: as any other error of the Entry (replay)
             raise BridgeError(f"oversized must be fail or dlq, not {oversized!r}")
         if oversized == "dlq" and letters is None:
@@ -289,7 +290,7 @@ class _Sink:
         the group assigns some): records of this source that landed past `committed` are found in
         the shards' tails and not written again (DataHubWriter.resume)."""
         since = self.since_ms(committed) if self.since_ms is not None else None
-        self.writer.resume(self.source, committed, since_ms=since)
+        self.writer.resume(self.source, committed, since_ms=since, stop=self.stop)
 
     def acknowledged(self) -> dict[int, int]:
         """The acknowledgement watermark (`DataHubWriter.acknowledged`): per Kafka partition with
@@ -572,11 +573,15 @@ def run(consumer, topic: str, store, writer: DataHubWriter, sink, convert: Calla
                 return None
             return min(times[p] for p in done) - CLOCK_MARGIN_MS
 
-        sink.since_ms = since_ms
+        sink.since_ms, sink.stop = since_ms, stop
+        report = report if report is not None else Report()
         try:
             return pipeline.consume(consumer, topic, store, convert, sink, policy, start=start,
                                     max_messages=max_messages, idle_timeout=idle_timeout, stop=stop, raw=raw,
                                     size=sink.size, commit_interval=commit_interval, report=report, subscribe=True)
+        except LookStopped:  # asked to stop while the look for gained partitions ran: nothing new to commit
+            report.stopped = "signal"
+            return report
         finally:
             writer.stop()
     partitions = partitions if partitions is not None else kafka.partitions_of(consumer, topic)

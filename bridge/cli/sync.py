@@ -180,6 +180,48 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
     return 1 if tally.rejected else 0
 
 
+class _WriterEvents:
+    """What the DataHub writer tells (`observer(event, **facts)`), made visible: requests and
+    retries into the metrics (as observe.Metrics.datahub_observer), a degraded state while a request
+    keeps failing (status line, stderr, `datahub_degraded`), the restart look while it reads the
+    shards' tails; and the run's own gauges (acknowledged, queued, last commit, source lag)."""
+
+    def __init__(self, label: str, metrics) -> None:
+        self.label, self.metrics = label, metrics
+        self.requests = metrics.datahub_observer()
+        self.acked = metrics.counter("records_acked", "records DataHub acknowledged (landed)")
+        self.queued = metrics.gauge("records_queued", "records put to the DataHub writer and not yet acknowledged")
+        self.last_commit = metrics.gauge("last_commit_timestamp_seconds", "when offsets were last committed")
+        self.source_lag = metrics.gauge("source_lag_milliseconds", "now less the source time of the last Entry "
+                                        "handed on (MilliSecondsBehindSource)")
+        self.degraded_gauge = metrics.gauge("datahub_degraded", "1 while a DataHub request keeps failing")
+        self.degraded: str | None = None
+        self.looking: str | None = None
+
+    def __call__(self, event: str, **facts) -> None:
+        if event == "degraded":
+            self.degraded = (f"{facts.get('request')} failing for {float(facts.get('seconds') or 0):.0f} s "
+                             f"({facts.get('reason')}); retrying")
+            self.degraded_gauge.set(1)
+            print(f"{self.label}: DataHub degraded: {self.degraded}", file=sys.stderr)
+        elif event == "recovered":
+            print(f"{self.label}: DataHub recovered: {facts.get('request')} succeeded after "
+                  f"{float(facts.get('seconds') or 0):.0f} s", file=sys.stderr)
+            self.degraded = None
+            self.degraded_gauge.set(0)
+        elif event == "look":
+            state = facts.get("state")
+            if state == "start":
+                self.looking = f"scanning the tails of {facts.get('shards')} shards of {facts.get('topic')}"
+                print(f"{self.label}: {self.looking} for records that landed after the last commit", file=sys.stderr)
+            elif state == "done":
+                self.looking = None
+                print(f"{self.label}: scanned {facts.get('topic')}: {facts.get('records')} records in "
+                      f"{facts.get('requests')} requests", file=sys.stderr)
+        else:
+            self.requests(event, **facts)
+
+
 class _SayWhereToStart:
     """An offset store that says, once per partition, where a partition without a committed offset
     starts (a new group starts at the latest message unless --from-beginning: say so)."""
@@ -221,9 +263,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
     metrics = observe.Metrics()
     client = _datahub_client(args.datahub_endpoint, args.project, popts.compress)
     creating = {"shards": popts.shards, "lifecycle": popts.lifecycle} if popts.create_topics else None
+    events = _WriterEvents(label, metrics)
     writer = DataHubWriter(client, args.project, batch_records=popts.batch_size, workers=popts.workers,
-                           max_retries=popts.max_retries, create_topics=creating, observer=metrics.datahub_observer(),
-                           max_buffered=popts.max_buffered)
+                           max_retries=popts.max_retries, create_topics=creating, observer=events,
+                           max_buffered=popts.max_buffered,
+                           retry_timeout=None if popts.retry_timeout < 0 else popts.retry_timeout)
     config = _consumer_config(args, label)
     # while the writer's bounded buffer blocks the loop, librdkafka prefetches at most this much
     config.setdefault("queued.max.messages.kbytes", 16384)
@@ -254,6 +298,13 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
     def refresh(metrics: observe.Metrics) -> None:
         _mirror_reading(metrics, args.topic, tally, report)
+        metrics.count_to(events.acked, writer.acked)
+        events.queued.set(writer.queued)
+        if report.last_commit_at is not None:
+            events.last_commit.set(report.last_commit_at)
+        lag_ms = report.source_lag_ms()
+        if lag_ms is not None:
+            events.source_lag.set(lag_ms)
 
     def render(status) -> str:
         count = metrics.value("datahub_request_seconds_count", request="PutRecordsByShard") or 0
@@ -261,10 +312,22 @@ def cmd_sync(args: argparse.Namespace) -> int:
         latency = (total - seen[1]) / (count - seen[0]) if count > seen[0] else None
         seen[:] = [count, total]
         lag = report.lag()
+        acked = writer.acked
         parts = [f"{report.envelopes:,} Envelopes ({observe.rate_text(status.rate('in', report.envelopes))})",
-                 f"{sink.written:,} records to DataHub ({observe.rate_text(status.rate('out', sink.written))})",
+                 f"{acked:,} records acknowledged by DataHub ({observe.rate_text(status.rate('out', acked))}), "
+                 f"{writer.queued:,} queued",
                  f"{tally.rejected:,} rejected", f"{writer.retries:,} DataHub retries ({writer.throttled:,} throttled)",
                  f"{writer.skipped:,} found already there"]
+        if events.degraded is not None:
+            parts.insert(0, f"DEGRADED: {events.degraded}")
+        if events.looking is not None:
+            parts.insert(0, events.looking)
+        if report.last_commit_at is not None:
+            import time as _time
+            parts.append(f"last commit {_time.time() - report.last_commit_at:.0f} s ago")
+        lag_ms = report.source_lag_ms()
+        if lag_ms is not None:
+            parts.append(f"{lag_ms / 1000:.1f} s behind the source")
         if latency is not None:
             parts.append(f"latency {latency * 1000:.0f} ms")
         if lag:
@@ -282,7 +345,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
         bar = observe.progress(unit="records", enabled=False if args.no_progress else None, desc=label,
                                describe=lambda: f"{tally.rejected:,} rejected, {writer.retries:,} retries")
         with contextlib.closing(bar), _graceful_stop() as stop, _watching(args, label, metrics, render, refresh):
-            bar.follow(lambda: sink.written)
+            bar.follow(lambda: writer.acked)
             report = sync.run(consumer, args.topic, store, writer, sink, convert, policy,
                               partitions=args.partitions, start="earliest" if args.from_beginning else "latest",
                               max_messages=args.max_messages, idle_timeout=args.idle_timeout, stop=stop,
@@ -304,7 +367,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         doc = {"topic": args.topic, "input": tally.input, "converted": tally.converted, "rejected": tally.rejected,
                "not_emitted": tally.not_emitted, "outputs": tally.outputs, "redelivered": tally.redelivered,
                "zero_dates": tally.zero_dates, "out_of_range": tally.out_of_range, "fractions": tally.fractions,
-               "written": sink.written, "already_landed": writer.skipped, "datahub_requests": writer.requests,
+               "written": sink.written, "acknowledged": writer.acked, "already_landed": writer.skipped,
+               "datahub_requests": writer.requests,
                "datahub_retries": writer.retries, "dead_letters": letters.written if letters else 0,
                "refused_by_datahub": writer.refused, "halted_tables": dict(sink.tables.halted) if sink.tables else {},
                "schema_ignored": dict(getattr(sink, "ignored", {})),
@@ -312,7 +376,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
                **report.as_dict()}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         sys.stdout.flush()
-    print(f"{label}: {tally.summary()}; {sink.written} records written to DataHub ({writer.skipped} found already "
+    print(f"{label}: {tally.summary()}; {writer.acked} records acknowledged by DataHub ({writer.skipped} found already "
           f"there), {writer.requests} requests, {writer.retries} retries; read {report.envelopes} Envelopes "
           f"({report.held} held in unfinished Entries); committed {committed}; stopped: {report.stopped}"
           + (f"; {letters.written} dead letters to {args.dead_letters}" if letters else "")
@@ -409,7 +473,7 @@ def register(commands) -> None:
                       help="Kafka partition of an Entry: by table (default, as DTS) or by table and primary key")
     back.add_argument("--accept-data-loss", action="store_true", help="records past a topic's lifecycle (the "
                       "committed position is gone) are counted and skipped instead of stopping the run")
-    add_pipeline_flags(parser, ("workers", "max_buffered", "commit_interval"))
+    add_pipeline_flags(parser, ("workers", "max_buffered", "commit_interval", "retry_timeout"))
     parser.add_argument("--instance-id", metavar="ID",
                         help="a member of --group with a static identity (Kafka's group.instance.id): a restart with "
                              "the same id takes its partitions back at once, and a second process with it fences "

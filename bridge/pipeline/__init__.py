@@ -33,9 +33,9 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     (`sink.write(where with "row", item)`), with it whole (`sink.write(where, outputs)`, `size(outputs)`
     of them). Commits come at every CHECKPOINT Entry, every `commit_interval` seconds (between
     records, and while nothing comes, so an idle pipeline commits its tail), and at the end; every
-    ending but an exception commits. A sink that can say what it has not acknowledged yet
-    (`unacknowledged()`) is committed up to that without waiting for it (reading never stops for a
-    commit); else every commit waits for `sink.flush()`. The run ends after `max_records` records,
+    ending but an exception commits. A sink that keeps an acknowledgement watermark
+    (`acknowledged()`) is committed up to it without waiting (reading never stops for a commit);
+    else every commit waits for `sink.flush()`. The run ends after `max_records` records,
     after `idle_timeout` seconds without one (once the source is caught up, or after five times the
     timeout), or when `stop()` turns true.
 
@@ -54,7 +54,7 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     finished = [False]
     mark_sink = getattr(sink, "mark", None)
     may_commit = getattr(sink, "may_commit", None)
-    unacknowledged = getattr(sink, "unacknowledged", None)
+    acknowledged = getattr(sink, "acknowledged", None)
     resume_sink = getattr(sink, "resume", None)
     forget = getattr(assembler, "forget", None)
     # an assembler may know that a commit now would not be exact (DataHubAssembler: an Entry split
@@ -77,10 +77,10 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     def commit(wait: bool = True, only=None) -> None:
         last_commit[0] = time.monotonic()
         pending: dict = {}
-        if wait or unacknowledged is None:
+        if wait or acknowledged is None:
             sink.flush()
         else:
-            pending = unacknowledged()
+            pending = acknowledged()
         safe = {}
         for k, nxt in read.items():
             if only is not None and k not in only:
@@ -177,8 +177,11 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
 
     def entries() -> Iterator[tuple]:
         for item in assembler.entries(records(), policy):
-            if item[1].header.messageType == pb.CHECKPOINT:
+            header = item[1].header
+            if header.messageType == pb.CHECKPOINT:
                 checkpoint[0] = True
+            if header.timestamp:
+                report.source_time_ms = header.timestamp * 1000
             yield item
 
     try:

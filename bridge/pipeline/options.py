@@ -55,6 +55,9 @@ class PipelineOptions:
               "(stop). Default: as the error policy (fail: halt-all)", TABLE_ERROR_POLICIES)
     oversized: str = _opt("fail", "a record over DataHub's limits (4 MB a request, 2 MB a STRING): stop (fail) or "
                                   "dead letter its Entry (dlq)", ("fail", "dlq"))
+    retry_timeout: float = _opt(-1.0, "seconds a failing DataHub request is retried, with backoff, before the run "
+                                      "fails naming it (-1: keep trying, as Kafka Connect's errors.retry.timeout=-1; "
+                                      "the run says it is degraded meanwhile)", minimum=-1, faces=("cli",))
     max_buffered: int = _opt(20_000, "records waiting for DataHub at most; beyond that reading waits", minimum=1,
                              faces=("cli",))
     commit_interval: float = _opt(5.0, "also commit (after the sink acknowledged everything) this often, in "

@@ -100,8 +100,9 @@ class Sink(Protocol):
 
     # optional: resume(committed): the committed positions of the keys read from now on (after a
     # restart, or keys gained in a rebalance): what landed past them is the sink's to recognise.
-    # optional: unacknowledged() -> {key: the first position whose outputs are not acknowledged
-    # yet} (keys with nothing outstanding absent): the loop commits below it without waiting.
+    # optional: acknowledged() -> the acknowledgement watermark, {key: the first position whose
+    # outputs are not all acknowledged yet} (keys with nothing outstanding absent): the loop's
+    # periodic commits go up to it without waiting for a flush.
     # optional: mark(positions), may_commit(positions) -> bool (see the module docstring).
 
 
@@ -198,6 +199,13 @@ class Report:
     position: dict = field(default_factory=dict)
     high: dict = field(default_factory=dict)
     last_commit_at: float | None = None  # time.time() of the last commit
+    source_time_ms: int | None = None  # the source's time of the last Entry handed on (DTS header timestamp)
+
+    def source_lag_ms(self) -> int | None:
+        """How far behind the source the run is: now less the last Entry's source time (Debezium's
+        MilliSecondsBehindSource); None before the first Entry with a time."""
+        import time
+        return None if self.source_time_ms is None else max(0, int(time.time() * 1000) - self.source_time_ms)
 
     def lag(self) -> dict:
         """Per key: records between the committed (else the read) position and the end."""

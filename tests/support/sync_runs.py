@@ -162,10 +162,11 @@ class Sync:
 
     def __init__(self, tmp_path: pathlib.Path, broker, topic: str, group: str, server, *extra: str) -> None:
         self.tmp_path, self.runs = tmp_path, 0
-        # one supervised process of the group: a static member id, so a restart after a SIGKILL takes
-        # its partitions back at once instead of waiting for the killed member's session to end
+        # one supervised process of the group: a static member id (its own: the tests reuse group
+        # names across topics), so a restart after a SIGKILL takes its partitions back at once
+        # instead of waiting for the killed member's session to end
         self.args = bridge_cli("sync", "--brokers", broker.bootstrap, "--topic", topic, "--group", group,
-                         "--instance-id", f"{group}-0",
+                         "--instance-id", f"{group}-{uuid.uuid4().hex[:8]}",
                          "--from-beginning", "--datahub-endpoint", server.endpoint, "--project", PROJECT,
                          "--max-retries", "30", "--status-interval", "0", "--json", *extra)
 
