@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support.kafka_broker import kafka_broker  # noqa: E402,F401  (the session fixture: one real broker)
+from support.spark_cluster import spark_cluster  # noqa: E402,F401  (the session fixture: a standalone cluster)
 
 settings.register_profile(
     "quick", max_examples=40, deadline=None, derandomize=True, database=None,

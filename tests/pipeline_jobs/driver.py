@@ -8,7 +8,7 @@ with a checkpoint.
 CONFIG keys: source ("kafka" | "dts-kafka"), bootstrap, topic, maxOffsetsPerTrigger, endpoint,
 project, datahub_topic, checkpoint, commitLog, trigger ("availableNow" | a processingTime such as
 "1 second"), batchSize, maxRetries, jars (for the `kafka` source), kind ("blob" | "tuple" |
-"database"), for Tuple: table, shards; for a whole database (`dts_entries` rows, the sink's
+"database"), conf (more Spark settings, e.g. a standalone cluster's), for Tuple: table, shards; for a whole database (`dts_entries` rows, the sink's
 whole-database mode): options, the sink's options besides endpoint, project, topic, batchSize,
 maxRetries and commitLog (e.g. to, createTopics, shards, schemaChange, onTableError, oversized,
 deadLetters). Prints "started" once the query runs and "finished" when an availableNow
@@ -36,6 +36,7 @@ def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
     conf = {"spark.jars": cfg["jars"]} if cfg.get("jars") else {}
+    conf.update(cfg.get("conf") or {})  # e.g. a standalone cluster's spark.master (tests/support/spark_cluster.py)
     spark = bs.local_session("pipeline-driver", conf)
     spark.sparkContext.setLogLevel("ERROR")
     bs.register(spark)
