@@ -19,12 +19,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_layout import find_modules, import_cycles, import_records, read_facts
 
 from bridge.native.contract import Kind
 from bridge.values import FOREIGN_COLUMN_TYPES, TYPES, NativeKind, parse_column_type
 from bridge.values import types as type_table
 from support.blob_strategies import FOREIGN_VALUES
+from support.import_graph import find_modules, import_cycles, import_records, read_facts
 from support.strategies import ROWS_FROM_ELSEWHERE, TYPE_STRATEGIES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
