@@ -797,13 +797,14 @@ def test_progress_only_on_a_terminal():
     class Tty(io.StringIO):
         def isatty(self):
             return True
-    from bridge.stream import Tally
+    from bridge.cli import observe
     tty, pipe = Tty(), io.StringIO()
     for stream in (tty, pipe):
-        progress = cli.Progress(Tally(input=5), "x", stream=stream, delay=0, every=0)
+        progress = observe.progress(unit="records", desc="x", stream=stream, delay=0, mininterval=0,
+                                    describe=lambda: "5 rejected")
         assert list(progress.wrap(range(1000))) == list(range(1000))
-        progress.clear()
-    assert "5 records read, 768 written" in tty.getvalue() and pipe.getvalue() == ""
+        progress.close()
+    assert "768 records" in tty.getvalue() and "5 rejected" in tty.getvalue() and pipe.getvalue() == ""
 
 
 class _WatchedInput(io.RawIOBase):

@@ -22,7 +22,6 @@ import importlib.util
 import os
 import pathlib
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -104,45 +103,6 @@ def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int
         policy.tally.envelopes += 1
         policy.tally.input += 1
         policy.reject(err)
-
-
-class Progress:
-    """A one-line progress indicator on stderr, only when stderr is a terminal and only once a
-    run has lasted `delay` seconds; silent otherwise. It counts what passes through `wrap`."""
-
-    def __init__(self, tally: Tally, label: str, stream=None, delay: float = 1.0, every: float = 0.25) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.tally, self.label, self.every = tally, label, every
-        self.start = time.monotonic()
-        self.next = self.start + delay
-        self.shown = False
-        self.count = 0
-
-    def wrap(self, items: Iterable) -> Iterator:
-        if not self.enabled:
-            yield from items
-            return
-        for item in items:
-            self.count += 1
-            if not self.count & 0xFF and time.monotonic() >= self.next:
-                self.show()
-            yield item
-
-    def show(self) -> None:
-        now = time.monotonic()
-        t = self.tally
-        self.stream.write(f"\r{self.label}: {t.input:,} records read, {self.count:,} written, "
-                          f"{t.rejected:,} rejected ({now - self.start:.0f} s)")
-        self.stream.flush()
-        self.shown = True
-        self.next = now + self.every
-
-    def clear(self) -> None:
-        if self.shown:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            self.shown = False
 
 
 # ---- convert ------------------------------------------------------------------------------------
@@ -330,7 +290,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         fh = _open_input(args.input, stack)
         if side == "blob":
-            for number, line in Progress(tally, f"{PROG} inspect {source}").wrap(read_lines(fh, source=source)):
+            bar = stack.enter_context(_inspect_progress(tally, source))
+            for number, line in bar.wrap(read_lines(fh, source=source)):
                 tally.input += 1
                 try:
                     if isinstance(line, BridgeError):  # longer than the default max_line_bytes
@@ -344,7 +305,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 entries = dts_records_to_entries(pb_envelopes(fh, policy, source), policy, reassembler)
             else:
                 entries = dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
-            for _, entry in Progress(tally, f"{PROG} inspect {source}").wrap(entries):
+            bar = stack.enter_context(_inspect_progress(tally, source))
+            for _, entry in bar.wrap(entries):
                 census.entry(entry)
             if framing == "pb":
                 census.framing = {"envelopes": tally.envelopes, "entries_messages": reassembler.bundles,
@@ -355,6 +317,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         print(census.text(source))
     return 1 if census.errors else 0
+
+
+def _inspect_progress(tally: Tally, source: str):
+    """The one progress display (observe.progress: a tqdm bar on a terminal, nothing elsewhere)."""
+    from bridge.cli import observe
+    return observe.progress(unit="records", desc=f"{PROG} inspect {source}",
+                            describe=lambda: f"{tally.input:,} read, {tally.rejected:,} rejected")
 
 
 def record_message(record: dict) -> str:
