@@ -177,7 +177,10 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
 
     def entries() -> Iterator[tuple]:
         for item in assembler.entries(records(), policy):
-            header = item[1].header
+            header = getattr(item[1], "header", None)  # None: a record that is no Entry (a Blob line)
+            if header is None:
+                yield item
+                continue
             if header.messageType == pb.CHECKPOINT:
                 checkpoint[0] = True
             if header.timestamp:

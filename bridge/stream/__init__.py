@@ -237,7 +237,8 @@ def entries_to_outputs(entries: Iterable[tuple], convert: Callable[..., Any], po
                 outputs = convert(entry) if len(item) < 3 or item[2] is None else convert(entry, item[2])
             except BridgeError as err:
                 err.located(**{k: v for k, v in where.items() if k in named})
-                policy.reject(err, entry.SerializeToString())
+                # an Entry's bytes, or the record itself where it is not a protobuf message (a line)
+                policy.reject(err, entry.SerializeToString() if hasattr(entry, "SerializeToString") else entry)
                 if policy.on_error == "keep":
                     yield {**where, "error": str(err)}, None
                 continue
