@@ -27,24 +27,11 @@ from typing import Any
 import orjson
 
 from bridge.errors import BridgeError
+from bridge.stream.letters import letter_line, letter_position
 
 __all__ = ["DeadLetters", "read_dead_letters", "letter_position", "letter_line", "STATE_SUFFIX"]
 
 STATE_SUFFIX = ".state.json"
-
-
-def letter_position(letter: dict) -> str:
-    """"partition:offset:entry[:row]" of a dead letter."""
-    base = f"{letter['partition']}:{letter['offset']}:{letter['entry']}"
-    return base if letter.get("row") is None else f"{base}:{letter['row']}"
-
-
-def letter_line(*, entry_bytes: bytes, source: str, partition: int, offset: int, entry: int, row: int | None,
-                table: str, error: str, datahub_topic: str | None) -> bytes:
-    """One dead letter as JSON (a line of the file, a record of a DataHub dead-letter topic)."""
-    return orjson.dumps({"entry_base64": base64.b64encode(entry_bytes).decode("ascii"), "source": source,
-                         "partition": partition, "offset": offset, "entry": entry, "row": row, "table": table,
-                         "datahub_topic": datahub_topic, "error": error})
 
 
 class DeadLetters:

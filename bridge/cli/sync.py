@@ -289,7 +289,14 @@ def cmd_sync(args: argparse.Namespace) -> int:
     rejects = open(args.rejects, "ab") if args.rejects else None
     ledger = open(args.ledger, "ab") if args.ledger else None
     letters = None
-    if args.dead_letters:
+    if args.dead_letters and args.dead_letters.startswith("kafka:"):
+        from bridge.kafka.deadletters import KafkaDeadLetters
+        if not args.dead_letters[len("kafka:"):]:
+            raise UsageError("--dead-letters kafka:TOPIC needs a topic name")
+        letters = KafkaDeadLetters(_kafka_config(args), args.dead_letters[len("kafka:"):], args.topic,
+                                   halt_tables=popts.on_table_error == "halt-table")
+        letters.restore()
+    elif args.dead_letters:
         letters = DeadLetters(args.dead_letters, {
             "topic": args.topic, "store": f"group {args.group}" if not args.offsets_file else f"file {args.offsets_file}",
             "read_partitions": args.partitions})
@@ -389,9 +396,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def _add_delivery_flags(parser) -> None:
     add_pipeline_flags(parser, ("schema_change", "on_table_error", "oversized"))
-    parser.add_argument("--dead-letters", metavar="PATH",
+    parser.add_argument("--dead-letters", metavar="PATH|kafka:TOPIC",
                         help="JSON Lines of Entries and records not delivered (the Entry's bytes, position, table, "
-                             "error, topic); fsynced before every commit, cut back to the commit on restart")
+                             "error, topic); fsynced before every commit, cut back to the commit on restart. "
+                             "kafka:TOPIC: the same documents as records of a Kafka topic (on the --brokers "
+                             "cluster, created compacted), keyed by position, acknowledged before every commit")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
