@@ -106,6 +106,18 @@ def test_keys_text_round_trip(server, client):
     assert [parse_key(key_text(k)) for k in source.keys()] == source.keys()
 
 
+def test_ends_count_what_is_not_read_yet(server, client):
+    """The lag a run shows (end less committed) counts the records still to read: ends() asks each
+    shard being read for its end, not only how far reading got."""
+    server.create_topic(P, "t", shard_count=3)
+    write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    source, _ = make(client, "t", from_beginning=True)
+    source.ends_interval = 0.0
+    source.open({})
+    want = {("t", s["shard_id"]): s["records"] for s in server.shards(P, "t")}
+    assert source.ends() == want and sum(want.values()) > 0
+
+
 @pytest.mark.parametrize("sample", ["mixed", "large"])
 def test_entries_across_three_shards_equal_convert(server, client, sample):
     server.create_topic(P, "t", shard_count=3)

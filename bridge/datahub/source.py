@@ -126,6 +126,8 @@ class DataHubSource(Retrying):
         self.wants_tick = wants_tick
         self.lost: dict[tuple, int] = {}  # key -> records past the lifecycle, skipped (fail_on_data_loss=False)
         self.relists = 0
+        self.ends_interval = 5.0  # how often ends() asks each shard being read for its end (lag)
+        self._ends_at = 0.0
         self.topics = self._resolve(topics)
         self.kinds: dict[str, str] = {}
         self.schemas: dict[str, Any] = {}
@@ -296,6 +298,15 @@ class DataHubSource(Retrying):
                    for st in self._shards.values())
 
     def ends(self) -> dict:
+        """Each shard's end (its next sequence to be written), asked with GetCursor LATEST about
+        every `ends_interval` seconds for the shards still being read, so the lag (end less the
+        committed sequence) counts what is not read yet, not only what was."""
+        now = time.monotonic()
+        if now - self._ends_at >= self.ends_interval:
+            self._ends_at = now
+            for key, st in self._shards.items():
+                if st.phase == "reading" and not st.at_end and st.next is not None:
+                    st.known_end = max(st.known_end, self.end_of(key))
         return {k: max(st.known_end, st.next or 0) for k, st in self._shards.items() if st.next is not None}
 
     def close(self) -> None:
