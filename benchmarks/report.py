@@ -61,6 +61,10 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
                                  "batch job on the same input", None, None, "info"),
     "spark_streaming_running_vs_batch": ("(f2) the running streaming query's pace (micro-batches after the first) "
                                          "/ the batch job", None, None, "info"),
+    "reverse_sync_vs_convert": ("(i) sync_to_dts (stand-in DataHub, 3 shards -> Kafka, exactly once) / dts-bridge "
+                                "convert of the same Blob lines to .pb", ">=", 0.5, "target"),
+    "reverse_sync_cli_vs_convert": ("(i) the dts-bridge sync --to dts process / the dts-bridge convert process",
+                                    None, None, "info"),
     "cli_rss_growth": ("(g) CLI peak RSS, largest / smallest stream", "<=", 1.2, "target"),
     "cli_rss_largest_mib": ("(g) CLI peak RSS of the largest stream, MiB", "<", 200, "target"),
     "cli_vs_single_process": ("(g) CLI rows/s (smallest stream) / in-process (b)", None, None, "info"),
@@ -132,6 +136,10 @@ def compute_ratios(results: dict) -> dict:
         values["spark_streaming_tuple_running_vs_floor"] = [streaming.get("streaming_tuple_running_vs_floor")]
         values["spark_streaming_vs_floor"] = [streaming.get("streaming_vs_floor")]
         values["spark_streaming_running_vs_batch"] = [streaming.get("streaming_running_vs_batch")]
+    reverse = results.get("reverse") or {}
+    if "ratios" in reverse:
+        values["reverse_sync_vs_convert"] = [reverse["ratios"].get("sync_to_dts_vs_convert_cli")]
+        values["reverse_sync_cli_vs_convert"] = [reverse["ratios"].get("sync_cli_vs_convert_cli")]
     cli = results.get("cli") or {}
     if "streams" in cli:
         streams = sorted(cli["streams"].values(), key=lambda s: s["bytes"])
@@ -192,6 +200,9 @@ def text_table(results: dict) -> str:
     if "rows_per_s" in spark:
         for name, v in spark["rows_per_s"].items():
             lines.append(f"{'spark_' + name:<30} {_fmt_rate(v):>14} {'':>16}  (f) {spark['rows']:,} rows, local[2]")
+    for name, p in ((results.get("reverse") or {}).get("passes") or {}).items():
+        lines.append(f"{'reverse_' + name:<30} {_fmt_rate(p['rows_per_s']):>14} {_fmt_rate(p['rows_per_s_median']):>16}  "
+                     f"(i) {results['reverse']['rows']:,} rows, stand-in DataHub -> Kafka")
     cli = results.get("cli") or {}
     for size, s in (cli.get("streams") or {}).items():
         lines.append(f"{'cli_' + size + 'MiB':<30} {_fmt_rate(s['rows_per_s']):>14} {'':>16}  (g) peak RSS "
@@ -401,6 +412,18 @@ def markdown(results: dict, chart_name: str | None, old_page: str | None, method
                               for n, vs in (streaming.get("running_samples") or {}).items()) + ".", ""]
     else:
         parts += [f"Not measured: {streaming.get('skipped', 'skipped')}.", ""]
+    reverse = results.get("reverse") or {}
+    parts += ["### DataHub -> Kafka, `sync --to dts` (i)", ""]
+    if "passes" in reverse:
+        parts += [_md_table(["pass", "rows/s (best)", "rows/s (median)", "seconds (best)", "/ convert_cli"],
+                            [(f"`{n}`", _fmt_rate(p["rows_per_s"]), _fmt_rate(p["rows_per_s_median"]),
+                              p["seconds_best"], f"{p['rows_per_s'] / reverse['passes']['convert_cli']['rows_per_s']:.3f}x")
+                             for n, p in reverse["passes"].items()]), "",
+                  f"{reverse['rows']:,} rows in {reverse['entries']:,} Entries, {reverse['blob_lines']:,} Blob lines "
+                  f"on {reverse['shards']} DataHub shards (stand-in) -> {reverse['kafka_partitions']} Kafka partitions "
+                  f"(Kafka {reverse.get('kafka_version')}), best of {reverse['repeat']}.", ""]
+    else:
+        parts += [f"Not measured: {reverse.get('skipped', 'skipped')}.", ""]
     cli = results.get("cli") or {}
     parts += ["### CLI memory and throughput (g)", ""]
     if "streams" in cli:

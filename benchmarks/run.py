@@ -10,7 +10,7 @@ import platform
 import sys
 import time
 
-from . import cases, profiling, report, rss, shapes, spark_bench, spark_streaming_bench, timing, workload
+from . import cases, profiling, report, reverse_bench, rss, shapes, spark_bench, spark_streaming_bench, timing, workload
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -93,6 +93,16 @@ METHOD = """
   chunks of at most 5,000 rows, interleaved and best of N as above: the naive DTS -> JSON and JSON ->
   DTS baselines, `entry_to_blob` + `encode_blob`, `entries_to_blob_lines`, `convert_lines`, DTS ->
   Tuple and Blob -> DTS (lossless lines), each as a ratio to its naive baseline on the same bytes.
+- **(i) DataHub -> Kafka** (`benchmarks/reverse_bench.py`, alone: `python -m benchmarks.reverse_bench`):
+  `--reverse-rows` of the workload as the Blob lines `sync --to blob` writes, landed by the forward
+  `DataHubWriter` in a 3-shard Blob topic of the stand-in DataHub (its own process, loopback; routed by
+  primary key with the `dts.pos` attributes, so an Entry's rows and an update's halves spread over the
+  shards); the real Kafka broker of the tests (transactions on), a fresh 3-partition topic per pass.
+  Timed, rotating order, best of `--repeat`: `sync_to_dts` (the library function in this process, from
+  the call until every Entry is written and the last transaction committed), `sync_cli`
+  (`dts-bridge sync --to dts --from-beginning --idle-timeout 1`, wall time less the idle timeout),
+  `convert_cli` (`dts-bridge convert LINES.blob.jsonl -o OUT.pb`, wall time; the baseline) and
+  `convert_library` (`blob_lines_to_entries` + `SerializeToString`, in this process).
 - **Hot spots**: `cProfile` over (b) and (d), lossless, on the first rows of the workload (the C
   extension's functions count as one call each); own time
   (tottime) per function as a share of the profiled total (cProfile's overhead inflates the
@@ -153,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-spark-streaming", action="store_true",
                    help="leave out (f2), streaming dts_to_blob against the batch job")
     p.add_argument("--skip-rss", action="store_true", help="leave out (g), the CLI's memory on large streams")
+    p.add_argument("--skip-reverse", action="store_true",
+                   help="leave out (i), sync --to dts (stand-in DataHub -> Kafka broker) against convert")
+    p.add_argument("--reverse-rows", type=int, default=reverse_bench.DEFAULT_ROWS,
+                   help=f"DML rows for (i) (default {reverse_bench.DEFAULT_ROWS})")
     p.add_argument("--shapes", default=",".join(shapes.SHAPES),
                    help="value shapes of (h), the matrix, comma-separated (default: all; '' leaves (h) out): "
                         + ", ".join(shapes.SHAPES))
@@ -275,6 +289,15 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             _log(f"spark streaming failed: {type(exc).__name__}: {exc}")
             results["spark_streaming"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:500]}"}
+
+    if args.skip_reverse:
+        results["reverse"] = {"skipped": "--skip-reverse"}
+    else:
+        try:
+            results["reverse"] = reverse_bench.measure(args.reverse_rows, args.repeat, args.seed, log=_log)
+        except Exception as exc:  # no Java or no Kafka jars must not cost the rest of the run
+            _log(f"reverse failed: {type(exc).__name__}: {exc}")
+            results["reverse"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:500]}"}
 
     if args.skip_rss:
         results["cli"] = {"skipped": "--skip-rss"}

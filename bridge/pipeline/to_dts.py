@@ -24,7 +24,12 @@ from bridge.stream import ErrorPolicy
 from bridge.stream.pipeline import Report
 from bridge.stream.shards import DataHubAssembler
 
-__all__ = ["ToDts", "datahub_source_of", "sync_to_dts"]
+__all__ = ["KAFKA_MAX_MESSAGE_BYTES", "ToDts", "datahub_source_of", "sync_to_dts"]
+
+# The largest Envelope written unless Options.max_message_bytes says otherwise: under a broker's default
+# max.message.bytes (1,048,588), with room for the record's framing and its dts-bridge-pos header.
+# (Options' own default, 1 MiB, is for .pb files: Envelopes that size are refused by such a broker.)
+KAFKA_MAX_MESSAGE_BYTES = 1_000_000
 
 
 def datahub_source_of(where: dict) -> tuple | None:
@@ -60,15 +65,19 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
     Kafka transaction (offsets topic); without, positions go to `offsets_file` and a restart looks
     at each output partition's tail. `settle`: seconds a shard must be seen at its end before it
     counts as holding nothing earlier (a writer still writing: docs/kafka.md, "Reading DataHub").
-    `started(parts)` is called once the parts exist (the CLI watches them)."""
+    `started(parts)` is called once the parts exist (the CLI watches them). Envelopes are packed
+    under `options.max_message_bytes` when it was set, else KAFKA_MAX_MESSAGE_BYTES."""
     name = datahub_topic if isinstance(datahub_topic, str) else ",".join(datahub_topic)
     tid = (transactional_id or transactional_id_for(project, name, kafka_topic)) if transactions else None
     assembler = DataHubAssembler(options, settle=settle)
     source = DataHubSource(client, project, datahub_topic, from_beginning=from_beginning, since_ms=since_ms,
                            fail_on_data_loss=fail_on_data_loss, max_retries=max_retries,
                            wants_tick=assembler.waiting)
+    limit = options.max_message_bytes
+    if limit == DEFAULT_OPTIONS.max_message_bytes:
+        limit = KAFKA_MAX_MESSAGE_BYTES
     sink = DtsKafkaSink(kafka_config, kafka_topic, transactional_id=tid, transactions=transactions,
-                        partition_by=partition_by, max_message_bytes=options.max_message_bytes,
+                        partition_by=partition_by, max_message_bytes=limit,
                         key_text=key_text, source_of=datahub_source_of)
     if transactions:
         positions = TransactionalPositions(sink, key_text=key_text, parse_key=parse_key)
