@@ -255,3 +255,77 @@ def kill_loop(sync: Sync, server, *, kills: int, seed: int, stages: list, produc
 def chaos(server, seed: int, scale: float = 1.0) -> None:
     server.faults.chaos(seed, p_5xx=0.06 * scale, p_throttle=0.08 * scale, p_reset=0.04 * scale,
                         p_ack_lost=0.06 * scale, p_delay=0.2, max_delay=0.08, op=CHAOS_OPS)
+
+
+# ---- several processes of one consumer group (tests/test_sync_group.py) ------------------------
+
+def sync_args(broker, topic: str, group: str, server, *extra: str, instance_id: str | None = None) -> list[str]:
+    """The command line of one `dts-bridge sync` member of `group` (Blob or Tuple by `extra`):
+    a static member with `instance_id`, a dynamic one without."""
+    static = ["--instance-id", instance_id] if instance_id else []
+    return bridge_cli("sync", "--brokers", broker.bootstrap, "--topic", topic, "--group", group, *static,
+                      "--from-beginning", "--datahub-endpoint", server.endpoint, "--project", PROJECT,
+                      "--max-retries", "30", "--status-interval", "0", "--json", *extra)
+
+
+def start_process(args: list[str], out: pathlib.Path, err: pathlib.Path, env: dict | None = None) -> subprocess.Popen:
+    """`args` started in the repository with stdout and stderr to files (the test environment:
+    the stand-in DataHub's credentials)."""
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        return subprocess.Popen(args, cwd=ROOT, env=ENV if env is None else env, stdout=fo, stderr=fe,
+                                stdin=subprocess.DEVNULL)
+
+
+def produce_many(broker, topic: str, stage: list) -> None:
+    """`dts-bridge produce` of each (path, partition) of `stage`, at the same time (one process
+    per file; the partitions of a stage must differ, so each keeps its files' order)."""
+    partitions = [partition for _, partition in stage]
+    assert len(set(partitions)) == len(partitions), f"two files for one partition in one stage: {stage}"
+    procs = [(path, subprocess.Popen(bridge_cli("produce", str(path), "--brokers", broker.bootstrap, "--topic", topic,
+                                                "--partition", str(partition)),
+                                     cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+             for path, partition in stage]
+    for path, proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, f"dts-bridge produce {path.name} failed: {err}"
+
+
+def group_members(broker, group: str, timeout: float = 10) -> tuple[str, list[dict]]:
+    """Kafka's view of a consumer group (AdminClient.describe_consumer_groups): its state and its
+    members as {member_id, instance_id, client_id, host, partitions (sorted)}."""
+    admin = broker.admin()
+    desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
+    members = [dict(member_id=m.member_id, instance_id=m.group_instance_id, client_id=m.client_id, host=m.host,
+                    partitions=sorted(tp.partition for tp in (m.assignment.topic_partitions if m.assignment else [])))
+               for m in desc.members]
+    return str(getattr(desc.state, "name", desc.state)), members
+
+
+def group_committed(broker, group: str, topic: str, partitions, timeout: float = 10) -> dict[int, int]:
+    """The group's committed offsets of `topic` (AdminClient.list_consumer_group_offsets; -1001:
+    none)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    admin = broker.admin()
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
+    got = admin.list_consumer_group_offsets(request, request_timeout=timeout)[group].result(timeout)
+    return {tp.partition: tp.offset for tp in got.topic_partitions}
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrape(port: int, timeout: float = 2) -> dict[str, dict[tuple, float]]:
+    """A run's Prometheus metrics (--metrics-port): {name: {((label, value), ...) sorted: value}}."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read().decode()
+    out: dict = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
