@@ -180,11 +180,10 @@ class TableErrors:
 
     def _reject(self, where: dict, outputs: int) -> None:
         key = (where["partition"], where["offset"], where["entry"])
-        self.tally.outputs -= outputs
+        self.tally.withdrew(outputs)
         if key not in self._rejected:
             self._rejected.add(key)
-            self.tally.converted -= 1
-            self.tally.rejected += 1
+            self.tally.undelivered()
 
 
 class _Sink:
@@ -237,9 +236,8 @@ class _Sink:
         if self.tables is not None:
             self.tables.entry(where, self._entry_bytes(), self._table(), err, topic)
             return
-        tally = self.policy.tally
-        self.policy.reject(err)  # counted: the Entry was counted converted, now rejected
-        tally.converted -= 1
+        self.policy.reject(err, count=0)  # the Entry was counted converted: now rejected
+        self.policy.tally.undelivered()
 
     def _put_all(self, where: dict, items) -> None:
         base = (where["partition"], where["offset"], where["entry"])
@@ -259,7 +257,7 @@ class _Sink:
                 prepared.append(self.writer.prepare(topic, key, value, Position(self.source, *base, row),
                                                     tag=table, context=ctx))
         except BridgeError as err:
-            self.policy.tally.outputs -= len(items)
+            self.policy.tally.withdrew(len(items))
             self._not_delivered(where, err, items[0][0] if items else None)
             return
         for item in prepared:
@@ -268,7 +266,7 @@ class _Sink:
 
     def write_failed(self, where: dict, outputs) -> bool:
         if isinstance(outputs, _Failed):
-            self.policy.tally.outputs -= 1
+            self.policy.tally.withdrew(1)
             entry = self.gate.current[0] if self.gate is not None else None
             self._not_delivered(where, outputs.error, self.letter_topic(entry) if entry is not None else None)
             return True
@@ -427,7 +425,7 @@ class TupleSink(_Sink):
                 keys = [c.name for c in columns if c.isKey]
                 items.append((topic, tuple_shard_key(row, table, keys), row))
         except ConversionError as err:
-            self.policy.tally.outputs -= len(rows)
+            self.policy.tally.withdrew(len(rows))
             self._not_delivered(where, err, topic)
             return
         self._put_all(where, items)
@@ -631,29 +629,26 @@ def replay(letters: list[dict], writer: DataHubWriter, sink: _Sink, convert: Cal
         if (key, letter.get("row")) in seen or (rows is not None and key in whole):
             continue
         seen.add((key, letter.get("row")))
-        tally.input += 1
         if not letter["entry_bytes"]:  # left out of a DataHub dead-letter topic (too large): nothing to send
-            sink.policy.reject(ConversionError(f"dead letter at line {letter['line']} holds no Entry: "
-                                               f"{letter.get('error')}", **where))
+            sink.policy.reject_input(ConversionError(f"dead letter at line {letter['line']} holds no Entry: "
+                                                     f"{letter.get('error')}", **where))
             continue
         try:
             entry = pb.Entry.FromString(letter["entry_bytes"])
         except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
-            sink.policy.reject(ConversionError(f"dead letter at line {letter['line']}: the Entry does not "
-                                               f"parse ({exc})", **where), letter["entry_bytes"])
+            sink.policy.reject_input(ConversionError(f"dead letter at line {letter['line']}: the Entry does not "
+                                                     f"parse ({exc})", **where), letter["entry_bytes"])
             continue
         raw = letter["entry_bytes"] if isinstance(sink, BlobSink) else None
         try:
             outputs = (sink.gate or convert)(entry) if raw is None else (sink.gate or convert)(entry, raw)
         except BridgeError as err:
-            sink.policy.reject(err.located(**where), letter["entry_bytes"])
+            sink.policy.reject_input(err.located(**where), letter["entry_bytes"])
             continue
         n = sink.size(outputs)
+        tally.took(n)
         if not n:
-            tally.not_emitted += 1
             continue
-        tally.converted += 1
-        tally.outputs += n
         sink.write({**where, "rows": rows} if rows is not None else where, outputs)
     sink.flush()
     return {"letters": len(letters), "written": sink.written, "already_landed": writer.skipped}

@@ -101,8 +101,7 @@ def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int
             yield 0, number, raw
     except DecodeError as err:
         policy.tally.envelopes += 1
-        policy.tally.input += 1
-        policy.reject(err)
+        policy.reject_input(err)
 
 
 # ---- convert ------------------------------------------------------------------------------------

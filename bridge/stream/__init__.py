@@ -53,6 +53,26 @@ class Tally:
     def balanced(self) -> bool:
         return self.input == self.converted + self.rejected + self.not_emitted
 
+    # The moves a pipeline makes after a record was counted, kept here so that every face counts
+    # them alike (sinks, replay, deliver): the law above holds after each.
+    def took(self, outputs: int) -> None:
+        """One input record converted into `outputs` outputs (none: not emitted)."""
+        self.input += 1
+        if outputs:
+            self.converted += 1
+            self.outputs += outputs
+        else:
+            self.not_emitted += 1
+
+    def withdrew(self, outputs: int) -> None:
+        """Outputs counted that did not go out (their record is counted by `undelivered`)."""
+        self.outputs -= outputs
+
+    def undelivered(self) -> None:
+        """A record counted converted whose outputs did not go out (refused, dead-lettered)."""
+        self.converted -= 1
+        self.rejected += 1
+
     def summary(self, wrote: str = "") -> str:
         """The run's one-line report; `wrote` says where the output went (after its count)."""
         again = f"; dropped {self.redelivered} redelivered Envelopes" if self.redelivered else ""
@@ -116,6 +136,11 @@ class ErrorPolicy:
     def __post_init__(self) -> None:
         if self.on_error not in ("fail", "skip", "keep"):
             raise ValueError(f"on_error must be fail, skip or keep, not {self.on_error!r}")
+
+    def reject_input(self, err: BridgeError, raw: Any = None) -> dict:
+        """A record rejected before it could be converted, counted as input here."""
+        self.tally.input += 1
+        return self.reject(err, raw)
 
     def reject(self, err: BridgeError, raw: Any = None, count: int = 1) -> dict:
         if self.on_error == "fail":
