@@ -21,7 +21,10 @@ Timed, interleaved, best of `--repeat` (the median is kept too):
 - `convert_cli`, the baseline: `dts-bridge convert LINES.blob.jsonl -o OUT.pb` as a process (wall time,
   process start included);
 - `convert_library`: `bridge.stream.blob_lines_to_entries` of the same lines and `SerializeToString`
-  of each Entry, in this process (what `convert` runs, without its process start and file writes).
+  of each Entry, in this process (what `convert` runs, without its process start and file writes);
+- `datahub_read_floor`: `DataHubSource` alone polled until it has read every record (GetRecords pages
+  through pydatahub from the stand-in), nothing assembled or written: the most any pipeline reading
+  DataHub through pydatahub and this stand-in could reach.
 A row is one DML row change (an update is one row and two Blob lines). Ratios: rows/s over rows/s.
 The passes' output is checked: each pass rebuilds the same number of Entries.
 
@@ -150,6 +153,22 @@ def run_library(endpoint: str, bootstrap: str, broker, entries: int, *, profile:
             "records_read": result.report.envelopes}
 
 
+def run_read_floor(endpoint: str, lines: int) -> dict:
+    """The reading alone: `DataHubSource` (pydatahub GetRecords pages over HTTP from the stand-in)
+    polled until every shard is read to its end, nothing assembled or written: the most any reader
+    over pydatahub and this stand-in could reach."""
+    from bridge.datahub.sink import make_client
+    from bridge.datahub.source import DataHubSource, ShardMark
+    source = DataHubSource(make_client(endpoint), PROJECT, TOPIC, from_beginning=True)
+    began = time.perf_counter()
+    source.open({})
+    got = 0
+    while got < lines:
+        got += sum(1 for item in source.poll(1000, 0.5) if not isinstance(item[2], ShardMark))
+    seconds = time.perf_counter() - began
+    return {"seconds": seconds, "records_read": got}
+
+
 def run_cli_sync(endpoint: str, bootstrap: str, broker, entries: int) -> dict:
     topic = broker.create_topic(f"rev-{uuid.uuid4().hex[:8]}", partitions=PARTITIONS)
     command = _cli() + ["sync", "--to", "dts", "--datahub-endpoint", endpoint, "--project", PROJECT,
@@ -233,6 +252,7 @@ def measure(rows: int = DEFAULT_ROWS, repeat: int = 3, seed: int = 20240517, *, 
             "sync_to_dts": lambda: run_library(server.endpoint, broker.bootstrap, broker, entries),
             "convert_cli": lambda: run_cli_convert(lines_path, os.path.join(folder, "out.pb"), entries),
             "convert_library": lambda: run_library_convert(lines, entries),
+            "datahub_read_floor": lambda: run_read_floor(server.endpoint, len(lines)),
         }
         if cli:
             passes["sync_cli"] = lambda: run_cli_sync(server.endpoint, broker.bootstrap, broker, entries)
@@ -264,7 +284,11 @@ def measure(rows: int = DEFAULT_ROWS, repeat: int = 3, seed: int = 20240517, *, 
                                "rows_per_s": round(rows / best), "rows_per_s_median": round(rows / median),
                                **facts[name]}
     p = out["passes"]
-    out["ratios"] = {"sync_to_dts_vs_convert_cli": round(p["sync_to_dts"]["rows_per_s"] / p["convert_cli"]["rows_per_s"], 4),
+    out["ratios"] = {"read_floor_vs_convert_cli":
+                         round(p["datahub_read_floor"]["rows_per_s"] / p["convert_cli"]["rows_per_s"], 4),
+                     "sync_to_dts_vs_read_floor":
+                         round(p["sync_to_dts"]["rows_per_s"] / p["datahub_read_floor"]["rows_per_s"], 4),
+                     "sync_to_dts_vs_convert_cli": round(p["sync_to_dts"]["rows_per_s"] / p["convert_cli"]["rows_per_s"], 4),
                      "sync_to_dts_vs_convert_library":
                          round(p["sync_to_dts"]["rows_per_s"] / p["convert_library"]["rows_per_s"], 4)}
     if "sync_cli" in p:
