@@ -327,6 +327,14 @@ def cmd_sync(args: argparse.Namespace) -> int:
                  f"{writer.skipped:,} found already there"]
         if events.degraded is not None:
             parts.insert(0, f"DEGRADED: {events.degraded}")
+        import time as _time
+        if report.silent_since is not None:
+            parts.insert(0, f"KAFKA NOT ANSWERING for {_time.time() - report.silent_since:.0f} s")
+        waiting = report.waiting
+        if waiting is not None and _time.time() - waiting[1] >= 5:
+            what = ("for DataHub to acknowledge" if waiting[0] == "sink" else
+                    "to commit offsets (is the Kafka broker answering?)")
+            parts.insert(0, f"WAITING {_time.time() - waiting[1]:.0f} s {what}")
         if events.looking is not None:
             parts.insert(0, events.looking)
         if report.last_commit_at is not None:

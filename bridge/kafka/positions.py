@@ -9,7 +9,12 @@ import os
 import time
 
 from bridge.kafka.client import KafkaError, confluent, raise_for, retrying
+from bridge.stream.pipeline import KeysLost
 from bridge.stream.state import replace_json
+
+# a commit the group refuses because this member no longer owns what it commits
+_NOT_OURS = ("UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "Unknown member",
+             "Specified group generation id is not valid", "Group rebalance in progress")
 
 __all__ = ["GroupOffsets", "FileOffsets"]
 
@@ -41,8 +46,15 @@ class GroupOffsets:
         at = int(time.time() * 1000)
         offsets = [TopicPartition(self.topic, p, off, metadata=json.dumps({"read": read[p], "at": at}))
                    for p, off in sorted(commit.items())]
-        result = retrying(lambda: self.consumer.commit(offsets=offsets, asynchronous=False),
-                           "offset commit failed", max(self.timeout, 30.0))
+        try:
+            result = retrying(lambda: self.consumer.commit(offsets=offsets, asynchronous=False),
+                              "offset commit failed", max(self.timeout, 30.0))
+        except KafkaError as err:
+            if any(name in str(err) for name in _NOT_OURS):
+                raise KeysLost(f"the group took partitions {', '.join(map(str, sorted(commit)))} from this member "
+                               f"before it could commit them ({err}): the next owner reads them from the last "
+                               f"commit") from None
+            raise
         for tp in result or []:
             raise_for(tp.error, f"offset commit of partition {tp.partition} failed")
 

@@ -43,6 +43,11 @@ class KafkaSource:
         self._high_at = 0.0
         self._listener: tuple | None = None
         self.rebalances = 0  # assignments and revocations heard (a group member)
+        # a broker that stops answering (frozen, partitioned away) sends no error: it is asked for a
+        # partition's end every `health_interval` seconds, and `silent_since` says since when it is not
+        self.health_interval, self.health_timeout = 10.0, 5.0
+        self.silent_since: float | None = None
+        self._health_at = time.monotonic()
         self.assigned_once = not subscribe  # a group member waits for its first assignment
 
     def keys(self) -> list[int]:
@@ -100,6 +105,8 @@ class KafkaSource:
             raise KafkaError(f"cannot read from {self.topic}: {exc.args[0]}") from None
         if time.monotonic() - self._high_at >= 1.0:
             self._watermarks()
+        if time.monotonic() - self._health_at >= self.health_interval:
+            self._health()
         out = []
         for msg in batch:
             err = msg.error()
@@ -123,6 +130,21 @@ class KafkaSource:
                 continue
             if high is not None and high >= 0:
                 self._high[p] = high
+
+    def _health(self) -> None:
+        """One uncached request to the broker (a partition's watermarks): remember since when the
+        broker does not answer it within `health_timeout`."""
+        ck = confluent()
+        self._health_at = time.monotonic()
+        keys = self.keys()  # a member the group dropped (its session ended) has none: ask partition 0
+        try:
+            self.consumer.get_watermark_offsets(ck.TopicPartition(self.topic, keys[0] if keys else 0),
+                                                timeout=self.health_timeout, cached=False)
+        except (ck.KafkaException, RuntimeError):
+            if self.silent_since is None:
+                self.silent_since = time.time() - self.health_timeout
+            return
+        self.silent_since = None
 
     def caught_up(self) -> bool:
         if not self.assigned_once:

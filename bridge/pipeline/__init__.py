@@ -17,7 +17,7 @@ from typing import Any
 
 from bridge.kafka import KafkaSource
 from bridge.stream import ErrorPolicy, entries_to_messages, entries_to_outputs
-from bridge.stream.pipeline import Assembler, DtsAssembler, Positions, Record, Report, Sink, Source
+from bridge.stream.pipeline import Assembler, DtsAssembler, KeysLost, Positions, Record, Report, Sink, Source
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["run", "consume", "Report"]
@@ -77,10 +77,14 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     def commit(wait: bool = True, only=None) -> None:
         last_commit[0] = time.monotonic()
         pending: dict = {}
-        if wait or acknowledged is None:
-            sink.flush()
-        else:
-            pending = acknowledged()
+        report.waiting = ("sink", time.time())
+        try:
+            if wait or acknowledged is None:
+                sink.flush()
+            else:
+                pending = acknowledged()
+        finally:
+            report.waiting = None
         safe = {}
         for k, nxt in read.items():
             if only is not None and k not in only:
@@ -100,7 +104,16 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
         if mark_sink is not None:
             mark_sink({**committed, **changed})
         if changed:
-            positions.save(changed, {k: read[k] for k in changed})
+            report.waiting = ("positions", time.time())
+            try:
+                positions.save(changed, {k: read[k] for k in changed})
+            except KeysLost:
+                if not getattr(source, "dynamic", False):
+                    raise
+                report.deferred += 1  # a rebalance is under way: the source hears of it at its next poll
+                return
+            finally:
+                report.waiting = None
             committed.update(changed)
             report.committed = dict(committed)
             report.commits += 1
@@ -153,6 +166,7 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
                 return
             batch = source.poll(wanted, poll_timeout)
             report.high.update(source.ends())
+            report.silent_since = getattr(source, "silent_since", None)
             if not batch:
                 if due():  # nothing comes: what was read is committed, so an idle pipeline shows lag 0
                     commit(wait=False)

@@ -27,15 +27,22 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from bridge.errors import BridgeError
 from bridge.stream import ErrorPolicy, dts_records_to_entries
 from bridge.wire.framing import Reassembler
 
 __all__ = ["Record", "Source", "Assembler", "Sink", "Positions", "Report", "DtsAssembler", "Overlay",
-           "MemoryPositions"]
+           "MemoryPositions", "KeysLost"]
 
 Key = Hashable
 # (key, position, value, headers): what a Source yields and an Assembler takes
 Record = tuple
+
+
+class KeysLost(BridgeError):
+    """A positions store refused a commit because the keys are no longer this reader's (a consumer
+    group moved them on: its session ended while it was paused). Nothing is lost: the next owner
+    reads them from the last commit; the loop forgets them instead of stopping."""
 
 
 @runtime_checkable
@@ -200,6 +207,8 @@ class Report:
     high: dict = field(default_factory=dict)
     last_commit_at: float | None = None  # time.time() of the last commit
     source_time_ms: int | None = None  # the source's time of the last Entry handed on (DTS header timestamp)
+    silent_since: float | None = None  # time.time() since when the source's server does not answer (if it says)
+    waiting: tuple | None = None  # (what, since time.time()) while the loop waits for the sink or the positions
 
     def source_lag_ms(self) -> int | None:
         """How far behind the source the run is: now less the last Entry's source time (Debezium's
@@ -218,5 +227,5 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"envelopes": self.envelopes, "reread": self.reread, "held_segments": self.held,
-                "commits": self.commits, "started": {str(k): v for k, v in sorted(self.started.items())},
+                "commits": self.commits, "deferred": self.deferred, "started": {str(k): v for k, v in sorted(self.started.items())},
                 "committed": {str(k): v for k, v in sorted(self.committed.items())}, "stopped": self.stopped}
