@@ -318,7 +318,7 @@ def test_the_lane_takes_the_usual_lines():
     assert len(taken) == len(lines) - 1 and None not in taken[1:]
 
 
-# ---- the lane's assembly on bytes (BlobDecoder._assemble): halves and rows met without parsing ------
+# ---- the lane's assembly on bytes (Pairing.assemble): halves and rows met without parsing ------
 
 @st.composite
 def _reordered(draw, messages: list[dict]) -> list[dict]:
@@ -417,11 +417,11 @@ def test_the_lane_holds_and_hands_over():
     decoder = bridge.BlobDecoder(bridge.DEFAULT_OPTIONS)
     out = [e.SerializeToString() for line in lines[:4] for e in decoder.feed_line(line)]
     held = decoder.pending
-    assert held and (decoder._lane_events or decoder._lane_halves)
+    assert held and (decoder._pairing.lane_events or decoder._pairing.lane_halves)
     odd = orjson.loads(lines[4])
     odd["dts"]["rowProperties"] = []  # the same row, not the lane's
     out += [e.SerializeToString() for e in decoder.feed_line(orjson.dumps(odd))]
-    assert not decoder._lane_events and not decoder._lane_halves
+    assert not decoder._pairing.lane_events and not decoder._pairing.lane_halves
     out += [e.SerializeToString() for line in lines[5:] for e in decoder.feed_line(line)]
     assert decoder.finish() == [] and decoder.pending == 0
     assert out == [pb.Entry.FromString(r).SerializeToString() for r in raws]
@@ -490,8 +490,8 @@ def test_the_lane_writes_the_header_canonically():
     seen = []
     for variant in range(3):
         decoder = bridge.BlobDecoder(bridge.DEFAULT_OPTIONS)
-        assemble = decoder._assemble
-        decoder._assemble = lambda entry_bytes, *rest: seen.append(entry_bytes) or assemble(entry_bytes, *rest)
+        assemble = decoder._pairing.assemble
+        decoder._pairing.assemble = lambda entry_bytes, *rest: seen.append(entry_bytes) or assemble(entry_bytes, *rest)
         for msg in copy.deepcopy(messages):
             header = msg["dts"]["header"]
             if variant == 1:
@@ -525,7 +525,7 @@ def test_the_lane_holds_what_came_not_what_a_line_announces():
     decoder = bridge.BlobDecoder()
     for msg in lines:
         decoder.feed_line(orjson.dumps(msg))
-    ((rows, messages),) = decoder._lane_events.values()  # held by the lane: the one row that came
+    ((rows, messages),) = decoder._pairing.lane_events.values()  # held by the lane: the one row that came
     assert list(rows) == [0] and messages == 2
 
 
