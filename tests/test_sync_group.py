@@ -250,8 +250,7 @@ def _group_scenario(kafka_broker, tmp_path, *, partitions: int, kills: int, seed
             kinds = collections.Counter()
             killed: list[dict] = []
             for k in range(kills):
-                if rng.random() < 0.7:
-                    produce_stage(f"before kill {k + 1}")
+                produce_stage(f"before kill {k + 1}")
                 before, t0 = landed_count(server), time.monotonic()
                 roll = rng.random()
                 if roll < 0.25:  # soon after the last restart: during its rebalance or its restart look
@@ -260,7 +259,7 @@ def _group_scenario(kafka_broker, tmp_path, *, partitions: int, kills: int, seed
                     mode, delay, threshold = "time", rng.uniform(0.2, max_delay), None
                 else:
                     mode, delay, threshold = "landed", rng.uniform(0.0, 0.3), before + rng.randint(1, max_step)
-                while time.monotonic() - t0 < 30:
+                while time.monotonic() - t0 < 8:  # a threshold not reached by then: kill anyway
                     for gone in grp.reap():  # ended at its idle timeout: back as it was
                         grp.start(gone.instance_id, f"after {gone.name} exited idle")
                         kinds["after-idle-exit"] += 1
@@ -291,6 +290,8 @@ def _group_scenario(kafka_broker, tmp_path, *, partitions: int, kills: int, seed
             assert kinds["same-id"] and kinds["new-member"], kinds
 
             # ---- a rolling restart: each old member replaced by a new one that is up before it goes ----
+            while len(grp.live) < 3:
+                grp.start(None, "to three members again")
             grp.wait_members(60, "after the kills (killed members' sessions ended)")
             produce_stage("before the rolling restart")
             for i, old in enumerate(sorted(grp.live.values(), key=lambda m: m.name)):
@@ -351,15 +352,49 @@ def test_three_members_killed_restarted_and_rolled_land_each_record_once(kafka_b
     """Three members on 4 partitions, 5 seeded SIGKILLs with restarts (same --instance-id or a new
     dynamic member), a rolling restart of all three, then the idle end: the DataHub topic equals
     `convert` per (shard, partition), in order, each record once; the group committed the ends."""
-    _group_scenario(kafka_broker, tmp_path, partitions=4, kills=5, seed=SEED, stages=9,
-                    max_delay=2.5, max_step=80, chaos_scale=1.0, idle=5)
+    _group_scenario(kafka_broker, tmp_path, partitions=4, kills=5, seed=SEED, stages=11,
+                    max_delay=2.5, max_step=80, chaos_scale=1.0, idle=10)
 
 
 @pytest.mark.deep
 def test_three_members_killed_restarted_and_rolled_deep(kafka_broker, tmp_path):
     """6 partitions, 16 kills, more stages of data, more chaos."""
     _group_scenario(kafka_broker, tmp_path, partitions=6, kills=16, seed=SEED + 1, stages=24,
-                    max_delay=4.0, max_step=200, chaos_scale=1.5, idle=6)
+                    max_delay=4.0, max_step=200, chaos_scale=1.5, idle=10)
+
+
+def test_members_started_together_each_get_partitions_before_their_idle_timeout(kafka_broker, tmp_path):
+    """Three members started at once with --idle-timeout 5 (chaos on, as above): the group splits
+    the partitions between all three before any of them ends; each then runs to its idle timeout
+    (exit 0) and the group's committed offsets are the topic's ends. (A member given nothing in the
+    cooperative protocol's first round is not idle: its partitions are on their way.)"""
+    topic = kafka_broker.create_topic(unique_name("sync-together"), partitions=4)
+    group = unique_name("g-together")
+    warm_group_coordinator(kafka_broker, topic)
+    stage = _stage_files(tmp_path, 4, 1, (1200,))[0]
+    produce_many(kafka_broker, topic, stage)
+    log: list[str] = []
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "blob", shard_count=3)
+        chaos(server, SEED)
+        grp = Group(tmp_path, kafka_broker, topic, 4, group, server,
+                    ["--to", "blob", "--datahub-topic", "blob", "--idle-timeout", "5", "--commit-interval", "2"], log)
+        try:
+            grp.start(f"{group}-s1", "first")
+            grp.start(f"{group}-s2", "first")
+            grp.start(None, "first")
+            members = grp.wait_members(60, "three members started together", exits_ok=False)
+            assert len(members) == 3 and all(m["partitions"] for m in members), members
+            deadline = time.monotonic() + 120
+            while grp.live and time.monotonic() < deadline:
+                grp.reap()
+                time.sleep(0.2)
+            assert not grp.live, "members still running after 120 s\n" + "\n".join(log)
+        finally:
+            grp.stop_all()
+        ends = end_offsets(kafka_broker, topic, range(4))
+        committed = group_committed(kafka_broker, group, topic, range(4))
+        assert committed == ends, f"committed {committed}, ends {ends}\n" + "\n".join(log)
 
 
 # ---- an idle pipeline shows lag 0 ----------------------------------------------------------------
