@@ -353,14 +353,14 @@ def test_three_members_killed_restarted_and_rolled_land_each_record_once(kafka_b
     dynamic member), a rolling restart of all three, then the idle end: the DataHub topic equals
     `convert` per (shard, partition), in order, each record once; the group committed the ends."""
     _group_scenario(kafka_broker, tmp_path, partitions=4, kills=5, seed=SEED, stages=11,
-                    max_delay=2.5, max_step=80, chaos_scale=1.0, idle=10)
+                    max_delay=2.5, max_step=80, chaos_scale=1.0, idle=25)
 
 
 @pytest.mark.deep
 def test_three_members_killed_restarted_and_rolled_deep(kafka_broker, tmp_path):
     """6 partitions, 16 kills, more stages of data, more chaos."""
     _group_scenario(kafka_broker, tmp_path, partitions=6, kills=16, seed=SEED + 1, stages=24,
-                    max_delay=4.0, max_step=200, chaos_scale=1.5, idle=10)
+                    max_delay=4.0, max_step=200, chaos_scale=1.5, idle=25)
 
 
 def test_members_started_together_each_get_partitions_before_their_idle_timeout(kafka_broker, tmp_path):

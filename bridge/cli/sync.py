@@ -89,7 +89,9 @@ def _datahub_client(endpoint: str, project: str, compress: str):
     except requests.exceptions.Timeout:
         raise UsageError(f"DataHub at {endpoint} did not answer within {PROBE_SECONDS:g} s") from None
     except requests.exceptions.RequestException as exc:
-        reason = str(exc.args[0] if exc.args else exc).splitlines()[0][:200]
+        text = str(exc.args[0] if exc.args else exc)
+        errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)  # the OS's reason, deep in urllib3's text
+        reason = errno.group(1).strip() if errno else text.splitlines()[0][:300]
         raise UsageError(f"cannot reach DataHub at {endpoint}: {reason}") from None
     if "x-datahub-request-id" not in {k.lower() for k in answer.headers}:
         kind = answer.headers.get("Content-Type", "no content type").split(";")[0]
@@ -125,7 +127,7 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
         raise UsageError("--no-transactions keeps the DataHub positions in a file: pass --offsets-file PATH")
     if args.rejects and getattr(args, "opt_on_error", "fail") != "skip":
         raise UsageError("--rejects needs --on-error skip (under fail the first bad record stops the run)")
-    options = options_from(args, {"dts", "blob", "tuple"})
+    options = options_from(args, {"dts", "pb", "blob", "tuple"})  # Envelopes out: --max-message-bytes applies
     label = f"{PROG} sync {args.project}/{args.datahub_topic} -> {args.topic}"
     topics = args.datahub_topic.split(",") if "," in args.datahub_topic else args.datahub_topic
     tally = Tally()
@@ -136,10 +138,29 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
     parts: list = []
     metrics = observe.Metrics()
 
+    shard_lag = metrics.gauge("datahub_shard_lag", "records of a DataHub shard not yet committed (its end less the "
+                              "committed sequence)", ["topic", "shard"])
+    committed_seq = metrics.gauge("datahub_committed_sequence", "next DataHub sequence committed, per shard",
+                                  ["topic", "shard"])
+    entries_out = metrics.counter("kafka_entries_written", "Entries written to Kafka (committed or not yet)",
+                                  ["partition"])
+    transactions = metrics.counter("kafka_transactions", "Kafka transactions committed")
+    last_commit = metrics.gauge("last_commit_timestamp_seconds", "when positions were last committed")
+
     def refresh(metrics: observe.Metrics) -> None:
         metrics.count_tally(tally)
+        metrics.count_to(metrics.records_in, report.envelopes)
         for key, lag in report.lag().items():
-            metrics.lag.labels(topic=f"{key[0]}", partition=str(key[1])).set(lag)
+            shard_lag.labels(topic=str(key[0]), shard=str(key[1])).set(lag)
+        for key, seq in list(report.committed.items()):
+            committed_seq.labels(topic=str(key[0]), shard=str(key[1])).set(seq)
+        if parts:
+            sink = parts[0].sink
+            for partition, count in list(getattr(sink, "per_partition", {}).items()):
+                metrics.count_to(entries_out, count, partition=str(partition))
+            metrics.count_to(transactions, sink.commits)
+        if report.last_commit_at is not None:
+            last_commit.set(report.last_commit_at)
 
     def render(status) -> str:
         sink = parts[0].sink if parts else None

@@ -144,6 +144,7 @@ class DtsKafkaSink:
         self.cut: dict[int, tuple] = {}
         self.skipped = 0  # Entries the tail look found already written
         self.written = 0  # Entries handed to the producer
+        self.per_partition: dict[int, int] = {}  # Entries handed to the producer, per output partition
         self.messages = 0  # Kafka records produced
         self.commits = 0  # transactions committed
 
@@ -249,6 +250,7 @@ class DtsKafkaSink:
         if mark is not None:
             pending.marks[mark[0]] = mark[1]
         self.written += 1
+        self.per_partition[partition] = self.per_partition.get(partition, 0) + 1
         if pending.size > budget:  # one Entry too large for a message: its own segments, now
             self._emit(partition)
 

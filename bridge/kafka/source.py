@@ -149,6 +149,8 @@ class KafkaSource:
     def caught_up(self) -> bool:
         if not self.assigned_once:
             return False  # not yet a member with partitions: nothing is known to be read
+        if self.dynamic and not self.keys():
+            return False  # a member given nothing (yet: cooperative rounds hand partitions out in steps)
         return self._at_end >= set(self.keys())
 
     def ends(self) -> dict[int, int]:

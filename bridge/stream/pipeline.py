@@ -221,6 +221,8 @@ class Report:
         out = {}
         for k, high in list(self.high.items()):  # a status thread reads it while the run fills it
             base = self.committed.get(k, self.position.get(k, self.started.get(k)))
+            if base is None and high == 0:
+                base = 0  # an empty key, never committed: nothing behind
             if base is not None and high >= 0:
                 out[k] = max(0, high - base)
         return out
