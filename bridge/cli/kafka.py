@@ -554,14 +554,21 @@ def _input_identity(path: str, head_bytes: int = _HEAD_BYTES) -> dict:
 
 
 class _DeliverState:
-    """How far `deliver` got: the input's identity and the line (and byte offset) after which
-    every record is acknowledged by DataHub, written atomically after each acknowledged flush."""
+    """deliver's `Positions`: the state file, with the input's identity and the line (and byte
+    offset) after which every record is acknowledged by DataHub, written atomically at each
+    commit of the loop (after an acknowledged batch), with the counts and the rejects' length
+    at that line. Key 0, position = the next line to read."""
 
     def __init__(self, path: str, input_path: str, target: dict) -> None:
         self.path, self.input_path, self.target = path, input_path, target
         self.line = self.offset = self.delivered = self.rejected = self.rejects_length = 0
+        # set by follow(): where a commit's line ends in the file, the run's tally, the rejects file
+        self._place: Callable[[int], tuple[int, int]] | None = None
+        self._tally: Tally | None = None
+        self._rejects = None
+        self._counted = (0, 0)
 
-    def load(self) -> bool:
+    def restore(self) -> bool:
         """Resume from the state file, if there is one for this input and target; True if so."""
         try:
             with open(self.path, "rb") as fh:
@@ -587,7 +594,30 @@ class _DeliverState:
         self.rejects_length = int(doc.get("rejects_length", 0))
         return True
 
-    def save(self) -> None:
+    def follow(self, place: Callable[[int], tuple[int, int]], tally: Tally, rejects) -> None:
+        self._place, self._tally, self._rejects = place, tally, rejects
+        self._counted = (self.delivered, self.rejected)
+
+    def load(self, keys: list) -> dict:
+        return {0: (self.line + 1, self.line + 1)}
+
+    def save(self, commit: dict, read: dict) -> None:
+        """The loop commits only where everything read is acknowledged (the sink's watermark moves
+        at its batches), so the run's tally and the rejects file stand exactly for the lines
+        before the commit. A commit that reaches no further than the file says is not written."""
+        line, offset = self._place(commit[0])
+        if (line, offset) == (self.line, self.offset):
+            return
+        if self._rejects is not None:
+            self._rejects.flush()
+            os.fsync(self._rejects.fileno())
+            self.rejects_length = self._rejects.tell()
+        self.line, self.offset = line, offset
+        self.delivered = self._counted[0] + self._tally.converted
+        self.rejected = self._counted[1] + self._tally.rejected
+        self._write()
+
+    def _write(self) -> None:
         from bridge.stream.state import replace_json
         doc = {"input": _input_identity(self.input_path), **self.target, "line": self.line, "offset": self.offset,
                "delivered": self.delivered, "rejected": self.rejected, "rejects_length": self.rejects_length}
@@ -607,8 +637,78 @@ def _open_rejects(path: str, length: int):
         raise UsageError(f"cannot write {path}: {err.strerror}") from None
 
 
+def _json_line(line: bytes, number: int):
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as err:
+        raise DecodeError(f"invalid JSON ({err.msg})", value=line, line=number) from None
+
+
+def _blob_records(line: bytes, number: int) -> tuple:
+    """A Blob line -> (the BlobRecord's data, its shard key, the line)."""
+    return line.rstrip(b"\r\n"), shard_key(_json_line(line, number)), line
+
+
+def _tuple_records(tup, fields: list, table: str, keys: list) -> Callable[[bytes, int], tuple]:
+    """A Tuple line -> (the row typed by the RecordSchema, its shard key, the line)."""
+    from bridge.datahub.sink import tuple_shard_key
+
+    def parse(line: bytes, number: int) -> tuple:
+        row = tup.coerce_row(_json_line(line, number), fields, line=number)
+        return row, tuple_shard_key(row, table, keys), line
+    return parse
+
+
+class _DeliverSink:
+    """deliver's `Sink`: each line's record goes to the DataHub writer with its position (the
+    file, key 0, the line number), and every `batch` records the sink waits for DataHub to
+    acknowledge them. Its watermark (`acknowledged`) is the line after the last batch it waited
+    for, so the loop commits there, at each batch, as deliver always saved its state. A record
+    the writer refuses to build (over DataHub's limits, a value the topic cannot hold) was
+    counted converted: it is rejected instead, the line to the rejects."""
+
+    def __init__(self, out, source: str, name: str, batch: int, policy: ErrorPolicy, start: int) -> None:
+        from bridge.datahub.sink import DataHubError, Position
+        self.fatal, self.position = DataHubError, Position
+        self.out, self.writer, self.source, self.name = out, out.writer, source, name
+        self.batch, self.policy = batch, policy
+        self.unflushed = 0
+        self.written_to = self.acked = start  # the line after the last written, after the last acknowledged
+
+    def write(self, where: dict, item: tuple) -> None:
+        value, key, line = item
+        number = where["line"]
+        try:
+            pending = self.writer.prepare(self.out.topic, key, value, self.position(self.source, 0, number))
+        except BridgeError as err:
+            if isinstance(err, self.fatal):
+                raise  # the service, not this record: no later record would fare better
+            # it was counted converted: now rejected, counted before the rejects line is written
+            # (its `records` is the count's change)
+            self.policy.tally.withdrew(1)
+            self.policy.tally.undelivered()
+            self.policy.reject(err.located(line=number, source=self.name), line, count=0)
+            return
+        if pending is not None:  # None: it landed before a restart (found in the shard's tail)
+            self.writer.put_prepared(pending)
+        self.written_to = number + 1
+        self.unflushed += 1
+        if self.unflushed >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        self.writer.flush()  # returns once DataHub accepted every record put so far
+        self.unflushed = 0
+        self.acked = self.written_to
+
+    def acknowledged(self) -> dict:
+        return {0: self.acked}
+
+
 def cmd_deliver(args: argparse.Namespace) -> int:
-    from bridge.datahub.sink import DataHubError, DataHubSink, Position, tuple_shard_key
+    from bridge import pipeline
+    from bridge.datahub.sink import DataHubSink
+    from bridge.stream.files import FileLines, LineRecords
     side, framing = resolve_format(args.input, args.from_, "--from")
     if side not in ("blob", "tuple") or framing != "jsonl":
         raise UsageError("deliver reads Blob JSON Lines, or Tuple JSON Lines with --from tuple")
@@ -621,30 +721,26 @@ def cmd_deliver(args: argparse.Namespace) -> int:
     label = f"{PROG} deliver {args.input}"
     state = _DeliverState(args.state or args.input + DELIVER_STATE_SUFFIX, args.input,
                           {"project": args.project, "topic": args.topic})
-    resumed = False if args.restart else state.load()
-    if args.rejects and resumed:
-        rejects_fh = _open_rejects(args.rejects, state.rejects_length)
-    elif args.rejects:
-        rejects_fh = _open_rejects(args.rejects, 0)
-    else:
-        rejects_fh = None
-    schema = keys = table = None
+    resumed = False if args.restart else state.restore()
+    rejects_fh = _open_rejects(args.rejects, state.rejects_length if resumed else 0) if args.rejects else None
+    schema = None
+    parse = _blob_records
     if side == "tuple":
         tup = _tuple_module()
         schema, keys, table = _tuple_source(args, tup)
-        fields = [(f["name"], f["type"]) for f in tup.load_record_schema(schema)["fields"]]
-    size = os.path.getsize(args.input)
-    bar = observe.progress(total=size, unit="B", unit_scale=True, desc=label,
+        parse = _tuple_records(tup, [(f["name"], f["type"]) for f in tup.load_record_schema(schema)["fields"]],
+                               table, keys)
+    bar = observe.progress(total=os.path.getsize(args.input), unit="B", unit_scale=True, desc=label,
                            enabled=False if args.no_progress else None,
                            describe=lambda: f"{tally.converted:,} records")
-    sink = None
+    out = None
     metrics = observe.Metrics()
     seen = [0.0, 0.0]  # write requests and their seconds at the last status line
 
     def refresh(metrics: observe.Metrics) -> None:
         metrics.count_tally(tally)
-        if sink is not None:
-            metrics.count_to(metrics.datahub_retries, sink.retries)
+        if out is not None:
+            metrics.count_to(metrics.datahub_retries, out.retries)
 
     def write_requests(name: str) -> float:
         return sum(metrics.value(name, request=op) or 0 for op in ("PutRecords", "PutRecordsByShard"))
@@ -658,78 +754,39 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         throttles = write_requests("datahub_throttles_total")
         text = (f"{sent:,} records sent ({observe.rate_text(status.rate('out', sent))}), acknowledged to line "
                 f"{state.line:,}, {tally.rejected:,} rejected, "
-                f"{int(count):,} requests, {sink.retries if sink else 0:,} retries, {int(throttles):,} throttled")
+                f"{int(count):,} requests, {out.retries if out else 0:,} retries, {int(throttles):,} throttled")
         return text + (f", latency {latency * 1000:.0f} ms" if latency is not None else "")
 
+    base_line = state.line
+    # the parts of the one loop: the file's lines (from the state's line and byte offset), a record
+    # per line under the error policy, the DataHub writer, the state file
+    lines = FileLines(args.input, start=(state.line, state.offset))
     with contextlib.ExitStack() as stack:
         stack.callback(bar.close)
         if rejects_fh is not None:
             stack.callback(rejects_fh.close)
-        fh = stack.enter_context(open(args.input, "rb"))
-        fh.seek(state.offset if resumed else 0)
+        stack.callback(lines.close)
         policy = ErrorPolicy(args.on_error, tally=tally, sink=rejects_sink(rejects_fh, tally), keep_records=False)
         stack.enter_context(_watching(args, label, metrics, render, refresh))
-        sink = DataHubSink(args.datahub_endpoint, args.project, args.topic, record_schema=schema,
-                           batch_size=popts.batch_size, max_retries=popts.max_retries,
-                           compress=popts.compress)
-        sink.writer.client = metrics.timed_datahub_client(sink.writer.client)  # counted and timed
-        if not resumed:
-            state.line = state.offset = state.delivered = state.rejected = state.rejects_length = 0
-        base_line, base_offset = state.line, state.offset
+        out = DataHubSink(args.datahub_endpoint, args.project, args.topic, record_schema=schema,
+                          batch_size=popts.batch_size, max_retries=popts.max_retries, compress=popts.compress)
+        out.writer.client = metrics.timed_datahub_client(out.writer.client)  # counted and timed
         # Lines past the state's acknowledged line that landed before a kill are found by their
         # position attributes (source = the file, offset = the line number) and not sent twice.
         source = "file:" + os.path.abspath(args.input)
-        sink.writer.resume(source, {0: base_line + 1})
-        bar.update(base_offset)
-        offset, number, unflushed = base_offset, base_line, 0
-
-        def acknowledge() -> None:
-            sink.flush()  # returns once DataHub accepted every record put so far
-            if rejects_fh is not None:
-                rejects_fh.flush()
-                os.fsync(rejects_fh.fileno())
-                state.rejects_length = rejects_fh.tell()
-            state.line, state.offset = number, offset
-            state.delivered, state.rejected = delivered0 + tally.converted, rejected0 + tally.rejected
-            state.save()
-
-        delivered0, rejected0 = state.delivered, state.rejected
-        for line in fh:
-            number += 1
-            offset += len(line)
-            bar.update(len(line))
-            if not line.strip():
-                continue
-            tally.input += 1
-            try:
-                if side == "blob":
-                    try:
-                        msg = orjson.loads(line)
-                    except orjson.JSONDecodeError as err:
-                        raise DecodeError(f"invalid JSON ({err.msg})", value=line, line=number) from None
-                    sink.put_blob(line.rstrip(b"\r\n"), shard_key(msg), position=Position(source, 0, number))
-                else:
-                    try:
-                        row = tup.coerce_row(orjson.loads(line), fields, line=number)
-                    except orjson.JSONDecodeError as err:
-                        raise DecodeError(f"invalid JSON ({err.msg})", value=line, line=number) from None
-                    sink.put_tuple(row, tuple_shard_key(row, table, keys), position=Position(source, 0, number))
-            except DataHubError:
-                raise  # the service, not this record: no later record would fare better
-            except BridgeError as err:
-                policy.reject(err.located(line=number, source=args.input), line)
-                continue
-            tally.converted += 1
-            tally.outputs += 1
-            unflushed += 1
-            if unflushed >= popts.batch_size:
-                acknowledge()
-                unflushed = 0
-        acknowledge()
-        sink.close()
+        out.writer.resume(source, {0: base_line + 1})
+        state.follow(lines.place, tally, rejects_fh)
+        sink = _DeliverSink(out, source, args.input, popts.batch_size, policy, base_line + 1)
+        bar.update(state.offset)
+        bar.follow(lambda: lines.offset)
+        # commit_interval=0: the loop offers a commit before every line; the sink's watermark moves
+        # only at its batches, so the state is saved every --batch-size records and at the end
+        pipeline.run(lines, state, LineRecords(parse, source=args.input), lambda record: [record], sink, policy,
+                     idle_timeout=0, commit_interval=0)
+        out.close()
     resume_note = f" (resumed after line {base_line:,})" if resumed else ""
     print(f"{label}: delivered {tally.converted} of {tally.input} records to {args.project}/{args.topic} "
-          f"in {sink.requests} requests ({sink.retries} retries); rejected {tally.rejected}{resume_note}",
+          f"in {out.requests} requests ({out.retries} retries); rejected {tally.rejected}{resume_note}",
           file=sys.stderr)
     return 1 if tally.rejected else 0
 
