@@ -236,8 +236,8 @@ class _Sink:
         if self.tables is not None:
             self.tables.entry(where, self._entry_bytes(), self._table(), err, topic)
             return
-        self.policy.reject(err, count=0)  # the Entry was counted converted: now rejected
-        self.policy.tally.undelivered()
+        self.policy.tally.undelivered()  # the Entry was counted converted: now rejected (before the
+        self.policy.reject(err, count=0)  # rejects line is written: it counts what rejected grew by)
 
     def _put_all(self, where: dict, items) -> None:
         base = (where["partition"], where["offset"], where["entry"])

@@ -169,7 +169,7 @@ def test_an_import_for_annotations_only_is_no_circle(copy_tree):
     assert _new(cycle_problems(tree / PACKAGE), tree, cycle_problems) == []
 
 
-@pytest.mark.parametrize("name", ["bridge.tuple.files", "bridge.spark.task"])
+@pytest.mark.parametrize("name", ["bridge.tuple.files", "bridge.spark.task", "bridge.stream.files", "bridge.stream.pipeline"])
 def test_the_examples_of_the_modules_the_layout_added(name):
     import doctest
     import importlib
