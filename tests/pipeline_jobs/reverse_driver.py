@@ -5,8 +5,10 @@ killed with SIGKILL by the test): `readStream.format("datahub")` -> `blob_to_dts
     python tests/pipeline_jobs/reverse_driver.py CONFIG.json
 
 CONFIG keys: endpoint, project, datahub_topic, bootstrap, topic, checkpoint, maxRecordsPerTrigger,
-settle, trigger ("availableNow" | a processingTime such as "300 milliseconds"). Prints "started"
-once the query runs and "finished" when an availableNow query ended.
+settle, trigger ("availableNow" | a processingTime such as "300 milliseconds"), markers (the
+sink's markersTopic), conf (more Spark settings, e.g. a standalone cluster's: tests/support/spark_cluster.py).
+Prints "started" once the query runs and "finished" when an availableNow query ended. Credentials
+come from DATAHUB_ACCESS_ID / DATAHUB_ACCESS_KEY (on a cluster, pass them as spark.executorEnv.*).
 """
 import json
 import sys
@@ -17,7 +19,8 @@ import bridge.spark as bs
 def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
-    spark = bs.local_session("reverse-driver")
+    # e.g. a standalone cluster's spark.master (tests/support/spark_cluster.py)
+    spark = bs.local_session("reverse-driver", cfg.get("conf") or {})
     spark.sparkContext.setLogLevel("ERROR")
     bs.register(spark)
     stream = (spark.readStream.format("datahub").option("endpoint", cfg["endpoint"])
