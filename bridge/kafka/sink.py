@@ -137,6 +137,7 @@ class DtsKafkaSink:
         self.partitions: list[int] = []
         self._pending: dict[int, _Pending] = {}
         self._failures: list = []
+        self._fatal = None  # a fatal producer error error_cb heard (fenced)
         self._in_transaction = False
         # without transactions, from resume(): per (partition, key text) the last token that landed,
         # and per partition a segmented Entries the crash cut: (key text, token, total, next index)
@@ -159,6 +160,14 @@ class DtsKafkaSink:
         conf = {"linger.ms": 5, **self.config, "enable.idempotence": True,
                 "message.max.bytes": max(int(self.config.get("message.max.bytes", 0) or 0),
                                          self.max_message_bytes + _RECORD_HEADROOM)}
+        user_error_cb = conf.get("error_cb")
+
+        def heard(err) -> None:  # a fatal error (fenced) is also told here: kept for when flush loses it
+            if getattr(err, "fatal", lambda: False)():
+                self._fatal = err
+            if user_error_cb is not None:
+                user_error_cb(err)
+        conf["error_cb"] = heard
         if self.transactions:
             conf["transactional.id"] = self.transactional_id
             if self.transaction_timeout_ms is not None:
@@ -296,7 +305,7 @@ class DtsKafkaSink:
             except BufferError:
                 self._flushed(0.1)
             except (ck.KafkaException, SystemError) as exc:
-                err = _kafka_error(exc)
+                err = _kafka_error(exc) or self._fatal
                 if err is None:
                     raise
                 raise self._error(err, f"cannot send to {self.topic} [{partition}]") from None
@@ -308,7 +317,9 @@ class DtsKafkaSink:
         try:
             return self.producer.flush(timeout)
         except (ck.KafkaException, SystemError) as exc:
-            err = _kafka_error(exc)
+            # confluent-kafka sometimes loses the exception raised in a callback ("returned NULL
+            # without setting an exception"): the fatal error error_cb heard is the one
+            err = _kafka_error(exc) or self._fatal
             if err is None:
                 raise
             raise self._error(err, f"records to {self.topic} were not delivered") from None
