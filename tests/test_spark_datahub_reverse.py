@@ -13,7 +13,7 @@ The kill tests (`kill_run`: the driver tests/pipeline_jobs/reverse_driver.py SIG
 from its checkpoint, a shard split in between, what a read_committed consumer sees compared per
 Kafka partition with `convert`) run on local[2] and on the Spark standalone cluster
 (`spark_cluster`, tests/support/spark_cluster.py: two one-core workers, the executors' task logs
-showing both ran tasks): 1 kill each in `make test`, 4 in `make test-deep`. Seed:
+showing both ran tasks): 1 kill on local[2] in `make test`; 1 and 4 kills on each in `make test-deep`. Seed:
 SPARK_REVERSE_SEED=N (default 33).
 """
 from __future__ import annotations
@@ -379,9 +379,12 @@ def kill_run(server, client, kafka_broker, tmp_path, *, kills: int, seed: int, c
     return log
 
 
-@pytest.mark.parametrize("where", ["local", "cluster"])
+# the cluster's one-kill run is make test-deep's too: the file is one worker's share of make test
+# (about 5 minutes with it), and make test runs the forward stream on the cluster (test_spark_cluster)
+@pytest.mark.parametrize("where", ["local", pytest.param("cluster", marks=pytest.mark.deep)])
 def test_stream_killed_restarted_split_exactly_once(where, request, server, client, kafka_broker, tmp_path):
-    """One kill (make test): local[2], and the standalone cluster (a master and two one-core workers)."""
+    """One kill: local[2] (make test), and the standalone cluster (a master and two one-core workers;
+    make test-deep)."""
     cluster = request.getfixturevalue("spark_cluster") if where == "cluster" else None
     kill_run(server, client, kafka_broker, tmp_path, kills=1, seed=int(ENV.get("SPARK_REVERSE_SEED", "33")),
              cluster=cluster)

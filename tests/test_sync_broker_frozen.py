@@ -19,6 +19,7 @@ from support.pipeline import ENV, ROOT, bridge_cli  # noqa: E402
 from support.sync_runs import PROJECT, produce  # noqa: E402
 
 
+@pytest.mark.deep
 def test_a_frozen_broker_is_reported_then_the_run_goes_on(tmp_path):
     if missing():
         pytest.skip(missing())
