@@ -1,30 +1,8 @@
 """DataHub out: the one DataHub writer every face uses (`dts-bridge sync`, `deliver`, Spark's `datahub` sink).
 
-Guarantees (docs/kafka.md, "The DataHub writer"):
-
-- **Order per shard.** Records are routed to a shard by DataWorks' rule (`shard_for(key, ids)`: MD5
-  of the key over the topic's ACTIVE shard ids) and each shard has one request in flight at a time,
-  sent with PutRecordsByShard, which DataHub applies whole or not at all. A retry resends the same
-  records, from the first one that did not land, before anything later of that shard: a partial
-  failure can never let a later record land first. Shards are written in parallel (`workers`).
-- **Bounded memory.** At most `max_buffered` records wait; `put` blocks until the shards drain
-  (backpressure reaches the Kafka consumer, which simply stops polling).
-- **Rate (AIMD).** Each shard has an allowed request rate, from DataHub's 2,000/s: LimitExceeded
-  halves it (to 1/s at least), each acknowledged request adds `rate_step` (1/s) back.
-- **Refusals.** With `on_refused`, a request DataHub refuses as malformed (InvalidParameter,
-  MalformedRecord) is sent again one record per request; a record refused alone is handed to
-  `on_refused` and skipped, the next goes on (the shard's order is kept).
-- **Retries.** Throttling (LimitExceeded) and server trouble back off with jitter; a request whose
-  outcome is unknown (a timeout, a dropped connection, a 5xx) is checked against the shard's tail
-  before it is sent again, so it cannot land twice. Split or merged shards (InvalidShardOperation,
-  ShardSealed, NoSuchShard) make the writer wait for the topic's requests in flight, list the shards
-  again and route every waiting record anew, in the order it was put.
-- **Exactly-once effect across restarts.** Every record carries its source position as attributes
-  (`dts.topic`, `dts.pos` = "partition:offset:entry:row"). `resume(source, committed)` tells the
-  writer which Kafka offsets were committed; before its first write to a DataHub topic the writer
-  reads each shard's tail back to the first committed record and drops every record put again that
-  already landed there. This is exact when offsets are committed only after `flush()` and no
-  converted record starts at or after a committed offset (what `bridge.sync` does).
+Its guarantees (order per shard, bounded memory, rate, refusals, retries, the exactly-once effect
+across restarts) are written where it lives, in bridge/datahub/writer.py, and in docs/kafka.md
+("Guarantees and how they are kept").
 
 DataHub has no local emulator: the tests drive the real pydatahub client against a loopback
 stand-in server (tests/support/datahub_standin.py).
