@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bridge.errors import OptionsError
-from bridge.spark.source import _admit
+from bridge.spark.source import _admit, _flag, _integer
 
 __all__ = ["READ_OPTIONS", "ReadOptions", "read_schema", "register_reader"]
 
@@ -101,23 +101,6 @@ class ReadOptions:
                              self.access_key or os.environ.get("DATAHUB_ACCESS_KEY", ""))
         return DataHubSource(client, self.project, list(self.topics) if isinstance(self.topics, tuple)
                              else self.topics, fail_on_data_loss=self.fail_on_data_loss, page=self.page)
-
-
-def _flag(name: str, text) -> bool:
-    value = str(text).strip().lower()
-    if value not in ("true", "false"):
-        raise OptionsError(f"option {name!r} is true or false", value=text)
-    return value == "true"
-
-
-def _integer(name: str, text, least: int) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise OptionsError(f"option {name!r} is an integer", value=text) from None
-    if value < least:
-        raise OptionsError(f"option {name!r} is at least {least}", value=text)
-    return value
 
 
 def _seconds(name: str, text) -> float:
