@@ -285,7 +285,10 @@ def _group_scenario(kafka_broker, tmp_path, *, partitions: int, kills: int, seed
                          f"{acked - before} acknowledged meanwhile")
                 killed.append(dict(member=victim.name, mode=mode, landed_meanwhile=acked - before))
                 time.sleep(rng.choice([0.0, rng.uniform(0.0, 1.5)]))
-                grp.start(victim.instance_id if kind == "same-id" else None, f"{kind} for {victim.name}")
+                # a new member: a new identity, static (a fresh --instance-id) when the victim was, so
+                # later kills still find static members to restart with the same id
+                fresh = victim.instance_id if kind == "same-id" else (next(static) if victim.instance_id else None)
+                grp.start(fresh, f"{kind} for {victim.name}")
                 kinds[kind] += 1
             assert kinds["same-id"] and kinds["new-member"], kinds
 
