@@ -49,20 +49,16 @@ class KafkaSource:
         self.silent_since: float | None = None
         self._health_at = time.monotonic()
         self.assigned_once = not subscribe  # a group member waits for its first assignment
-        self._waiting: set = set()  # gained partitions, paused until the loop is ready for them
 
     def keys(self) -> list[int]:
         if self._partitions is None:
             self._partitions = partitions_of(self.consumer, self.topic)
         return list(self._partitions)
 
-    def listen(self, assigned: Callable[[list], dict], revoked: Callable[..., None],
-               ready: Callable[[list], None] | None = None) -> None:
+    def listen(self, assigned: Callable[[list], dict], revoked: Callable[..., None]) -> None:
         """A group member's loop: `assigned(partitions)` -> their committed offsets (None: `start`),
-        `revoked(partitions, lost=False)` before they go; `ready(partitions)` is called from `poll`,
-        outside the group's callback, before the gained partitions are read (they wait paused):
-        a long restart look there does not hold up the group's rebalance."""
-        self._listener = (assigned, revoked, ready)
+        `revoked(partitions, lost=False)` before they go."""
+        self._listener = (assigned, revoked)
 
     def open(self, committed: Mapping[int, int | None]) -> None:
         ck = confluent()
@@ -84,9 +80,6 @@ class KafkaSource:
             off = starts.get(tp.partition)
             tp.offset = off if off is not None else begin
         consumer.incremental_assign(partitions)
-        if gained and self._listener and self._listener[2] is not None:
-            consumer.pause([tp for tp in partitions if tp.topic == self.topic])
-            self._waiting.update(gained)
         self._partitions = sorted(set(self._partitions) | set(gained))
         self.rebalances += 1
         self.assigned_once = True
@@ -96,7 +89,6 @@ class KafkaSource:
         if going and self._listener:
             self._listener[1](going, lost)
         self._partitions = [p for p in self._partitions if p not in going]
-        self._waiting.difference_update(going)
         for p in going:
             self._at_end.discard(p)
             self._high.pop(p, None)
@@ -107,10 +99,6 @@ class KafkaSource:
 
     def poll(self, budget: int, timeout: float) -> list[tuple]:
         ck = confluent()
-        if self._waiting:
-            keys, self._waiting = sorted(self._waiting), set()
-            self._listener[2](keys)
-            self.consumer.resume([ck.TopicPartition(self.topic, p) for p in keys])
         try:
             batch = self.consumer.consume(num_messages=budget, timeout=timeout)
         except ck.KafkaException as exc:

@@ -120,11 +120,10 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
             report.last_commit_at = time.time()
 
     def assigned(keys: list) -> dict:
-        return load(keys)
-
-    def ready(keys: list) -> None:  # outside the group's callback: the restart look for the gained keys
+        starts = load(keys)
         if resume_sink is not None:
-            resume_sink({**committed, **{k: report.started.get(k) for k in keys}})
+            resume_sink({**committed, **{k: v for k, v in starts.items()}})
+        return starts
 
     def revoked(keys: list, lost: bool = False) -> None:
         if finished[0]:
@@ -141,7 +140,7 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
                 forget(k)
 
     if getattr(source, "dynamic", False):
-        source.listen(assigned, revoked, ready)
+        source.listen(assigned, revoked)
         source.open({})
     else:
         source.open(load(source.keys()))  # a fixed set of keys: the caller resumed the sink already
