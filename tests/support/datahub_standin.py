@@ -4,7 +4,19 @@ DataHub has no emulator. This module serves DataHub's REST protocol on 127.0.0.1
 pydatahub client (2.29) can be driven over HTTP: projects, topics (BLOB and TUPLE with a schema),
 shards with hash ranges, split and merge, PutRecords (JSON and protobuf), PutRecordsByShard
 (protobuf: pydatahub's JSON client refuses it locally), GetCursor and GetRecords (JSON and protobuf),
-request and response compression (lz4, zlib), and fault injection (`server.faults`).
+subscriptions and their offsets (below), request and response compression (lz4, zlib), and fault
+injection (`server.faults`).
+
+Subscriptions (pydatahub's create/get/list/update/delete_subscription, init_and_get_subscription_offset,
+get/update/reset_subscription_offset), as DataHub documents them: a subscription belongs to one topic
+and keeps, per shard, an offset {Sequence, Timestamp, Version, SessionId}: Sequence is the LAST
+CONSUMED record's (a consumer resumes at Sequence + 1; -1 and -1: nothing committed yet). Opening a
+session (`Action=open`, per shard) hands out a new SessionId (0 the first time, then +1) and
+invalidates the one held before, so a commit (`PUT .../offsets`, `Action=commit`) with a stale
+SessionId is refused with `OffsetSessionChanged`, one on a shard never opened with
+`OffsetSessionClosed`, one with an old Version (the offset was reset since: `Action=reset` bumps it)
+with `OffsetReseted`, on an INACTIVE subscription with `SubscriptionOffline`, on an unknown one with
+`NoSuchSubscription`; a commit is all or nothing. `Action=get` reads offsets without a SessionId.
 
     with StandInDataHub() as server:
         server.create_topic("p", "t", shard_count=3)
@@ -49,6 +61,10 @@ ALL_OPS = ("ListProject", "CreateProject", "GetProject", "UpdateProject", "Delet
            "ListTopic", "CreateTopic", "GetTopic", "UpdateTopic", "DeleteTopic", "AppendField",
            "ListShard", "SplitShard", "MergeShard", "ExtendShard", "GetCursor", "PutRecords",
            "PutRecordsByShard", "GetRecords")
+SUBSCRIPTION_OPS = ("CreateSubscription", "ListSubscription", "GetSubscription", "UpdateSubscription",
+                    "UpdateSubscriptionState", "DeleteSubscription", "OpenSubscriptionSession",
+                    "GetSubscriptionOffset", "CommitSubscriptionOffset", "ResetSubscriptionOffset")
+ALL_OPS = ALL_OPS + SUBSCRIPTION_OPS
 
 HASH_SPACE = 1 << 128
 NO_SHARD = "4294967295"  # DataHub's "no neighbour" shard id (0xFFFFFFFF)
@@ -64,7 +80,9 @@ _STATUS = {"InvalidParameter": 400, "InvalidSchema": 400, "InvalidCursor": 400, 
            "OperationDenied": 403, "ProjectAlreadyExist": 400, "TopicAlreadyExist": 400,
            "NoSuchProject": 404, "NoSuchTopic": 404, "NoSuchShard": 404, "InvalidUriSpec": 400,
            "Unauthorized": 401, "NoPermission": 403, "LimitExceeded": 429, "InternalServerError": 500,
-           "ServiceUnavailable": 503}
+           "ServiceUnavailable": 503, "NoSuchSubscription": 404, "InvalidSubscription": 400,
+           "SubscriptionOffline": 400, "OffsetReseted": 400, "OffsetSessionChanged": 400,
+           "OffsetSessionClosed": 400}
 
 
 class DataHubError(Exception):
@@ -116,6 +134,32 @@ class _Shard:
 
 
 @dataclass
+class _Offset:
+    """A subscription's offset in one shard: the last consumed record's sequence and system time."""
+    sequence: int = -1
+    timestamp: int = -1
+    batch_index: int = 0
+    version: int = 0          # bumped by every reset
+    session: int | None = None  # the SessionId a commit must carry (None: no session opened)
+    sessions: int = 0         # sessions opened so far (the next SessionId)
+
+
+@dataclass
+class _Subscription:
+    sub_id: str
+    topic: str
+    comment: str
+    create_time: int
+    modify_time: int
+    state: int = 1  # 1 ACTIVE, 0 INACTIVE (pydatahub's SubscriptionState)
+    offsets: dict[str, _Offset] = field(default_factory=dict)
+
+    def info(self) -> dict:
+        return {"SubId": self.sub_id, "TopicName": self.topic, "Comment": self.comment, "CreateTime": self.create_time,
+                "LastModifyTime": self.modify_time, "State": self.state, "IsOwner": True, "Owner": True, "Type": 0}
+
+
+@dataclass
 class _Topic:
     name: str
     record_type: str  # BLOB | TUPLE
@@ -127,6 +171,7 @@ class _Topic:
     shards: dict[str, _Shard] = field(default_factory=dict)
     next_shard: int = 0
     expand_mode: str = "split"
+    subscriptions: dict[str, _Subscription] = field(default_factory=dict)
 
     def active(self) -> list[_Shard]:
         return sorted((s for s in self.shards.values() if s.state == "ACTIVE"), key=lambda s: s.begin)
@@ -511,6 +556,7 @@ class _Request:
     project: str = ""
     topic: str = ""
     shard: str = ""
+    sub: str = ""
     payload: Any = None
     pb: bool = False
     n_records: int = 0
@@ -654,6 +700,30 @@ class StandInDataHub:
                 raise DataHubError("NoSuchShard", f"The specified shard {shard} does not exist.")
             return out
 
+    def create_subscription(self, project: str, topic: str, comment: str = "") -> str:
+        """A new ACTIVE subscription of `topic`; returns its id (as DataHub's: milliseconds and 5 letters)."""
+        with self._lock:
+            return self._create_subscription(self._topic(project, topic), comment)
+
+    def subscription_offsets(self, project: str, topic: str, sub_id: str) -> dict[str, dict]:
+        """{shard id: {"sequence", "timestamp", "version", "session"}} of the shards that have an offset
+        (opened, committed or reset at least once)."""
+        with self._lock:
+            sub = self._subscription(self._topic(project, topic), sub_id)
+            return {k: {"sequence": o.sequence, "timestamp": o.timestamp, "version": o.version, "session": o.session}
+                    for k, o in sorted(sub.offsets.items(), key=lambda kv: int(kv[0]))}
+
+    def set_subscription_state(self, project: str, topic: str, sub_id: str, active: bool) -> None:
+        with self._lock:
+            sub = self._subscription(self._topic(project, topic), sub_id)
+            sub.state, sub.modify_time = (1 if active else 0), int(time.time())
+
+    def delete_subscription(self, project: str, topic: str, sub_id: str) -> None:
+        with self._lock:
+            t = self._topic(project, topic)
+            self._subscription(t, sub_id)
+            del t.subscriptions[sub_id]
+
     def reset(self) -> None:
         """Forget every project, topic and record, the request log and all faults."""
         with self._lock:
@@ -679,7 +749,13 @@ class StandInDataHub:
                                      "attributes": r.attributes,
                                      "data": None if r.data is None else base64.b64encode(r.data).decode(),
                                      "values": r.values} for r in s.records]}
-                        for s in t.shards.values()]}
+                        for s in t.shards.values()],
+                    "subscriptions": [{
+                        "sub_id": u.sub_id, "comment": u.comment, "create_time": u.create_time,
+                        "modify_time": u.modify_time, "state": u.state,
+                        "offsets": {k: [o.sequence, o.timestamp, o.batch_index, o.version, o.session, o.sessions]
+                                    for k, o in u.offsets.items()}}
+                        for u in t.subscriptions.values()]}
                     for t in p.topics.values()]}
                 for p in self._projects.values()]}
 
@@ -698,6 +774,11 @@ class StandInDataHub:
                                                  None if r["data"] is None else base64.b64decode(r["data"]),
                                                  r["values"]) for r in s["records"]]
                         topic.shards[shard.shard_id] = shard
+                    for u in t.get("subscriptions", []):
+                        sub = _Subscription(u["sub_id"], topic.name, u["comment"], u["create_time"],
+                                            u["modify_time"], u["state"])
+                        sub.offsets = {k: _Offset(*v) for k, v in u["offsets"].items()}
+                        topic.subscriptions[sub.sub_id] = sub
                     proj.topics[topic.name] = topic
                 self._projects[proj.name] = proj
 
@@ -716,6 +797,13 @@ class StandInDataHub:
         if t is None:
             raise DataHubError("NoSuchTopic", f"The specified topic {topic} does not exist.")
         return t
+
+    @staticmethod
+    def _subscription(t: _Topic, sub_id: str) -> _Subscription:
+        sub = t.subscriptions.get(sub_id)
+        if sub is None:
+            raise DataHubError("NoSuchSubscription", f"The specified subscription {sub_id} does not exist.")
+        return sub
 
     @staticmethod
     def _shard(t: _Topic, shard_id: str) -> _Shard:
@@ -796,6 +884,117 @@ class StandInDataHub:
         self._relink(t)
         return {"ShardId": merged.shard_id, "BeginHashKey": _hash_hex(merged.begin),
                 "EndHashKey": _hash_hex(merged.end)}
+
+    # -- subscriptions ---------------------------------------------------------------------------
+    _sub_rng = random.Random()
+
+    def _create_subscription(self, t: _Topic, comment: str) -> str:
+        while True:
+            letters = "".join(self._sub_rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(5))
+            sub_id = f"{_now_ms()}{letters}"
+            if sub_id not in t.subscriptions:
+                break
+        now = int(time.time())
+        t.subscriptions[sub_id] = _Subscription(sub_id, t.name, comment, now, now)
+        return sub_id
+
+    @staticmethod
+    def _shard_ids(t: _Topic, raw: Any, required: bool) -> list[str]:
+        if raw is None and not required:
+            return sorted(t.shards, key=int)
+        if not isinstance(raw, list) or not raw:
+            raise DataHubError("InvalidParameter", "ShardIds must be a non-empty list")
+        ids = [str(i) for i in raw]
+        for sid in ids:
+            StandInDataHub._shard(t, sid)
+        return ids
+
+    @staticmethod
+    def _offset_out(o: _Offset, session: bool) -> dict:
+        out = {"Sequence": o.sequence, "Timestamp": o.timestamp, "BatchIndex": o.batch_index, "Version": o.version}
+        if session:
+            out["SessionId"] = o.session
+        return out
+
+    def _offsets_op(self, t: _Topic, sub: _Subscription, op: str, body: dict) -> dict:
+        if op == "GetSubscriptionOffset":
+            ids = self._shard_ids(t, body.get("ShardIds"), required=False)
+            return {"Offsets": {k: self._offset_out(sub.offsets.get(k) or _Offset(), False) for k in ids}}
+        if op == "OpenSubscriptionSession":
+            ids = self._shard_ids(t, body.get("ShardIds"), required=True)
+            if sub.state != 1:
+                raise DataHubError("SubscriptionOffline", f"The specified subscription {sub.sub_id} is offline.")
+            out = {}
+            for k in ids:
+                o = sub.offsets.setdefault(k, _Offset())
+                o.session, o.sessions = o.sessions, o.sessions + 1  # the session held before is invalid now
+                out[k] = self._offset_out(o, True)
+            return {"Offsets": out}
+        offsets = body.get("Offsets")
+        if not isinstance(offsets, dict) or not offsets:
+            raise DataHubError("InvalidParameter", "Offsets must be a non-empty object")
+        checked = []
+        for k, v in offsets.items():
+            self._shard(t, str(k))
+            if not isinstance(v, dict):
+                raise DataHubError("InvalidParameter", f"offset of shard {k} must be an object")
+            try:
+                seq, ts = int(v.get("Sequence", -1)), int(v.get("Timestamp", -1))
+                batch = int(v.get("BatchIndex", 0) or 0)
+            except (TypeError, ValueError):
+                raise DataHubError("InvalidParameter", f"invalid offset of shard {k}: {v!r}") from None
+            checked.append((str(k), v, seq, ts, batch))
+        if op == "ResetSubscriptionOffset":
+            for k, _, seq, ts, batch in checked:
+                o = sub.offsets.setdefault(k, _Offset())
+                o.sequence, o.timestamp, o.batch_index, o.version = seq, ts, batch, o.version + 1
+            sub.modify_time = int(time.time())
+            return {}
+        if sub.state != 1:  # CommitSubscriptionOffset: every shard checked before any is written
+            raise DataHubError("SubscriptionOffline", f"The specified subscription {sub.sub_id} is offline.")
+        for k, v, *_ in checked:
+            o = sub.offsets.get(k)
+            if o is None or o.session is None:
+                raise DataHubError("OffsetSessionClosed", f"no offset session is open on shard {k}.")
+            if str(v.get("Version")) != str(o.version):
+                raise DataHubError("OffsetReseted", f"the offset of shard {k} was reset (version {o.version}).")
+            if str(v.get("SessionId")) != str(o.session):
+                raise DataHubError("OffsetSessionChanged", f"the offset session of shard {k} was taken over "
+                                                           f"(session {o.session}).")
+        for k, _, seq, ts, batch in checked:
+            o = sub.offsets[k]
+            o.sequence, o.timestamp, o.batch_index = seq, ts, batch
+        return {}
+
+    def _subscription_op(self, req: _Request) -> tuple[int, bytes, str]:
+        op, body = req.op, req.payload or {}
+        t = self._topic(req.project, req.topic)
+        if op == "CreateSubscription":
+            return self._ok({"SubId": self._create_subscription(t, str(body.get("Comment", "")))}, 201)
+        if op == "ListSubscription":
+            index, size = body.get("PageIndex"), body.get("PageSize")
+            if not isinstance(index, int) or index < 1 or not isinstance(size, int) or size < 0:
+                raise DataHubError("InvalidParameter", f"invalid PageIndex {index!r} / PageSize {size!r}")
+            search = str(body.get("Search") or "")
+            subs = [u for u in sorted(t.subscriptions.values(), key=lambda u: u.sub_id)
+                    if search in u.sub_id or search in u.comment]
+            page = subs[(index - 1) * size:index * size]
+            return self._ok({"TotalCount": len(subs), "Subscriptions": [u.info() for u in page]})
+        sub = self._subscription(t, req.sub)
+        if op == "GetSubscription":
+            return self._ok(sub.info())
+        if op == "UpdateSubscription":
+            sub.comment, sub.modify_time = str(body.get("Comment", "")), int(time.time())
+            return self._ok({})
+        if op == "UpdateSubscriptionState":
+            if body.get("State") not in (0, 1):
+                raise DataHubError("InvalidParameter", f"invalid State {body.get('State')!r}")
+            sub.state, sub.modify_time = body["State"], int(time.time())
+            return self._ok({})
+        if op == "DeleteSubscription":
+            del t.subscriptions[sub.sub_id]
+            return self._ok({})
+        return self._ok(self._offsets_op(t, sub, op, body))
 
     # -- records ---------------------------------------------------------------------------------
     def _route(self, t: _Topic, rec: dict) -> _Shard:
@@ -1018,6 +1217,9 @@ class StandInDataHub:
             raise DataHubError("InvalidUriSpec", f"unknown resource {req.path}")
         if n >= 2:
             req.project = parts[1]
+        if n >= 5 and parts[2] == "topics" and parts[4] == "subscriptions":
+            self._parse_subscription(req, parts)
+            return
         if n >= 4:
             if parts[2] != "topics":
                 raise DataHubError("InvalidUriSpec", f"unknown resource {req.path}")
@@ -1075,6 +1277,31 @@ class StandInDataHub:
         else:
             req.payload = payload
 
+    def _parse_subscription(self, req: _Request, parts: list[str]) -> None:
+        """/projects/P/topics/T/subscriptions[/ID[/offsets]]: JSON bodies, an Action for POSTs and the
+        offsets' PUTs."""
+        m, n = req.method, len(parts)
+        req.topic = parts[3]
+        if n >= 6:
+            req.sub = parts[5]
+        if n > 7 or n == 7 and parts[6] != "offsets":
+            raise DataHubError("InvalidUriSpec", f"unknown resource {req.path}")
+        payload = self._json(req.body) if m in ("POST", "PUT") else {}
+        action = str(payload.get("Action", "")).lower()
+        if n == 5:
+            op = {"create": "CreateSubscription", "list": "ListSubscription"}.get(action) if m == "POST" else None
+        elif n == 6:
+            op = {"GET": "GetSubscription", "DELETE": "DeleteSubscription",
+                  "PUT": "UpdateSubscriptionState" if "State" in payload else "UpdateSubscription"}.get(m)
+        elif m == "POST":
+            op = {"open": "OpenSubscriptionSession", "get": "GetSubscriptionOffset"}.get(action)
+        else:
+            op = {"commit": "CommitSubscriptionOffset", "reset": "ResetSubscriptionOffset"}.get(action) \
+                if m == "PUT" else None
+        if op is None:
+            raise DataHubError("InvalidParameter", f"unsupported request: {m} {req.path} Action={action!r}")
+        req.op, req.payload = op, payload
+
     def _authorized(self, req: _Request) -> None:
         auth = req.headers.get("Authorization") or ""
         m = re.match(r"DATAHUB ([^:]+):(.+)\Z", auth)
@@ -1130,6 +1357,8 @@ class StandInDataHub:
                                    body.get("RecordSchema"), body.get("Lifecycle"), str(body.get("Comment", "")),
                                    mode)
                 return self._ok({}, 201)
+            if op in SUBSCRIPTION_OPS:
+                return self._subscription_op(req)
             t = self._topic(req.project, req.topic)
             if op == "GetTopic":
                 out = {"ShardCount": len(t.active()), "Lifecycle": t.lifecycle, "RecordType": t.record_type,
