@@ -146,6 +146,10 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                                   ["partition"])
     transactions = metrics.counter("kafka_transactions", "Kafka transactions committed")
     last_commit = metrics.gauge("last_commit_timestamp_seconds", "when positions were last committed")
+    sub_commits = metrics.counter("subscription_commits", "offset commits to the DataHub subscriptions "
+                                  "(--subscription) that went through")
+    sub_failures = metrics.counter("subscription_commit_failures", "offset commits to the DataHub subscriptions "
+                                   "that failed (the pipeline goes on), by DataHub error code", ["reason"])
 
     def refresh(metrics: observe.Metrics) -> None:
         metrics.count_tally(tally)
@@ -159,6 +163,11 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
             for partition, count in list(getattr(sink, "per_partition", {}).items()):
                 metrics.count_to(entries_out, count, partition=str(partition))
             metrics.count_to(transactions, sink.commits)
+            mirror = parts[0].subscription
+            if mirror is not None:
+                metrics.count_to(sub_commits, mirror.commits)
+                for reason, count in list(mirror.reasons.items()):
+                    metrics.count_to(sub_failures, count, reason=reason)
         if report.last_commit_at is not None:
             last_commit.set(report.last_commit_at)
 
@@ -170,9 +179,18 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                 f"{written:,} Entries to Kafka, {tally.rejected:,} rejected, {report.commits:,} commits")
         return text + (", lag " + " ".join(f"{k[0]}/{k[1]}:{n:,}" for k, n in sorted(lag.items())) if lag else "")
 
+    def say(text: str) -> None:
+        print(f"{label}: {text}", file=sys.stderr, flush=True)
+
+    from bridge.datahub.subscription import UnknownSubscription
     try:
         with _graceful_stop() as stop, _watching(args, label, metrics, render, refresh):
-            done = sync_to_dts(_datahub_client(args.datahub_endpoint, args.project, popts.compress), args.project, topics,
+            client = _datahub_client(args.datahub_endpoint, args.project, popts.compress)
+            sub_client = None
+            if args.subscription:  # a client of its own: the subscription commits run on another thread
+                from bridge.datahub.calls import make_client
+                sub_client = make_client(args.datahub_endpoint, compress=popts.compress)
+            done = sync_to_dts(client, args.project, topics,
                                _kafka_config(args), args.topic, policy, options,
                                from_beginning=args.from_beginning, since_ms=_since_ms(args.since),
                                transactions=not args.no_transactions, transactional_id=args.transactional_id,
@@ -180,7 +198,10 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                                fail_on_data_loss=not args.accept_data_loss, max_records=args.max_messages,
                                idle_timeout=args.idle_timeout, stop=stop,
                                commit_interval=popts.commit_interval or None, max_retries=popts.max_retries,
-                               report=report, started=parts.append)
+                               report=report, started=parts.append, subscriptions=args.subscription or (),
+                               subscription_client=sub_client, subscription_log=say)
+    except UnknownSubscription as err:
+        raise UsageError(str(err)) from None
     finally:
         if rejects is not None:
             rejects.close()
@@ -192,13 +213,24 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                "entries_written": sink.written, "kafka_messages": sink.messages, "already_landed": sink.skipped,
                "transactions": sink.commits, "records": report.envelopes, "commits": report.commits,
                "committed": {f"{k[0]}/{k[1]}": o for k, o in sorted(report.committed.items())},
+               "subscription": done.subscription.report() if done.subscription is not None else None,
                "stopped": report.stopped}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         sys.stdout.flush()
     print(f"{label}: {tally.summary()}; {sink.written} Entries written to Kafka in {sink.messages} messages "
           f"({sink.skipped} found already there), {sink.commits} transactions; read {report.envelopes} DataHub "
-          f"records; committed {committed}; stopped: {report.stopped}", file=sys.stderr)
+          f"records; committed {committed}; stopped: {report.stopped}"
+          + (_subscription_summary(done.subscription) if done.subscription is not None else ""), file=sys.stderr)
     return 1 if tally.rejected else 0
+
+
+def _subscription_summary(mirror) -> str:
+    ids = ", ".join(f"{sub} ({topic})" for topic, sub in sorted(mirror.subscriptions.items()))
+    text = f"; DataHub subscription {ids}: {mirror.commits} offset commits"
+    if mirror.failures:
+        reasons = ", ".join(f"{code} {n}" for code, n in sorted(mirror.reasons.items()))
+        text += f", {mirror.failures} failed ({reasons}; last: {mirror.last_error})"
+    return text
 
 
 class _WriterEvents:
@@ -509,6 +541,10 @@ def register(commands) -> None:
                       "output partition's tail on restart (exactly-once effect)")
     back.add_argument("--partition-by", choices=("table", "key"), default="table",
                       help="Kafka partition of an Entry: by table (default, as DTS) or by table and primary key")
+    back.add_argument("--subscription", action="append", metavar="ID", help="a DataHub subscription of the "
+                      "topic read (repeatable: one per topic): each commit is copied to it, for DataHub's console "
+                      "lag view only; never read back (the Kafka offsets stay the resume position), and a failing "
+                      "copy is counted and logged, never stopping the run. An unknown ID is a usage error")
     back.add_argument("--accept-data-loss", action="store_true", help="records past a topic's lifecycle (the "
                       "committed position is gone) are counted and skipped instead of stopping the run")
     add_pipeline_flags(parser, ("workers", "max_buffered", "commit_interval", "retry_timeout"))

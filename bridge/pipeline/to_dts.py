@@ -10,19 +10,24 @@ It is the forward pipeline's loop with the other pair of parts, nothing else:
 | convert    | BlobEncoder / TupleEncoder      | none: the Entry itself                                     |
 | Sink       | `sync.BlobSink` / `TupleSink`   | `kafka.DtsKafkaSink` (Envelopes, per-table partitions)     |
 | Positions  | `kafka.GroupOffsets` / file     | `kafka.TransactionalPositions` (same transaction), or a file + the sink's tail look |
+
+With `subscriptions` (`--subscription ID`), every commit of positions is also copied to those DataHub
+subscriptions (`datahub.subscription.SubscriptionOffsets`, on a thread of its own), for DataHub's
+lag view only: they are never read back, and their failures never stop or slow the run.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bridge.datahub.source import DataHubSource, key_text, parse_key
+from bridge.datahub.subscription import SubscriptionOffsets, find_subscriptions
 from bridge.kafka import DtsKafkaSink, FileOffsets, TailPositions, TransactionalPositions, transactional_id_for
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.pipeline import run
 from bridge.stream import ErrorPolicy
 from bridge.stream.pipeline import Report
-from bridge.stream.shards import DataHubAssembler
+from bridge.stream.shards import DataHubAssembler, DataHubRecord
 
 __all__ = ["KAFKA_MAX_MESSAGE_BYTES", "ToDts", "datahub_source_of", "sync_to_dts"]
 
@@ -48,6 +53,7 @@ class ToDts:
     sink: DtsKafkaSink
     positions: object
     report: Report
+    subscription: SubscriptionOffsets | None = None
 
 
 def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_config: dict, kafka_topic: str,
@@ -57,7 +63,9 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
                 max_records: int | None = None, idle_timeout: float | None = None,
                 stop: Callable[[], bool] = lambda: False, commit_interval: float | None = 5.0,
                 max_retries: int = 12, settle: float = 1.0, report: Report | None = None,
-                started: Callable[[ToDts], None] | None = None) -> ToDts:
+                started: Callable[[ToDts], None] | None = None, subscriptions: Sequence[str] = (),
+                subscription_client=None, subscription_log: Callable[[str], None] | None = None,
+                subscription_wait: float = 5.0) -> ToDts:
     """Read `datahub_topic` of `project` (a Blob topic, Tuple topics by list or `{db}_{table}`
     template) from the committed positions (else the oldest record with `from_beginning`, else
     `since_ms`, else the end), rebuild whole Entries and write them to `kafka_topic` as DTS
@@ -66,13 +74,25 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
     at each output partition's tail. `settle`: seconds a shard must be seen at its end before it
     counts as holding nothing earlier (a writer still writing: docs/kafka.md, "Reading DataHub").
     `started(parts)` is called once the parts exist (the CLI watches them). Envelopes are packed
-    under `options.max_message_bytes` when it was set, else KAFKA_MAX_MESSAGE_BYTES."""
+    under `options.max_message_bytes` when it was set, else KAFKA_MAX_MESSAGE_BYTES.
+
+    `subscriptions`: DataHub subscription ids, each of one of the topics read (else
+    `UnknownSubscription`, before anything is written), to which every commit is copied through
+    `subscription_client` (default `client`; give a client of its own: the copying runs on another
+    thread), `subscription_log(text)` hearing its failures; at the end, up to `subscription_wait`
+    seconds go to sending the last positions."""
     name = datahub_topic if isinstance(datahub_topic, str) else ",".join(datahub_topic)
     tid = (transactional_id or transactional_id_for(project, name, kafka_topic)) if transactions else None
     assembler = DataHubAssembler(options, settle=settle)
     source = DataHubSource(client, project, datahub_topic, from_beginning=from_beginning, since_ms=since_ms,
                            fail_on_data_loss=fail_on_data_loss, max_retries=max_retries,
                            wants_tick=assembler.waiting)
+    mirror = None
+    if subscriptions:
+        sub_client = subscription_client if subscription_client is not None else client
+        mirror = SubscriptionOffsets(sub_client, project, find_subscriptions(sub_client, project, source.topics,
+                                                                             subscriptions),
+                                     log=subscription_log)
     limit = options.max_message_bytes
     if limit == DEFAULT_OPTIONS.max_message_bytes:
         limit = KAFKA_MAX_MESSAGE_BYTES
@@ -85,16 +105,58 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
         if not offsets_file:
             raise ValueError("without transactions the DataHub positions go to a file: give offsets_file")
         positions = TailPositions(_KeyedFile(FileOffsets(offsets_file, name)), sink)
-    parts = ToDts(source, assembler, sink, positions, report if report is not None else Report())
+    parts = ToDts(source, assembler, sink, positions, report if report is not None else Report(), mirror)
     if started is not None:
         started(parts)
+    reading, saving = (source, positions) if mirror is None else (_Seen(source, mirror), _Mirrored(positions, mirror))
+    if mirror is not None:
+        mirror.start()
     try:
-        run(source, positions, assembler, lambda entry: entry, sink, policy, max_records=max_records,
+        run(reading, saving, assembler, lambda entry: entry, sink, policy, max_records=max_records,
             idle_timeout=idle_timeout, stop=stop, report=parts.report, size=lambda entry: 1,
             commit_interval=commit_interval)
     finally:
-        sink.close()
+        try:
+            sink.close()
+        finally:
+            if mirror is not None:
+                mirror.close(wait=subscription_wait)
     return parts
+
+
+class _Seen:
+    """The source, telling the subscription mirror each record's system time as it is read."""
+
+    def __init__(self, source, mirror: SubscriptionOffsets) -> None:
+        self.source, self.mirror = source, mirror
+
+    def poll(self, budget: int, timeout: float) -> list:
+        batch = self.source.poll(budget, timeout)
+        for key, sequence, value, _ in batch:
+            if isinstance(value, DataHubRecord):
+                self.mirror.seen(key, sequence, value.system_time)
+        return batch
+
+    def __getattr__(self, name: str):
+        return getattr(self.source, name)
+
+
+class _Mirrored:
+    """The positions store, copying each commit to the DataHub subscriptions once it is done."""
+
+    def __init__(self, positions, mirror: SubscriptionOffsets) -> None:
+        self.positions, self.mirror = positions, mirror
+
+    @property
+    def times(self) -> dict:
+        return getattr(self.positions, "times", {})
+
+    def load(self, keys: list) -> dict:
+        return self.positions.load(keys)
+
+    def save(self, commit: dict, read: dict) -> None:
+        self.positions.save(commit, read)
+        self.mirror.committed(commit)
 
 
 class _KeyedFile:
