@@ -30,7 +30,7 @@ from datahub.models import OffsetBase, OffsetWithSession, SubscriptionState  # n
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.dts_kafka import read_back  # noqa: E402
 from support.pipeline import ENV, ROOT, bridge_cli, run_bridge  # noqa: E402
-from support.sync_runs import entries_of, produce  # noqa: E402
+from support.sync_runs import entries_of, free_port, produce, scrape  # noqa: E402
 
 PROJECT = "dts"
 TOPIC = "blobs"
@@ -249,13 +249,26 @@ def test_a_session_taken_over_mid_run_does_not_stop_the_run(kafka_broker, standi
     sub = standin.create_subscription(PROJECT, TOPIC)
     topic = kafka_broker.create_topic(_name("dts-substeal"), partitions=3)
     standin.faults.delay("GetRecords", seconds=0.1)
-    proc = subprocess.Popen(_args(standin, kafka_broker, topic, "--subscription", sub, "--json"), cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port = free_port()
+    proc = subprocess.Popen(_args(standin, kafka_broker, topic, "--subscription", sub, "--json", "--metrics-port",
+                                  str(port)), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def failures_metric() -> float:
+        try:
+            got = scrape(port)
+        except OSError:
+            return 0.0
+        return sum(v for name, samples in got.items() if name == "dts_bridge_subscription_commit_failures_total"
+                   for labels, v in samples.items() if dict(labels).get("reason") == "OffsetSessionChanged")
+
     try:
         _wait_for(lambda: _some_committed(standin, sub), 60, "a first subscription commit")
         assert proc.poll() is None, "the run ended before its session could be taken over"
         # another consumer of the subscription opens a session on every shard: the run's is stale
         _client(standin).init_and_get_subscription_offset(PROJECT, TOPIC, sub, ["0", "1", "2"])
+        _wait_for(failures_metric, 30, "subscription_commit_failures{reason=OffsetSessionChanged} to count it")
+        assert proc.poll() is None, "the run stopped"
         standin.faults.clear()
         out, err = proc.communicate(timeout=120)
     finally:
