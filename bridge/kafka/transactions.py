@@ -72,16 +72,17 @@ def ensure_offsets_topic(config: dict, topic: str, *, partitions: int = 1, repli
         time.sleep(0.1)
 
 
-def _settled(config: dict, topic: str, partitions: list[int], wait: float) -> None:
+def _settled(config: dict, topic: str, partitions: list[int], wait: float) -> dict:
     """Wait until the last stable offset of every partition reaches the high watermark seen now:
     a transaction still open there (another pipeline's) would hide the records after it from a
-    read_committed reader, ours among them."""
+    read_committed reader, ours among them. Returns each partition's [low watermark, last stable
+    offset) range: where a read_committed reader starts and where it ends."""
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
     admin = AdminClient(_client_config(config))
 
-    def ends(level) -> dict:
-        request = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    def ends(level, spec=OffsetSpec.latest) -> dict:
+        request = {TopicPartition(topic, p): spec() for p in partitions}
         got = admin.list_offsets(request, isolation_level=level)
         return {tp.partition: future.result(wait).offset for tp, future in got.items()}
 
@@ -90,7 +91,8 @@ def _settled(config: dict, topic: str, partitions: list[int], wait: float) -> No
     while True:
         stable = ends(IsolationLevel.READ_COMMITTED)
         if all(stable[p] >= target[p] for p in partitions):
-            return
+            low = ends(IsolationLevel.READ_COMMITTED, OffsetSpec.earliest)
+            return {p: (low[p], stable[p]) for p in partitions}
         if time.monotonic() > deadline:
             raise KafkaError(f"a transaction stays open on the offsets topic {topic!r} for over {wait:g} s "
                              f"(partitions {sorted(p for p in partitions if stable[p] < target[p])})")
@@ -99,20 +101,30 @@ def _settled(config: dict, topic: str, partitions: list[int], wait: float) -> No
 
 def read_offsets_topic(config: dict, topic: str, *, timeout: float = 30.0, settle: float = 120.0) -> dict:
     """The latest value of every key of `topic`, read to its end as a read_committed consumer:
-    {key bytes: value bytes}; a key whose latest record is a tombstone is left out."""
+    {key bytes: value bytes}; a key whose latest record is a tombstone is left out.
+
+    Its end is the last stable offset each partition had once no transaction was open on it
+    (`_settled`): a partition with nothing below it is not read at all, the others until partition
+    EOF (the reader's own end) or a record at or past that offset, in short `consume` waits (one
+    long wait for a full batch was half a second of every start)."""
     ck = confluent()
+    # fetch.wait.max.ms: a fetch at the end is answered at once (with librdkafka's default the broker
+    # holds it 500 ms, and the partition EOF that ends the read comes only with that answer)
     consumer = ck.Consumer({**_client_config(config), "group.id": f"dts-bridge-offsets-{uuid.uuid4().hex}",
                             "enable.auto.commit": False, "enable.partition.eof": True,
-                            "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                            "fetch.wait.max.ms": 10})
     try:
         partitions = partitions_of(consumer, topic, timeout)
-        _settled(config, topic, partitions, settle)
-        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in partitions])
+        ranges = _settled(config, topic, partitions, settle)
+        open_ = {p for p in partitions if ranges[p][1] > max(ranges[p][0], 0)}
         latest: dict = {}
-        open_ = set(partitions)
+        if not open_:
+            return latest
+        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in sorted(open_)])
         deadline = time.monotonic() + max(timeout, 60.0)
         while open_:
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+            for msg in consumer.consume(num_messages=1000, timeout=0.05):
                 err = msg.error()
                 if err is not None:
                     if err.code() == ck.KafkaError._PARTITION_EOF:
@@ -123,6 +135,8 @@ def read_offsets_topic(config: dict, topic: str, *, timeout: float = 30.0, settl
                     latest.pop(msg.key(), None)
                 else:
                     latest[msg.key()] = msg.value()
+                if msg.offset() + 1 >= ranges[msg.partition()][1]:
+                    open_.discard(msg.partition())
             if open_ and time.monotonic() > deadline:
                 raise KafkaError(f"the offsets topic {topic!r} was not read to its end in time")
         return latest
