@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("datahub")
 pytestmark = pytest.mark.datahub
 
-from bridge.cli.kafka import DELIVER_STATE_SUFFIX  # noqa: E402
+from bridge.cli.deliver import DELIVER_STATE_SUFFIX  # noqa: E402
 from bridge.cli.main import main  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.landing import SHARDS, expected_per_shard, landed_per_shard  # noqa: E402

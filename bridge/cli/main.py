@@ -53,6 +53,7 @@ from bridge.cli.base import (
     rejects_sink,
     resolve_format,
 )
+from bridge.cli.deliver import register as register_deliver
 from bridge.cli.kafka import register as register_kafka
 from bridge.cli.sync import register as register_sync
 from bridge.cli.tuple import SCHEMA_SUFFIX, TABLE_PLACEHOLDER, TupleFiles, _tuple_input, _tuple_module
@@ -510,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="out", metavar="DIR", help="output directory (default: out)")
     demo.set_defaults(run=cmd_demo)
 
-    register_kafka(commands)  # the pipeline ends: consume, produce, deliver (docs/kafka.md)
+    register_kafka(commands)  # the pipeline ends: consume, produce (docs/kafka.md)
+    register_deliver(commands)  # files -> DataHub (docs/kafka.md, "deliver")
     register_sync(commands)  # Kafka -> DataHub in one process (docs/kafka.md)
     return parser
 

@@ -164,9 +164,7 @@ def write_batches(config: SinkConfig, batches: Iterable, epoch: int | None = Non
     are abandoned (the replay sends them again)."""
     task = (TablesTask if config.kind == "ENTRIES" else RowsTask)(config, epoch, client_for)
     try:
-        for batch in batches:
-            task.put_batch(batch)
-        task.flush()
+        task.run(batches)
     except BaseException:
         task.stop()
         raise

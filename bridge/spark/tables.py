@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
-from operator import itemgetter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -28,7 +27,7 @@ import orjson
 from bridge.datahub.sink import ATTR_EPOCH, ATTR_TOPIC, DataHubError, DataHubWriter, OversizedRecord, Position
 from bridge.errors import BridgeError, ConversionError
 from bridge.spark.jobs import POSITION_COLUMNS, _ddl, _FromDts, _with_error
-from bridge.spark.task import SETTLE_SECONDS, RowsTask, conversion_options
+from bridge.spark.task import SETTLE_SECONDS, RowsTask, TaskRecords, TaskRows, conversion_options
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["ENTRY_COLUMNS", "entries_schema", "TablesTask", "TopicDeadLetters", "earlier_halts", "export_dead_letters"]
@@ -98,6 +97,11 @@ class TopicDeadLetters:
 
     def sync(self) -> None:
         self.writer.flush()
+
+    def mark(self, offsets: dict, halted: dict) -> None:
+        """Nothing to record beside positions here: Spark's commit protocol keeps the task's place,
+        each letter carries its position (written once on a replay), and the halts are read back
+        from the topic itself (`earlier_halts`)."""
 
 
 LETTER_WINDOW = 1000  # records of the dead-letter topic read (and held) at a time: GetRecords' most
@@ -182,13 +186,12 @@ class _Pipeline:
 
 class TablesTask(RowsTask):
     """One task of the whole-database mode (a `RowsTask`, its writers made by
-    `new_writer`): rows of `dts_entries` put in arrival order, each source's Entries through
-    `bridge.sync.deliver`."""
+    `new_writer`): rows of `dts_entries` in arrival order, each source's Entries through the
+    pipeline loop into `bridge.sync`'s sink for it."""
 
     def __init__(self, config, epoch: int | None, client_for: Callable[[], Any] | None = None) -> None:
         super().__init__(config, epoch, client_for)
         self.pipelines: dict[str, _Pipeline] = {}
-        self.where: dict = {}
         self.counts = dict(rows=0, rejected=0)
 
     def pipeline(self, source: str) -> _Pipeline:
@@ -197,53 +200,57 @@ class TablesTask(RowsTask):
             found = self.pipelines[source] = _Pipeline(self, source)
         return found
 
-    def put_batch(self, batch) -> None:
-        """One Arrow batch of `dts_entries` rows, in order."""
-        from bridge.sync import deliver
-        cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
-        n = batch.num_rows
-        self.counts["rows"] += n
+    def records(self, batches) -> Iterator[tuple]:
+        """`dts_entries` rows as `TaskRows` records, a list per batch: key the partition, position
+        the offset, value (where, (source, the Entry's bytes), error)."""
         fixed = self.config.options["source"]
-        errors = cols.get("error") or [None] * n
-        rows = []
-        for i in range(n):
-            if errors[i] is not None:
-                self.counts["rejected"] += 1  # a PERMISSIVE error row of dts_entries: nothing to convert
-                continue
-            where = {"partition": cols["partition"][i], "offset": cols["offset"][i], "entry": cols["entry"][i]}
-            source = fixed or cols["topic"][i]
-            if source is None or None in where.values() or cols["dts"][i] is None:
-                raise ConversionError("a row without its position or Entry (topic, partition, offset, entry, dts): "
-                                      "the datahub sink's whole-database mode writes rows of dts_entries", **where)
-            rows.append((source, where, cols["dts"][i]))
-        for source, run in itertools.groupby(rows, key=itemgetter(0)):
+        for batch in batches:
+            cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+            errors = cols.get("error") or itertools.repeat(None)
+            chunk = []
+            for i, error in zip(range(batch.num_rows), errors):
+                where = {"partition": cols["partition"][i], "offset": cols["offset"][i], "entry": cols["entry"][i]}
+                source = fixed or cols["topic"][i]
+                if error is None and (source is None or None in where.values() or cols["dts"][i] is None):
+                    raise ConversionError("a row without its position or Entry (topic, partition, offset, entry, dts): "
+                                          "the datahub sink's whole-database mode writes rows of dts_entries", **where)
+                chunk.append((where["partition"], where["offset"] or 0, (where, (source, cols["dts"][i]), error), None))
+            yield chunk
+
+    def run(self, batches) -> None:
+        """Every `dts_entries` row of `batches` in order: each run of one source's rows through the
+        pipeline loop (`TaskRows` -> `TaskRecords` parsing the Entries -> the source's gate -> its
+        sync sink), flushed when the source changes or the input ends."""
+        from bridge import pipeline
+        from bridge.stream.pipeline import MemoryPositions
+        rows = TaskRows(self.records(batches), split=lambda record: record[2][1][0])
+        source = rows.upcoming()
+        while source is not None:
             line = self.pipeline(source)
-            self.where = {}
+            records = TaskRecords(self.counts, self._parser(source, line.raw, line.policy))
             try:
-                deliver(self._entries(source, run, line.raw, line.policy), line.sink, line.gate, line.policy)
+                pipeline.run(rows, MemoryPositions(), records, line.gate, line.sink, line.policy, idle_timeout=0,
+                             size=line.sink.size)
             except BridgeError as err:  # a missing topic, a collision: named by the Entry being written
                 if not any(err is w.error for w in line.writers()):  # a writer thread's names its records
-                    err.located(**self.where, topic=source)
+                    err.located(**records.where, topic=source)
                 raise
+            source = rows.upcoming() if rows.next_run() else None
+        self.finish()
 
-    def _entries(self, source: str, run, raw: bool, policy):
-        for _, where, data in run:
-            self.where = where  # the Entry being converted and written, for errors
-            policy.tally.input += 1
+    def _parser(self, source: str, raw: bool, policy) -> Callable:
+        def parse(where: dict, item: tuple):
+            data = item[1]
             try:
                 entry = pb.Entry.FromString(data)
             except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
                 policy.reject(ConversionError(f"the dts column holds no Entry ({exc})", topic=source, **where), data)
-                continue
+                return None
             self.span(source, where["partition"], where["offset"])
-            yield (where, entry, data) if raw else (where, entry)
+            return (entry, data) if raw else (entry,)
+        return parse
 
-    def flush(self) -> None:
-        for line in self.pipelines.values():
-            try:
-                line.sink.flush()  # the data, the refusals settled, then the dead letters
-            except BridgeError as err:
-                raise err.located(topic=line.sink.source)
+    def finish(self) -> None:
         for line in self.pipelines.values():
             for writer in line.writers():
                 writer.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -219,10 +220,141 @@ class SinkConfig:
         return "{db}" in self.options["topic"] or "{table}" in self.options["topic"]
 
 
-# ---- the task side: Blob and Tuple rows ---------------------------------------------------------
+# ---- the task side: one task's rows through the pipeline loop --------------------------------------
+
+_UNSET = object()
+
+
+class TaskRows:
+    """The `Source` (bridge.stream.pipeline) of one task: the rows of the Arrow batches Spark hands
+    the sink, in order. `chunks` gives one list of records per batch, read lazily: a poll gives
+    what is left of the batch at hand and reads the next batch only when that is used up, so a
+    batch's rows are written before Spark is asked for the next one, as they come. A record is
+    (key, Kafka offset, value, None), the key and value as the task's `records` make them; several
+    rows may share an offset (the rows of one Entries). There is nothing to commit here: Spark's
+    commit protocol (the epoch) is the task's, so the loop runs with `MemoryPositions` and its
+    closing commit is the sink's flush. It ends at the end of the input (`caught_up`, so
+    `run(idle_timeout=0)` stops).
+
+    With `split`, it also ends before a record whose `split(record)` differs from the run's first
+    (the whole-database mode runs the loop once per source, each with its own sink and gate);
+    `upcoming()` names the next run's, `next_run()` starts it.
+
+    >>> rows = TaskRows(iter([[("a", 1, "x", None), ("a", 2, "y", None)], [("b", 3, "z", None)]]), split=lambda r: r[0])
+    >>> rows.upcoming(), [r[1] for r in rows.poll(10, 0)], rows.poll(10, 0), rows.caught_up()
+    ('a', [1, 2], [], True)
+    >>> rows.next_run(), rows.upcoming(), [r[1] for r in rows.poll(10, 0)], rows.next_run()
+    (True, 'b', [3], False)
+    """
+
+    dynamic = False
+
+    def __init__(self, chunks: Iterator[list], split: Callable[[tuple], Any] | None = None) -> None:
+        self._chunks, self._split = chunks, split
+        self._at: list = []  # the batch at hand
+        self._i = 0
+        self._run: Any = _UNSET  # split value of the run under way
+        self._stopped = self._end = False
+
+    def keys(self) -> list:
+        return []  # keys come with the rows; nothing is stored for them
+
+    def open(self, committed) -> None:
+        pass
+
+    def _fill(self) -> bool:
+        """A record at hand, reading the next batch if need be (False at the end of the input)."""
+        while self._i >= len(self._at):
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return False
+            self._at, self._i = chunk, 0
+        return True
+
+    def upcoming(self) -> Any:
+        """The split value of the next record (None at the end)."""
+        return self._split(self._at[self._i]) if self._fill() else None
+
+    def poll(self, budget: int, timeout: float) -> list[tuple]:
+        if self._stopped:
+            return []
+        if not self._fill():
+            self._stopped = self._end = True
+            return []
+        end = min(len(self._at), self._i + budget)
+        out = self._at[self._i:end]
+        if self._split is not None:
+            if self._run is _UNSET:
+                self._run = self._split(out[0])
+            for n, record in enumerate(out):
+                if self._split(record) != self._run:
+                    out, end, self._stopped = out[:n], self._i + n, True
+                    break
+        self._i = end
+        return out
+
+    def next_run(self) -> bool:
+        """After a run ended at a boundary: whether records remain (the next run takes them)."""
+        if self._end or self.upcoming() is None:
+            return False
+        self._run, self._stopped = _UNSET, False
+        return True
+
+    def caught_up(self) -> bool:
+        return self._stopped
+
+    def ends(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class TaskRecords:
+    """The `Assembler` of a task's rows: nothing is held (the transforms before the sink
+    reassembled the Entries), each record's value is `(where, item, error)` and goes on as
+    (where, item), but a PERMISSIVE error row, counted in `counts` as rejected and not written.
+    `parse(where, item)` may turn an item into what the converter takes, or give None for a row
+    it rejected under the error policy."""
+
+    def __init__(self, counts: dict, parse: Callable[[dict, Any], Any] | None = None) -> None:
+        self.counts, self.parse = counts, parse
+        self.where: dict = {}  # the row being handed on, for an error raised while it is written
+
+    def entries(self, records, policy) -> Iterator[tuple]:
+        tally, counts, parse = policy.tally, self.counts, self.parse
+        for record in records:
+            where, item, error = record[2]
+            counts["rows"] += 1
+            if error is not None:
+                counts["rejected"] += 1  # a PERMISSIVE error row: nothing to write
+                continue
+            self.where = where
+            tally.input += 1
+            if parse is not None:
+                item = parse(where, item)
+                if item is None:
+                    continue
+            yield (where, *item) if parse is not None else (where, item)
+
+    def resume_at(self, key) -> None:
+        pass
+
+    def held_from(self, key) -> int | None:
+        return None
+
+    def held(self) -> int:
+        return 0
+
+
+def _one(item) -> tuple:
+    return (item,)
+
 
 class RowsTask:
-    """One task's writing: a DataHubWriter per source (Kafka topic), rows put in arrival order."""
+    """One task's writing of Blob / Tuple rows through the pipeline loop (`bridge.pipeline.run`:
+    `TaskRows` -> `TaskRecords` -> this task as the `Sink`): a DataHubWriter per source (Kafka
+    topic), rows put in arrival order, flushed when the input ends."""
 
     def __init__(self, config: SinkConfig, epoch: int | None, client_for: Callable[[], Any] | None = None) -> None:
         self.config, self.epoch = config, epoch
@@ -234,6 +366,21 @@ class RowsTask:
         self.topics: dict[tuple, str] = {}
         self.counts = dict(rows=0, written=0, skipped=0, rejected=0)
         self.offsets: dict[str, list[int]] = {}
+
+    def run(self, batches) -> None:
+        """Every row of `batches` (Arrow record batches) written in order, then flushed."""
+        from bridge import pipeline
+        from bridge.stream import ErrorPolicy
+        from bridge.stream.pipeline import MemoryPositions
+        records = TaskRecords(self.counts)
+        try:
+            pipeline.run(TaskRows(self.records(batches)), MemoryPositions(), records, _one, self,
+                         ErrorPolicy("fail", keep_records=False), idle_timeout=0, size=len)
+        except BridgeError as err:
+            if not any(err is w.error for w in self.writers.values()):  # a writer thread's names its records
+                err.located(**records.where)
+            raise
+        self.finish()
 
     def new_writer(self, source: str) -> DataHubWriter:
         """A DataHubWriter of the options, resumed at the epoch for `source` (the records' dts.topic)."""
@@ -251,6 +398,47 @@ class RowsTask:
             writer = self.writers[source] = self.new_writer(source)
         return writer
 
+    def records(self, batches) -> Iterator[tuple]:
+        """The task's rows as `TaskRows` records, a list per batch: key (source, partition),
+        position the offset, value (where, (topic, shard key, value, source), error)."""
+        fixed_source = self.config.options["source"]
+        for batch in batches:
+            cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+            n = batch.num_rows
+            pos = [cols[p].to_pylist() for p in _POSITIONS]
+            errors = cols["error"].to_pylist() if "error" in cols else itertools.repeat(None)
+            if self.config.kind == "BLOB":
+                keys, values = cols["shard_key"].to_pylist(), cols["blob"].to_pylist()
+                items = ((self.config.options["topic"], keys[i], values[i]) for i in range(n))
+            else:
+                items = self._tuple_items(cols, n)
+            chunk = []
+            for i, ((topic, key, value), error) in enumerate(zip(items, errors)):
+                source = fixed_source or pos[0][i]
+                where = dict(zip(_POSITIONS[1:], (pos[1][i], pos[2][i], pos[3][i], pos[4][i])))
+                if error is None and (source is None or None in where.values()):
+                    raise ConversionError(f"a row without its position ({', '.join(_POSITIONS)}): the {NAME} sink "
+                                          "writes rows of dts_to_blob / dts_to_tuple(positions=True)", **where)
+                chunk.append(((source, where["partition"]), where["offset"] or 0,
+                              (where, (topic, key, value, source), error), None))
+            yield chunk
+
+    def write(self, where: dict, outputs) -> None:
+        """The loop's `Sink.write`: one row, put with its position."""
+        for topic, key, value, source in outputs:
+            if value is None or key is None:
+                raise ConversionError("a row without blob or shard_key", **where)
+            writer = self.writer(source)
+            self.check_topic(writer, source, topic)
+            if isinstance(value, str):
+                value = value.encode("utf-8")
+            try:
+                put = writer.put(topic, key, value, Position(source, *where.values()))
+            except BridgeError as err:
+                raise err.located(**where)
+            self.counts["written" if put else "skipped"] += 1
+            self.span(source, where["partition"], where["offset"])
+
     def span(self, source: str, partition: int, offset: int) -> None:
         """The task's Kafka offsets, per source and partition, for the counts."""
         span = self.offsets.setdefault(f"{source}:{partition}", [offset, offset])
@@ -265,41 +453,6 @@ class RowsTask:
             raise DataHubError(f"topic {self.config.options['project']}/{topic} is a {info.kind} topic; the rows "
                                f"are {rows} rows")
         self.checked.add((source, topic))
-
-    def put_batch(self, batch) -> None:
-        """One Arrow batch of the task's rows, in order."""
-        cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
-        n = batch.num_rows
-        pos = [cols[p].to_pylist() for p in _POSITIONS]
-        errors = cols["error"].to_pylist() if "error" in cols else None
-        fixed_source = self.config.options["source"]
-        if self.config.kind == "BLOB":
-            keys, values = cols["shard_key"].to_pylist(), cols["blob"].to_pylist()
-            items = ((self.config.options["topic"], keys[i], values[i]) for i in range(n))
-        else:
-            items = self._tuple_items(cols, n)
-        for i, (topic, key, value) in enumerate(items):
-            self.counts["rows"] += 1
-            if errors is not None and errors[i] is not None:
-                self.counts["rejected"] += 1  # a PERMISSIVE error row: nothing to write
-                continue
-            source = fixed_source or pos[0][i]
-            where = dict(zip(_POSITIONS[1:], (pos[1][i], pos[2][i], pos[3][i], pos[4][i])))
-            if source is None or None in where.values():
-                raise ConversionError(f"a row without its position ({', '.join(_POSITIONS)}): the {NAME} sink "
-                                      "writes rows of dts_to_blob / dts_to_tuple(positions=True)", **where)
-            if value is None or key is None:
-                raise ConversionError("a row without blob or shard_key", **where)
-            writer = self.writer(source)
-            self.check_topic(writer, source, topic)
-            if isinstance(value, str):
-                value = value.encode("utf-8")
-            try:
-                put = writer.put(topic, key, value, Position(source, *where.values()))
-            except BridgeError as err:
-                raise err.located(**where)
-            self.counts["written" if put else "skipped"] += 1
-            self.span(source, where["partition"], where["offset"])
 
     def _tuple_items(self, cols: dict, n: int) -> Iterator[tuple]:
         import pyarrow as pa
@@ -328,8 +481,11 @@ class RowsTask:
             yield topic, tuple_shard_key(row, table, keys), row
 
     def flush(self) -> None:
+        """The loop's `Sink.flush`: returns once DataHub acknowledged every row put."""
         for writer in self.writers.values():
             writer.flush()
+
+    def finish(self) -> None:
         for writer in self.writers.values():
             writer.stop()
 

@@ -7,8 +7,9 @@ Every continuous face is a choice of parts wired into that loop:
 |-------------------------|--------------------------------|------------------|-------------------------------|---------------------------------|
 | `dts-bridge consume`    | `kafka.KafkaSource`            | `DtsAssembler`   | the CLI's resumable files     | group / file, under the files'  |
 | `dts-bridge sync`       | `kafka.KafkaSource`            | `DtsAssembler`   | `sync.BlobSink` / `TupleSink` | group / file (+ dead letters)   |
-| `dts-bridge deliver`    | `stream.files.FileLines`       | `LineRecords`    | the CLI's `_DeliverSink`      | the CLI's `_DeliverState` file  |
+| `dts-bridge deliver`    | `stream.files.FileLines`       | `LineRecords`    | `cli.deliver._DeliverSink`    | `cli.deliver._DeliverState` file |
 | `dts-bridge sync --to dts` | `datahub.source.DataHubSource` | `stream.shards.DataHubAssembler` | `kafka.DtsKafkaSink` | `kafka.TransactionalPositions` |
+| Spark `format("datahub")` task | `spark.task.TaskRows`   | `spark.task.TaskRecords` | `spark.task.RowsTask` / `sync.BlobSink`, `TupleSink` | `MemoryPositions` (Spark commits) |
 
 A record is `(key, position, value, headers)`: a Kafka partition and offset, a DataHub shard and
 sequence. Positions are "the next one to read", so a commit of position p means every record
