@@ -28,7 +28,7 @@ from bridge.stream.pipeline import Overlay, Report
 from bridge.values import discard_substitutions
 
 __all__ = ["BlobSink", "TupleSink", "Routing", "TableErrors", "EntryGate", "topic_name", "blob_converter", "run",
-           "replay", "make_sink", "deliver", "TopicNameCollision", "SchemaChangeError", "SCHEMA_CHANGE_POLICIES", "TABLE_ERROR_POLICIES",
+           "replay", "make_sink", "TopicNameCollision", "SchemaChangeError", "SCHEMA_CHANGE_POLICIES", "TABLE_ERROR_POLICIES",
            "REPLAY_SUFFIX"]
 
 _TOPIC_BAD = re.compile(r"[^a-z0-9_]+")
@@ -501,15 +501,6 @@ def make_sink(to: str, writer: DataHubWriter, template: str, source: str, policy
     gate = EntryGate(tuple_converter(options, None), list, routing, tables)
     return TupleSink(writer, template, source, policy, gate=gate, schema_change=schema_change or "evolve",
                      **common), gate
-
-
-def deliver(entries, sink: _Sink, gate: EntryGate, policy) -> None:
-    """(where, Entry, its bytes or None) in stream order through the gate into the sink, each
-    Entry's outputs whole (what the pipeline loop does with `size`); `sink.flush()` is the caller's."""
-    from bridge.stream import entries_to_outputs
-    for where, outputs in entries_to_outputs(entries, gate, policy, size=sink.size):
-        if outputs is not None:
-            sink.write(where, outputs)
 
 
 # The restart look (DataHubWriter.resume) reads each shard back per partition to its committed record,
