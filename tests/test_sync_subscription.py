@@ -340,17 +340,24 @@ def test_the_mirror_never_blocks_and_counts_what_fails():
         mirror.committed({("t", left): 1})
         _wait_for(lambda: holds(left, 0), 10, "the child shard's commit")
         assert server.subscription_offsets(PROJECT, "t", sub)[left]["session"] == 0
+        # the split's parent expires: its NoSuchShard is counted once and it is left out, the others go on
+        server.expire_shard(PROJECT, "t", "1")
+        client.put_records(PROJECT, "t", [_on(BlobRecord(blob_data=b"z"), left)])
+        mirror.committed({("t", "1"): 4, ("t", left): 2})
+        _wait_for(lambda: holds(left, 1), 10, "the commit without the expired shard")
+        assert mirror.reasons["NoSuchShard"] == 1 and holds("1", 4)
+        assert any("shard 1 no longer exists" in line for line in lines), lines
         # deleted: counted and told once, and the pipeline's call still returns at once
         server.delete_subscription(PROJECT, "t", sub)
         mirror.committed({("t", "0"): 2})
-        _wait_for(lambda: mirror.failures == 2, 10, "the failed commit")
-        assert dict(mirror.reasons) == {"LimitExceeded": 1, "NoSuchSubscription": 1}
+        _wait_for(lambda: mirror.failures == 3, 10, "the failed commit")
+        assert dict(mirror.reasons) == {"LimitExceeded": 1, "NoSuchShard": 1, "NoSuchSubscription": 1}
         assert "NoSuchSubscription" in mirror.last_error
         assert len([line for line in lines if "NoSuchSubscription" in line]) == 1, lines
         began = time.monotonic()
         mirror.close(wait=1.0)
         assert time.monotonic() - began < 3.0
-        assert mirror.report()["offsets"] == {"t/0": 2, "t/1": 4, f"t/{left}": 0}
+        assert mirror.report()["offsets"] == {"t/0": 2, "t/1": 4, f"t/{left}": 1}
 
 
 def _on(record, shard: str):

@@ -185,7 +185,7 @@ class SubscriptionOffsets(Retrying):
         return {"subscriptions": dict(self.subscriptions), "commits": self.commits, "failures": self.failures,
                 "failure_reasons": dict(self.reasons), "sessions_opened": self.sessions,
                 "last_error": self.last_error,
-                "offsets": {f"{k[0]}/{k[1]}": seq for k, seq in sorted(self.sent.items())}}
+                "offsets": {f"{k[0]}/{k[1]}": seq for k, seq in sorted(dict(self.sent).items())}}
 
     # -- the thread ---------------------------------------------------------------------------------
     def _pending(self) -> dict:
@@ -241,7 +241,9 @@ class SubscriptionOffsets(Retrying):
                 code = _code(exc)
                 if code in _SESSION_LOST:
                     self._session.pop(topic, None)  # opened again at the next commit
-                self._refused(topic, code, f"{code}: {exc}")
+                gone = self._gone(topic, sub_id, list(shards)) if code == "NoSuchShard" else []
+                self._refused(topic, code, f"{code}: {exc}" + (f" (shard {', '.join(gone)} no longer exists: "
+                                                               f"left out from now on)" if gone else ""))
                 continue
             for shard, (seq, _) in shards.items():
                 self.sent[(topic, shard)] = seq
@@ -250,6 +252,23 @@ class SubscriptionOffsets(Retrying):
             self._state[topic] = None
             self.commits += 1
         return ok
+
+    def _gone(self, topic: str, sub_id: str, shards: list[str]) -> list[str]:
+        """After NoSuchShard: the shards of `shards` DataHub no longer has (a CLOSED shard past the
+        topic's lifecycle), asked one by one; their positions are not mirrored any more, so the
+        other shards' commits go through again."""
+        gone = []
+        for shard in shards:
+            try:
+                self._open(topic, sub_id, [shard])
+            except Exception as exc:  # noqa: BLE001 - only NoSuchShard counts here
+                if _code(exc) == "NoSuchShard":
+                    gone.append(shard)
+        with self._lock:
+            for shard in gone:
+                self._target.pop((topic, shard), None)
+                self._session.get(topic, {}).pop(shard, None)
+        return gone
 
     def _open(self, topic: str, sub_id: str, shards: list[str]) -> None:
         if not shards:

@@ -665,6 +665,15 @@ class StandInDataHub:
         with self._lock:
             return self._merge(self._topic(project, topic), shard_id, adjacent_shard_id)["ShardId"]
 
+    def expire_shard(self, project: str, topic: str, shard_id: str) -> None:
+        """A CLOSED shard whose records are all past the lifecycle, dropped as DataHub drops it:
+        from now on it is not listed and requests naming it answer NoSuchShard."""
+        with self._lock:
+            t = self._topic(project, topic)
+            if self._shard(t, shard_id).state != "CLOSED":
+                raise DataHubError("InvalidShardOperation", f"shard {shard_id} is not CLOSED")
+            del t.shards[shard_id]
+
     def shards(self, project: str, topic: str) -> list[dict]:
         """Every shard (ACTIVE and CLOSED) as ListShard reports it, plus its record count."""
         with self._lock:
