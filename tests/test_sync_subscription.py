@@ -193,10 +193,13 @@ def _some_committed(server, sub: str) -> bool:
     return any(o["sequence"] >= 0 for o in server.subscription_offsets(PROJECT, TOPIC, sub).values())
 
 
-def test_the_subscription_holds_the_committed_positions(kafka_broker, standin):
+@pytest.mark.parametrize("mode", ["transactions", "no-transactions"])
+def test_the_subscription_holds_the_committed_positions(kafka_broker, standin, mode, tmp_path):
     sub = standin.create_subscription(PROJECT, TOPIC, "dts-bridge lag view")
     topic = kafka_broker.create_topic(_name("dts-sub"), partitions=3)
-    doc = _report(run_bridge(_args(standin, kafka_broker, topic, "--subscription", sub, "--json"), timeout=120))
+    extra = ["--no-transactions", "--offsets-file", str(tmp_path / "offsets.json")] if mode == "no-transactions" else []
+    doc = _report(run_bridge(_args(standin, kafka_broker, topic, "--subscription", sub, "--json", *extra),
+                             timeout=120))
     assert doc["committed"] == {f"{TOPIC}/{s['shard_id']}": s["records"] for s in standin.shards(PROJECT, TOPIC)}
     _assert_mirrors(standin, sub, doc["committed"])
     mirror = doc["subscription"]
