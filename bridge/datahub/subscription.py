@@ -1,5 +1,5 @@
 """DataHub subscription offsets mirrored from the reverse pipeline's commits, for DataHub's own lag
-view (`dts-bridge sync --to dts --subscription ID`, docs/kafka.md "DataHub's lag view").
+view (`dts-bridge sync --to dts --subscription ID`, docs/kafka.md, step 9 "DataHub's lag view").
 
 The Kafka offsets topic (or the offsets file) stays the one source of truth: nothing here is ever
 read back as a position. After each commit of the pipeline, the committed position of every shard
@@ -19,6 +19,8 @@ yet sent). Each attempt retries throttling, 5xx answers and dropped connections 
   its Version): the session is opened again at the next commit, which takes the shard back.
 - `NoSuchSubscription` (deleted), `SubscriptionOffline` (set INACTIVE), throttling beyond the
   retries: counted, tried again at the next commit.
+- `NoSuchShard` (a CLOSED shard expired past the lifecycle): the shards gone are found one by one
+  and left out from then on, so the others' commits go through.
 
 Shards that appear after a split or merge get a session when their first position is committed.
 A position whose record's system time was not seen while reading (the shard started at its end, or
