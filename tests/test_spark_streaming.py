@@ -257,6 +257,39 @@ def test_tuple_stream_across_micro_batches_equals_batch(spark, tmp_path, mode):
     assert tally.value == reference.value and tally.value.balanced()
 
 
+# Every cut position at once: Kafka partition p carries large.pb (21 Envelopes, split 1-4, 6-11,
+# 15-18) cut into three micro-batches at offsets p+1 and p+4 (the third empty where that passes the
+# end), so the first cut falls at each offset 1..20 and the second at 4..20; partitions 6 and 7's
+# middle micro-batch is nothing but continuation segments of one Entries (7-9, 8-10 of 6-11).
+EVERY_CUT = ({p: _large for p in range(20)}, {p: [0, p + 1, min(p + 4, len(_large)), len(_large)] for p in range(20)})
+
+
+@pytest.mark.spark
+def test_micro_batches_cut_at_every_position_equal_batch(spark, tmp_path):
+    """Twenty Kafka partitions (about ten a task, so several keys share one) cut inside and between
+    Entries at every offset: each partition's rows, in the order the sink got them, equal the batch
+    conversion's, and each micro-batch gives exactly the Entries it completes."""
+    folder = str(tmp_path / "in")
+    write_files(folder, EVERY_CUT)
+    assert straddles(EVERY_CUT) >= 20
+    parts, cuts = EVERY_CUT
+    assert [(first, last) for first, last in splits(_large) if first < 7 and 10 <= last] == [(6, 11)]
+    sink = Sink()
+    run(bs.dts_to_blob(read_stream(spark, folder)), sink, str(tmp_path / "ck"))
+    assert sorted(sink.batches) == [0, 1, 2]
+    expected, _ = _blob_reference(spark, folder, "FAILFAST")
+    got = per_partition(sink.rows())
+    assert sorted(got) == list(range(20)) and got == per_partition(expected)
+    ends = {first: last for first, last in splits(_large)}
+    for b, rows in sink.batches.items():
+        for p, mine in per_partition(rows).items():
+            # an Entries comes in the micro-batch holding its last segment, never before or after
+            lo, hi = cuts[p][b], cuts[p][b + 1]
+            assert all(lo <= ends.get(r[2], r[2]) < hi for r in mine), (b, p)
+        if b == 1:
+            assert 6 not in per_partition(rows) and 7 not in per_partition(rows)  # continuation only
+
+
 @pytest.mark.spark
 def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
     """The query stops with an Entries open in state (availableNow over the first three files), a
