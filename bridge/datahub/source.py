@@ -32,13 +32,28 @@ mark's position is the shard's next position less one, so the loop's read positi
 for fresh observations, again each time a shard at its end is polled (every `interval` seconds);
 otherwise an idle topic yields nothing and the loop's idle timeout works.
 
+Prefetch (`poll` only): GetRecords pages of `page` records are fetched ahead of the loop by up to
+`readers` reader threads, each with its own copy of the pydatahub client (a requests session is
+not shared between threads), at most `prefetch` pages per shard and `page * prefetch * readers`
+records in all, so memory stays bounded while the loop assembles. A shard's pages are fetched one
+after the other and handed on in order; everything a page's answer decides (records, the shard at
+its end, finished, a reshard, a lost range, an error naming the shard) is decided on the loop's
+thread when the loop reaches that page, exactly as a read in the loop would. A shard at its end is
+asked again every `interval` seconds while the loop polls. The readers are daemon threads and end
+with `close()` (or after 10 s without work); `read_range` reads in the caller's thread.
+
 pydatahub 2.29.0's `merge_shard` merges on the server and then raises TypeError building its
 result: `merge_shards` does the call and lists the shards to find the new one.
 """
 from __future__ import annotations
 
+import copy
+import heapq
+import itertools
 import re
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +113,80 @@ class _Shard:
     polled: float = 0.0
     known_end: int = -1
     marked: bool = False  # the "shard" mark was handed on
+    closed_seen: float = float("inf")  # when a listing first said CLOSED (monotonic, after its answer)
+    retry_at: float = 0.0  # after a failed page: when its reader asks again (monotonic)
     extra: dict = field(default_factory=dict)
+
+
+class _Page:
+    """One GetRecords answer fetched ahead: the records (as `poll` hands them on), the position and
+    cursor after them, or the exception the request raised; when it was asked and answered."""
+    __slots__ = ("records", "next", "cursor", "error", "asked", "answered")
+
+    def __init__(self, records, next_, cursor, error, asked, answered) -> None:
+        self.records, self.next, self.cursor, self.error = records, next_, cursor, error
+        self.asked, self.answered = asked, answered
+
+
+class _Feed:
+    """A shard's prefetch: `next`/`cursor` where its reader fetches next (reader-owned while
+    `fetching`), `pages` fetched and not yet taken, `rest` of the page being handed on. Guarded by
+    the source's condition, except `rest` (the loop's)."""
+    __slots__ = ("st", "key", "next", "cursor", "pages", "rest", "queued", "fetching", "halted", "cancelled",
+                 "empty", "answered")
+
+    def __init__(self, st: _Shard) -> None:
+        self.st, self.key = st, (st.topic, st.shard_id)
+        self.next, self.cursor = st.next, None
+        self.pages: deque = deque()
+        self.rest: deque = deque()
+        self.queued = self.fetching = self.halted = self.cancelled = False
+        self.empty = False  # the last answer had no records: ask again `interval` after it
+        self.answered = 0.0
+
+
+class _Locked:
+    """A client that cannot be copied, shared by the loop and the readers one call at a time."""
+
+    def __init__(self, client, lock) -> None:
+        self._client, self._lock = client, lock
+
+    def __getattr__(self, name):
+        target = getattr(self._client, name)
+        if not callable(target):
+            return target
+
+        def locked(*args, **kwargs):
+            with self._lock:
+                return target(*args, **kwargs)
+        return locked
+
+
+def _client_copy(client):
+    """A copy of a pydatahub `DataHub` client with its own requests session (same endpoint, account,
+    protocol, compression, timeouts and adapters), for another thread; None when `client` is not one."""
+    impl = getattr(client, "_datahub_impl", None)
+    rest = getattr(impl, "_rest_client", None)
+    session = getattr(rest, "_session", None)
+    if session is None:
+        return None
+    import requests
+    from requests.adapters import HTTPAdapter
+    new_session = requests.Session()
+    new_session.headers.clear()
+    new_session.headers.update(session.headers)
+    for prefix, adapter in session.adapters.items():
+        if type(adapter) is not HTTPAdapter:
+            return None
+        new_session.mount(prefix, HTTPAdapter(pool_connections=adapter._pool_connections,
+                                              pool_maxsize=adapter._pool_maxsize, max_retries=adapter.max_retries))
+    new_rest = copy.copy(rest)
+    new_rest._session = new_session
+    new_impl = copy.copy(impl)
+    new_impl._rest_client = new_rest
+    new = copy.copy(client)
+    new._datahub_impl = new_impl
+    return new
 
 
 class DataHubSource(Retrying):
@@ -107,17 +195,21 @@ class DataHubSource(Retrying):
     `topics`: a topic name, a list of names, or a template with `{db}` / `{table}` matched against
     the project's topics. `from_beginning` / `since_ms` choose where shards without a committed
     position start. `page`: records per GetRecords. `interval`: how often a shard at its end is
-    asked again (seconds). `relist_interval`: how often the shards are listed again."""
+    asked again (seconds). `relist_interval`: how often the shards are listed again. `readers`:
+    threads fetching pages ahead for `poll` (0: none, every page is fetched in `poll`), `prefetch`:
+    pages fetched ahead per shard."""
 
     def __init__(self, client, project: str, topics: str | list[str], *, from_beginning: bool = False,
                  since_ms: int | None = None, fail_on_data_loss: bool = True, page: int = 1000,
                  interval: float = 0.2, relist_interval: float = 10.0, max_retries: int = 12,
                  backoff: float = 0.1, max_backoff: float = 10.0, sleep: Callable[[float], None] = time.sleep,
                  seed: int | None = None, observer: Callable[..., None] | None = None,
-                 wants_tick: Callable[[], bool] | None = None) -> None:
+                 wants_tick: Callable[[], bool] | None = None, readers: int = 3, prefetch: int = 2) -> None:
         pydatahub()
         if page < 1:
             raise DataHubError("page must be at least 1")
+        if readers < 0 or prefetch < 1:
+            raise DataHubError("readers must be at least 0 and prefetch at least 1")
         self.init_retrying(max_retries=max_retries, backoff=backoff, max_backoff=max_backoff, sleep=sleep,
                            seed=seed, observer=observer)
         self.client, self.project = client, project
@@ -143,6 +235,20 @@ class DataHubSource(Retrying):
         self._relist_at = 0.0
         self._initial: dict = {}
         self._rr = 0  # round-robin start
+        # prefetch (see the module docstring): the readers' shared state, under _cond
+        self.readers, self.prefetch = readers, prefetch
+        self._cond = threading.Condition()
+        self._feeds: dict[tuple, _Feed] = {}
+        self._ready: deque = deque()  # feeds to fetch now
+        self._later: list = []  # heap of (when, n, feed): shards at their end, asked again later
+        self._tick = itertools.count()
+        self._threads: list = []
+        self._idle_threads = 0
+        self._held = 0  # records in fetched pages not yet taken
+        self._arrivals = 0  # pages fetched so far (poll waits for the next)
+        self._polled_at = 0.0
+        self._stopping = False
+        self._shared_lock: threading.Lock | None = None
         self._relist(initial=True)
 
     # -- topics and shards ----------------------------------------------------------------------
@@ -172,9 +278,11 @@ class DataHubSource(Retrying):
                 known = self._shards.get(key)
                 if known is None:
                     parents = tuple(str(p) for p in (getattr(s, "parent_shard_ids", None) or ()))
-                    self._shards[key] = _Shard(topic, s.shard_id, parents, state)
+                    known = self._shards[key] = _Shard(topic, s.shard_id, parents, state)
                 else:
                     known.state = state
+                if state == "CLOSED" and known.closed_seen == float("inf"):
+                    known.closed_seen = time.monotonic()
         if self._opened:
             self._advance()
 
@@ -271,17 +379,22 @@ class DataHubSource(Retrying):
         deadline = time.monotonic() + timeout
         out: list = []
         while True:
-            if time.monotonic() >= self._relist_at:
+            self._polled_at = time.monotonic()
+            if self._polled_at >= self._relist_at:
                 self._relist()
             if self._marks:
                 out.extend(self._marks)
                 self._marks.clear()
             reading = [st for st in self._shards.values() if st.phase == "reading"]
+            arrivals = self._arrivals
             if reading:
                 self._rr = (self._rr + 1) % len(reading)
                 for st in reading[self._rr:] + reading[:self._rr]:
                     if len(out) >= budget:
                         break
+                    if self.readers:
+                        self._take(st, budget - len(out), out)
+                        continue
                     if st.at_end and time.monotonic() - st.polled < self.interval:
                         continue
                     self._read(st, budget - len(out), out)
@@ -291,7 +404,13 @@ class DataHubSource(Retrying):
             now = time.monotonic()
             if out or now >= deadline:
                 return out
-            self.sleep(min(self.interval, max(0.0, deadline - now)))
+            if not self.readers:
+                self.sleep(min(self.interval, max(0.0, deadline - now)))
+                continue
+            with self._cond:  # until a reader brings a page (or the deadline, or the next listing)
+                self._kick()
+                if self._arrivals == arrivals:
+                    self._cond.wait(max(0.0, min(deadline, self._relist_at) - now))
 
     def caught_up(self) -> bool:
         return all(st.phase == "finished" or (st.phase == "reading" and st.at_end)
@@ -310,7 +429,20 @@ class DataHubSource(Retrying):
         return {k: max(st.known_end, st.next or 0) for k, st in self._shards.items() if st.next is not None}
 
     def close(self) -> None:
+        """Stop the readers (each is joined for up to a second; they are daemon threads) and any
+        retry under way."""
         self._closing = True
+        with self._cond:
+            self._stopping = True
+            for feed in self._feeds.values():
+                feed.cancelled = True
+            self._feeds.clear()
+            self._ready.clear()
+            self._later.clear()
+            self._cond.notify_all()
+        for thread in list(self._threads):
+            if thread is not threading.current_thread():
+                thread.join(1.0)
 
     # -- for planners that read shard ranges themselves (the Spark source) ----------------------
     def shard_facts(self, relist: bool = True) -> list[tuple[tuple, tuple, str]]:
@@ -367,26 +499,80 @@ class DataHubSource(Retrying):
                                    f"before the planned end {end} (was the topic created again?)")
 
     # -- reading ----------------------------------------------------------------------------------
-    def _read(self, st: _Shard, want: int, out: list) -> None:
-        from datahub import exceptions as dx
+    def _get_page(self, client, topic: str, shard_id: str, next_: int, cursor: str | None, limit: int):
+        """(cursor asked with, GetRecords answer) of the page at `next_` (a SEQUENCE cursor first
+        when `cursor` is None), under the retry policy; DataHub errors raised as pydatahub raised them."""
         from datahub.models import CursorType
-        key = (st.topic, st.shard_id)
+        if cursor is None:
+            cursor = self.call(lambda: client.get_cursor(self.project, topic, shard_id, CursorType.SEQUENCE, next_),
+                               "GetCursor", raw=True).cursor
+        if self.kinds[topic] == "BLOB":
+            result = self.call(lambda: client.get_blob_records(self.project, topic, shard_id, cursor, limit),
+                               "GetRecords", raw=True)
+        else:
+            result = self.call(lambda: client.get_tuple_records(self.project, topic, shard_id, self.schemas[topic],
+                                                                 cursor, limit), "GetRecords", raw=True)
+        return cursor, result
+
+    def _records_of(self, topic: str, shard_id: str, result, next_: int, now: float) -> tuple[list, int]:
+        """The records of a GetRecords answer from position `next_` on, as `poll` hands them on,
+        and the position after them."""
+        key = (topic, shard_id)
+        out = []
+        if self.kinds[topic] == "BLOB":
+            for r in result.records or ():
+                seq = r.sequence
+                if seq < next_:
+                    continue  # (a cursor placed before the position: already handed on)
+                value = DataHubRecord(topic, shard_id, seq, r.system_time, dict(r.attributes or {}),
+                                      data=bytes(r.blob_data), read_at=now)
+                out.append((key, seq, value, value.attributes))
+                next_ = seq + 1
+        else:
+            schema = self.schemas[topic]
+            for r in result.records or ():
+                seq = r.sequence
+                if seq < next_:
+                    continue
+                row = {f.name: v for f, v in zip(r.field_list, r.values)}
+                value = DataHubRecord(topic, shard_id, seq, r.system_time, dict(r.attributes or {}),
+                                      row=row, schema=schema, read_at=now)
+                out.append((key, seq, value, value.attributes))
+                next_ = seq + 1
+        return out, next_
+
+    def _read(self, st: _Shard, want: int, out: list) -> None:
+        """One page of shard `st`, read in this thread (`read_range`, and `poll` without readers)."""
+        from datahub import exceptions as dx
         st.polled = time.monotonic()
-        kind = self.kinds[st.topic]
         try:
-            if st.cursor is None:
-                st.cursor = self.call(lambda: self.client.get_cursor(self.project, st.topic, st.shard_id,
-                                                                      CursorType.SEQUENCE, st.next),
-                                      "GetCursor", raw=True).cursor
-            limit = min(self.page, want)
-            if kind == "BLOB":
-                result = self.call(lambda: self.client.get_blob_records(self.project, st.topic, st.shard_id,
-                                                                         st.cursor, limit), "GetRecords", raw=True)
-            else:
-                result = self.call(lambda: self.client.get_tuple_records(
-                    self.project, st.topic, st.shard_id, self.schemas[st.topic], st.cursor, limit),
-                    "GetRecords", raw=True)
-        except (dx.ShardSealedException, dx.ResourceNotFoundException) as exc:
+            st.cursor, result = self._get_page(self.client, st.topic, st.shard_id, st.next, st.cursor,
+                                               min(self.page, want))
+        except (dx.DatahubException, DataHubError) as exc:
+            self._failed_page(st, exc)
+            return
+        records, st.next = self._records_of(st.topic, st.shard_id, result, st.next, time.monotonic())
+        out.extend(records)
+        st.known_end = max(st.known_end, st.next)
+        if result.records:
+            st.cursor = result.next_cursor
+        if records:
+            st.at_end = False
+            return
+        if st.state == "CLOSED":
+            self._finish(st)
+            return
+        self._at_end(st, (st.topic, st.shard_id))
+
+    def _failed_page(self, st: _Shard, exc: BaseException) -> None:
+        """What a GetRecords (or its GetCursor) that raised `exc` at `st.next` means: a reshard (the
+        shard is listed again, finished when CLOSED), a cursor expired or a position past the
+        lifecycle (lost records, or the shard's end), else a DataHubError naming the shard."""
+        from datahub import exceptions as dx
+        key = (st.topic, st.shard_id)
+        if isinstance(exc, DataHubError):
+            raise exc
+        if isinstance(exc, (dx.ShardSealedException, dx.ResourceNotFoundException)):
             code = getattr(exc, "error_code", None) or type(exc).__name__
             if code not in _RESHARD_CODES and not isinstance(exc, dx.ShardSealedException):
                 raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} failed: {code}: {exc}") from None
@@ -394,7 +580,7 @@ class DataHubSource(Retrying):
             if st.state == "CLOSED":
                 self._finish(st)
             return
-        except (dx.SeekOutOfRangeException, dx.InvalidCursorException) as exc:
+        if isinstance(exc, (dx.SeekOutOfRangeException, dx.InvalidCursorException)):
             # the cursor expired (or the position is past the lifecycle): check for loss, start again
             st.cursor = None
             oldest = self._sequence(st, "OLDEST")
@@ -411,43 +597,177 @@ class DataHubSource(Retrying):
                 self._at_end(st, key)  # a cursor past the last record (real DataHub refuses one)
                 return
             raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} at {st.next} failed: {exc}") from None
-        except dx.DatahubException as exc:
+        if isinstance(exc, dx.DatahubException):
             raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} failed: "
                                f"{getattr(exc, 'error_code', None) or type(exc).__name__}: {exc}") from None
-        records = result.records or []
-        now = time.monotonic()
-        got = 0
-        for r in records:
-            seq = r.sequence
-            if seq < st.next:
-                continue  # (a cursor placed before the position: already handed on)
-            if kind == "BLOB":
-                value = DataHubRecord(st.topic, st.shard_id, seq, r.system_time, dict(r.attributes or {}),
-                                      data=bytes(r.blob_data), read_at=now)
-            else:
-                row = {f.name: v for f, v in zip(r.field_list, r.values)}
-                value = DataHubRecord(st.topic, st.shard_id, seq, r.system_time, dict(r.attributes or {}),
-                                      row=row, schema=self.schemas[st.topic], read_at=now)
-            out.append((key, seq, value, value.attributes))
-            st.next = seq + 1
-            got += 1
-        st.known_end = max(st.known_end, st.next)
-        if records:
-            st.cursor = result.next_cursor
-        if got:
-            st.at_end = False
-            return
-        if st.state == "CLOSED":
-            self._finish(st)
-            return
-        self._at_end(st, key)
+        raise exc
 
-    def _at_end(self, st: _Shard, key) -> None:
+    # -- prefetch (poll with readers) ----------------------------------------------------------
+    def _take(self, st: _Shard, want: int, out: list) -> None:
+        """Hand on up to `want` records of shard `st` from what its reader fetched, in order; decide
+        what an answer without records means when it is reached."""
+        key = (st.topic, st.shard_id)
+        feed = self._feeds.get(key)
+        if feed is None or feed.st is not st:
+            feed = self._start_feed(st)
+        while want > 0:
+            rest = feed.rest
+            if rest:
+                n = min(want, len(rest))
+                for _ in range(n):
+                    out.append(rest.popleft())
+                want -= n
+                st.next = out[-1][1] + 1
+                st.at_end = False
+                continue
+            with self._cond:
+                if not feed.pages:
+                    self._schedule(feed)
+                    return
+                page = feed.pages.popleft()
+                self._held -= len(page.records)
+                self._schedule(feed)
+            st.polled = page.answered
+            if page.error is not None:
+                with self._cond:
+                    feed.cancelled = True
+                    self._feeds.pop(key, None)
+                st.retry_at = time.monotonic() + self.interval  # as a read in the loop would, after a pause
+                self._failed_page(st, page.error)
+                return
+            st.known_end = max(st.known_end, page.next)
+            if page.records:
+                feed.rest.extend(page.records)
+                continue
+            if st.state == "CLOSED" and page.asked >= st.closed_seen:
+                with self._cond:
+                    feed.cancelled = True
+                    self._feeds.pop(key, None)
+                self._finish(st)
+                return
+            self._at_end(st, key, at=page.asked)
+            return
+
+    def _start_feed(self, st: _Shard) -> _Feed:
+        feed = _Feed(st)
+        if st.retry_at > time.monotonic():
+            feed.empty, feed.answered = True, st.retry_at - self.interval
+        with self._cond:
+            old = self._feeds.get(feed.key)
+            if old is not None:
+                old.cancelled = True
+            self._feeds[feed.key] = feed
+            self._schedule(feed)
+            self._ensure_readers()
+        return feed
+
+    def _schedule(self, feed: _Feed) -> None:
+        """(Under _cond.) Queue the feed's next fetch if it has room and is not queued or fetching;
+        a shard at its end is asked again `interval` after its last answer, while the loop polls."""
+        if feed.queued or feed.fetching or feed.halted or feed.cancelled or self._stopping:
+            return
+        if len(feed.pages) >= self.prefetch or self._held >= self.page * self.prefetch * max(1, self.readers):
+            return
+        if feed.empty:
+            if feed.pages:
+                return  # its answer without records is not taken yet: nothing to ask for now
+            if time.monotonic() - self._polled_at > max(1.0, 5 * self.interval):
+                return  # nobody polls: asked again at the next poll (_kick)
+            feed.queued = True
+            heapq.heappush(self._later, (feed.answered + self.interval, next(self._tick), feed))
+        else:
+            feed.queued = True
+            self._ready.append(feed)
+        self._cond.notify_all()
+
+    def _kick(self) -> None:
+        """(Under _cond.) Queue every feed that has room (after taking pages, or a pause in polling)."""
+        for feed in self._feeds.values():
+            self._schedule(feed)
+        self._ensure_readers()
+
+    def _ensure_readers(self) -> None:
+        """(Under _cond.) Start reader threads up to `readers` (one per shard at most)."""
+        self._threads = [t for t in self._threads if t.is_alive()]
+        want = min(self.readers, len(self._feeds))
+        while len(self._threads) < want and not self._stopping:
+            client = self._reader_client()
+            thread = threading.Thread(target=self._reader, args=(client,), daemon=True,
+                                      name=f"datahub-reader-{self.project}-{len(self._threads)}")
+            self._threads.append(thread)
+            thread.start()
+
+    def _reader_client(self):
+        client = _client_copy(self.client)
+        if client is not None:
+            return client
+        if self._shared_lock is None:  # not a pydatahub client: shared, one call at a time
+            self._shared_lock = threading.Lock()
+            self.client = _Locked(self.client, self._shared_lock)
+        return self.client
+
+    def _reader(self, client) -> None:
+        """A reader thread: fetch the next page of the feed due first, until close() or 10 s idle."""
+        cond = self._cond
+        while True:
+            with cond:
+                idle_since = time.monotonic()
+                while True:
+                    if self._stopping:
+                        return
+                    now = time.monotonic()
+                    while self._later and self._later[0][0] <= now:
+                        self._ready.append(heapq.heappop(self._later)[2])
+                    feed = None
+                    while self._ready:
+                        candidate = self._ready.popleft()
+                        candidate.queued = False
+                        if not candidate.cancelled:
+                            feed = candidate
+                            break
+                    if feed is not None:
+                        break
+                    if now - idle_since >= 10.0:
+                        self._threads = [t for t in self._threads if t is not threading.current_thread()]
+                        return
+                    cond.wait(min(self._later[0][0] - now, 10.0) if self._later else 10.0)
+                feed.fetching = True
+                topic, shard_id, next_, cursor = feed.st.topic, feed.st.shard_id, feed.next, feed.cursor
+            asked = time.monotonic()
+            try:
+                used, result = self._get_page(client, topic, shard_id, next_, cursor, self.page)
+                answered = time.monotonic()
+                records, after = self._records_of(topic, shard_id, result, next_, answered)
+                page = _Page(records, after, result.next_cursor if result.records else used, None, asked, answered)
+            except BaseException as exc:  # decided on the loop's thread when it reaches this page
+                page = _Page([], next_, cursor, exc, asked, time.monotonic())
+            with cond:
+                feed.fetching = False
+                if feed.cancelled:
+                    continue
+                if page.error is not None:
+                    feed.halted = True
+                else:
+                    feed.next, feed.cursor = page.next, page.cursor
+                    feed.empty, feed.answered = not page.records, page.answered
+                last = feed.pages[-1] if feed.pages else None
+                if last is not None and page.error is None and not page.records and not last.records \
+                        and last.error is None:
+                    feed.pages[-1] = page  # a newer look at the same end replaces the one not taken yet
+                else:
+                    feed.pages.append(page)
+                    self._held += len(page.records)
+                self._arrivals += 1
+                self._schedule(feed)
+                cond.notify_all()
+
+    def _at_end(self, st: _Shard, key, at: float | None = None) -> None:
+        """The shard was read to its end (asked at `at`, monotonic; default now)."""
         fresh = not st.at_end
         st.at_end = True
         if fresh or (self.wants_tick is not None and self.wants_tick()):
             self._marks.append((key, st.next - 1, ShardMark("end", st.topic, st.shard_id, st.parents,
-                                                            time.monotonic()), {}))
+                                                            time.monotonic() if at is None else at), {}))
 
     def _finish(self, st: _Shard) -> None:
         st.phase = "finished"

@@ -94,9 +94,12 @@ def stream_of(rec: DataHubRecord) -> tuple[tuple, tuple, tuple]:
     pos = attrs.get(ATTR_POS) if attrs else None
     if pos is not None:
         parts = pos.split(":")
-        if len(parts) == 4 and all(p.lstrip("-").isdigit() for p in parts):
-            p, o, e, r = (int(x) for x in parts)
-            return ("pos", rec.topic, attrs.get(ATTR_TOPIC, ""), p), (o, e, r), (o, e)
+        if len(parts) == 4:
+            a, b, c, d = parts
+            if (a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit()) or \
+                    all(x.lstrip("-").isdigit() for x in parts):
+                p, o, e, r = int(a), int(b), int(c), int(d)
+                return ("pos", rec.topic, attrs.get(ATTR_TOPIC, ""), p), (o, e, r), (o, e)
     if rec.row is not None:
         row = rec.row
         seq = row.get("_sequence_id_")
@@ -171,6 +174,11 @@ class DataHubAssembler:
         self.orphans = 0
         self.released = 0
         self._handed_after: dict = {}  # key -> the last sequence handed to a decoder
+        # shards whose head may have become releasable since it was last looked at (the others'
+        # heads are known not to be: nothing they depend on changed); see _release
+        self._dirty: set = set()
+        self._key_texts: dict = {}  # key -> "topic:shard"
+        self._others_of: dict = {}  # key -> the other shards of its topic
 
     # -- the Assembler protocol -----------------------------------------------------------------
     def entries(self, records: Iterable[tuple], policy: ErrorPolicy) -> Iterator[tuple]:
@@ -180,7 +188,8 @@ class DataHubAssembler:
                 self._mark(key, value)
             else:
                 self._read(key, seq, value, policy)
-            yield from self._release(policy)
+            if self._dirty:
+                yield from self._release(policy)
 
     def resume_at(self, key) -> None:
         """Nothing to skip: a committed position never lies past a record handed on (shard order)."""
@@ -218,6 +227,7 @@ class DataHubAssembler:
         buffered is handed on and incomplete Entries are reported."""
         for info in self._shards.values():
             info.end_at = float("inf")
+        self._dirty.update(self._buffers)
         yield from self._release(policy)
         for stream in self._streams.values():
             if stream.decoder is not None:
@@ -259,6 +269,7 @@ class DataHubAssembler:
                 self._buffers.setdefault(key, deque()).append(item)
                 self._by_stream.setdefault((key, stream), deque()).append(item)
                 self.buffered += 1
+                self._dirty.add(key)
         self._seen.update(snap["seen"])
         self._handed_after.update(snap["handed_after"])
         self.late, self.orphans, self.released = snap["counts"]
@@ -282,6 +293,7 @@ class DataHubAssembler:
         if info is None:
             info = self._shards[key] = _ShardInfo(parents)
             self._topics.setdefault(key[0], []).append(key)
+            self._others_of.clear()
         elif parents and not info.parents:
             info.parents = tuple(parents)
         return info
@@ -292,6 +304,9 @@ class DataHubAssembler:
             info.finished = True
         elif mark.kind == "end":
             info.end_at = max(info.end_at, mark.at)
+        # what the mark says about this shard may cover the heads of every other shard of its topic
+        buffers = self._buffers
+        self._dirty.update(k for k in self._topics[key[0]] if buffers.get(k))
 
     def _read(self, key, seq: int, rec: DataHubRecord, policy: ErrorPolicy) -> None:
         self._info(key)
@@ -308,12 +323,25 @@ class DataHubAssembler:
             policy.reject(err, rec.data if rec.data is not None else rec.row)
             return
         item = _Item(key, seq, rec, stream, order, group)
-        self._buffers.setdefault(key, deque()).append(item)
-        self._by_stream.setdefault((key, stream), deque()).append(item)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = deque()
+        if not buf:
+            self._dirty.add(key)  # a new head
+        buf.append(item)
+        waiting = self._by_stream.get((key, stream))
+        if waiting is None:
+            waiting = self._by_stream[(key, stream)] = deque()
+        first = not waiting
+        waiting.append(item)
         seen = self._seen.get((key, stream))
         if seen is None or order > seen:
             self._seen[(key, stream)] = order
         self.buffered += 1
+        if first:
+            # this shard now holds a record of the stream (before: only what it had shown of it):
+            # the heads of that stream on the other shards may be covered now
+            self._touch(key, stream)
 
     # -- the merge ------------------------------------------------------------------------------
     def _covers(self, other, head: _Item) -> bool:
@@ -343,20 +371,55 @@ class DataHubAssembler:
             todo.extend(self._shards[parent].parents)
         return False
 
+    def _others(self, key) -> tuple:
+        """The other shards of `key`'s topic (cached until a shard is first seen)."""
+        others = self._others_of.get(key)
+        if others is None:
+            others = self._others_of[key] = tuple(k for k in self._topics[key[0]] if k != key)
+        return others
+
+    def _touch(self, key, stream) -> None:
+        """What shard `key` holds of `stream` changed: the other shards whose head is of that stream
+        and now covered by `key` are looked at again (a head `key` does not cover cannot go)."""
+        buffers, dirty = self._buffers, self._dirty
+        for other in self._others(key):
+            buf = buffers.get(other)
+            if buf and other not in dirty:
+                head = buf[0]
+                if head.stream == stream and self._covers(key, head):
+                    dirty.add(other)
+
     def _release(self, policy: ErrorPolicy) -> Iterator[tuple]:
+        """Hand on every head covered by the other shards of its topic, in passes over the shards
+        in the order they were first seen, until a pass hands on nothing. A shard not in `_dirty`
+        is skipped: its head was not covered when last looked at and nothing it depends on (the
+        other shards' records of its stream, their marks) changed since, so the order things are
+        handed on in is the same as looking at every head on every pass."""
+        dirty = self._dirty
         progress = True
-        while progress and self.buffered:
+        while progress and self.buffered and dirty:
             progress = False
             for key, buf in self._buffers.items():
+                if key not in dirty:
+                    continue
+                dirty.discard(key)
+                others = self._others(key)
+                covers = self._covers
                 while buf:
                     head = buf[0]
-                    if not all(self._covers(other, head) for other in self._topics[key[0]] if other != key):
+                    if not all(covers(other, head) for other in others):
                         break
                     buf.popleft()
                     self._by_stream[(key, head.stream)].popleft()
                     self.buffered -= 1
                     progress = True
-                    yield from self._feed(head, policy)
+                    self._touch(key, head.stream)
+                    where, out = self._feed(head, policy)
+                    for entry in out:
+                        policy.tally.input += 1
+                        yield where, entry
+        if not self.buffered:
+            dirty.clear()
 
     def _stream(self, item: _Item) -> _Stream:
         st = self._streams.get(item.stream)
@@ -382,8 +445,11 @@ class DataHubAssembler:
         name = tables(topic) if callable(tables) else tables.get(topic)
         return name if name else ("", topic)
 
-    def _feed(self, item: _Item, policy: ErrorPolicy) -> Iterator[tuple]:
-        st = self._stream(item)
+    def _feed(self, item: _Item, policy: ErrorPolicy) -> tuple[dict | None, list]:
+        """Hand a record to its stream's decoder: (where, the Entries it completed)."""
+        st = self._streams.get(item.stream)
+        if st is None or st.decoder is None:
+            st = self._stream(item)
         decoder = st.decoder
         if st.fed and st.group != item.group:
             # the stream moved on to another Entry: the open one can never complete
@@ -393,30 +459,34 @@ class DataHubAssembler:
         st.group = item.group
         st.released = item.order
         self.released += 1
+        key, seq = item.key, item.seq
         ha = self._handed_after
-        ha[item.key] = max(ha.get(item.key, -1), item.seq)
+        if seq > ha.get(key, -1):
+            ha[key] = seq
         rec = item.rec
-        where = {"shard": f"{item.key[0]}:{item.key[1]}", "sequence": item.seq}
+        shard = self._key_texts.get(key)
+        if shard is None:
+            shard = self._key_texts[key] = f"{key[0]}:{key[1]}"
         try:
             if rec.row is not None:
-                out = decoder.feed(rec.row, number=item.seq)
+                out = decoder.feed(rec.row, number=seq)
             else:
-                out = decoder.feed_line(rec.data, line=item.seq, source=f"{item.key[0]}:{item.key[1]}")
+                out = decoder.feed_line(rec.data, line=seq, source=shard)
         except BridgeError as err:
             count = getattr(err, "count", 1)
             policy.tally.input += count
-            policy.reject(err.located(shard=where["shard"], sequence=item.seq),
-                          rec.data if rec.data is not None else rec.row, count)
-            return
-        self._report(st, decoder.evicted[:], policy)
-        decoder.evicted.clear()
+            policy.reject(err.located(shard=shard, sequence=seq), rec.data if rec.data is not None else rec.row, count)
+            return None, ()
+        if decoder.evicted:
+            self._report(st, decoder.evicted[:], policy)
+            decoder.evicted.clear()
         if decoder.pending:
-            st.fed.append((item.key, item.seq, rec))
-        else:
+            st.fed.append((key, seq, rec))
+        elif st.fed:
             st.fed.clear()
-        for entry in out:
-            policy.tally.input += 1
-            yield where, entry
+        if not out:
+            return None, ()
+        return {"shard": shard, "sequence": seq}, out
 
     def _report(self, st: _Stream, errors: list, policy: ErrorPolicy) -> None:
         for err in errors:
