@@ -38,8 +38,9 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
+# --durations: the slowest tests in every run's log, to keep the suite's time in view
 test: $(STAMP) $(JARS_STAMP)
-	HYPOTHESIS_PROFILE=quick $(PY) -m pytest -q $(XDIST) tests
+	HYPOTHESIS_PROFILE=quick $(PY) -m pytest -q $(XDIST) --durations=25 tests
 
 test-deep: $(STAMP) $(JARS_STAMP)
 	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q $(XDIST) tests

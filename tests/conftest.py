@@ -33,7 +33,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 # The files that take longest (killed Spark drivers and sync processes, Spark streaming), run first:
 # under pytest-xdist (`make test`, a whole file to a worker) the long ones start at once and the
 # short ones fill the gaps, instead of one long file starting last.
-SLOW_FIRST = ("test_spark_pipeline.py", "test_spark_datahub_reverse.py", "test_spark_tables_kill.py", "test_sync.py", "test_spark_streaming.py",
+SLOW_FIRST = ("test_spark_cluster.py", "test_spark_pipeline.py", "test_spark_datahub_reverse.py", "test_spark_tables_kill.py", "test_sync.py", "test_spark_streaming.py",
               "test_spark_tables.py", "test_sync_tables.py", "test_kafka.py", "test_spark.py",
               "test_spark_datahub.py")
 

@@ -1,4 +1,5 @@
-"""The forward streaming kill test on a real Spark standalone cluster (issue 33, point 5): a master
+"""The streaming kill tests on a real Spark standalone cluster (issue 33, point 5), both directions,
+in one file so that the suite starts one cluster: a master
 and two one-core workers started by the tests from pyspark's own jars (tests/support/spark_cluster.py,
 the session fixture `spark_cluster`), a driver process (tests/pipeline_jobs/driver.py) with
 `spark.master` at that cluster, so each micro-batch's two tasks (one per Kafka partition) run in
@@ -15,7 +16,18 @@ and the executors' logs show tasks run on both workers.
 - test_blob_on_the_cluster_killed_and_restarted: 1 kill (make test).
 - test_blob_on_the_cluster_killed_and_restarted_deep: 4 kills (make test-deep).
 
-Seeds: SPARK_PIPELINE_SEED=N (default 1729), as tests/test_spark_pipeline.py.
+The reverse stream on the same cluster (`kill_run`, tests/support/reverse_stream.py, as
+tests/test_spark_datahub_reverse.py runs it on local[2]): DataHub (3 shards, an Entry's rows and an
+UPDATE's halves on several shards) -> `blob_to_dts` (the shards merged in the executors' state) ->
+`dts-kafka`, the driver SIGKILLed and restarted from its checkpoint with a shard split in between;
+a read_committed consumer sees every Entry once, in order per Kafka partition, equal to `convert`;
+the executors of both workers ran tasks.
+
+- test_reverse_on_the_cluster_killed_and_restarted: 1 kill (make test).
+- test_reverse_on_the_cluster_killed_many_times: 4 kills (make test-deep).
+
+Seeds: SPARK_PIPELINE_SEED=N (default 1729), as tests/test_spark_pipeline.py; the reverse runs
+SPARK_REVERSE_SEED=N (default 33).
 """
 from __future__ import annotations
 
@@ -35,10 +47,12 @@ pytest.importorskip("confluent_kafka")
 pytestmark = [pytest.mark.spark, pytest.mark.datahub]
 
 from bridge import shard_key  # noqa: E402
+from bridge.datahub.calls import make_client  # noqa: E402
 from bridge.datahub.sink import shard_for  # noqa: E402
 from bridge.wire.framing import Reassembler, pack_entries, read_pb, write_pb  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.pipeline import ENV, ROOT, bridge_cli, fault_summary, run_bridge  # noqa: E402
+from support.reverse_stream import kill_run  # noqa: E402
 from support.spark_driver import (  # noqa: E402
     PROJECT,
     Driver,
@@ -151,3 +165,24 @@ def test_blob_on_the_cluster_killed_and_restarted(kafka_broker, spark_cluster, c
 @pytest.mark.deep
 def test_blob_on_the_cluster_killed_and_restarted_deep(kafka_broker, spark_cluster, cluster_topic, tmp_path):
     _cluster_pipeline(tmp_path, kafka_broker, spark_cluster, cluster_topic, kills=4, seed=SEED + 1)
+
+
+# ---- the reverse stream: DataHub -> blob_to_dts -> dts-kafka -------------------------------------
+
+@pytest.fixture(scope="module")
+def reverse_datahub():
+    with StandInDataHub() as server:
+        yield server, make_client(server.endpoint, "id", "key")
+
+
+def test_reverse_on_the_cluster_killed_and_restarted(kafka_broker, spark_cluster, reverse_datahub, tmp_path):
+    server, client = reverse_datahub
+    kill_run(server, client, kafka_broker, tmp_path, kills=1, seed=int(os.environ.get("SPARK_REVERSE_SEED", "33")),
+             cluster=spark_cluster)
+
+
+@pytest.mark.deep
+def test_reverse_on_the_cluster_killed_many_times(kafka_broker, spark_cluster, reverse_datahub, tmp_path):
+    """Four kills, in micro-batches of 24 records (about 10: each run has some)."""
+    server, client = reverse_datahub
+    kill_run(server, client, kafka_broker, tmp_path, kills=4, seed=7, cluster=spark_cluster, max_records=24)
