@@ -16,7 +16,7 @@ rounds', and `running_vs_floor_per_round` each round's, whose passes ran side by
 what no exact streaming design can beat: the floor's shuffle with the batch job's per-partition
 function (`dts_to_blob_batches`, DROPMALFORMED) in its `mapInArrow`, no state at all, so each
 micro-batch's Entries cut by its ends are rejected instead of kept (a few fewer output rows, an upper
-bound). The batch pass is
+bound); `ceiling_tuple` the same with `dts_to_tuple_batches`. The batch pass is
 `dts_to_blob(spark.read.parquet(...))` of the same files (it shuffles into Kafka order, as the
 streaming job groups by Kafka partition) into `noop`. Both are warmed up once; the best of
 `repeat` alternating rounds counts.
@@ -83,10 +83,11 @@ def _floor(stream):
             .mapInArrow(identity, FLOOR_COLUMNS))
 
 
-def _ceiling(stream):
+def _ceiling(stream, fn=None, schema=None):
     import bridge.spark as bs
-    return (stream.select("topic", "partition", "offset", "value").repartition("topic", "partition")
-            .mapInArrow(bs.dts_to_blob_batches(mode="DROPMALFORMED", arrow=True), bs.blob_schema("DROPMALFORMED")))
+    if fn is None:
+        fn, schema = bs.dts_to_blob_batches(mode="DROPMALFORMED", arrow=True), bs.blob_schema("DROPMALFORMED")
+    return stream.select("topic", "partition", "offset", "value").repartition("topic", "partition").mapInArrow(fn, schema)
 
 
 def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str], None]) -> dict:
@@ -145,6 +146,9 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     passes = {"batch": batch_pass,
               "floor": lambda: stream_pass("floor", folder, _floor),
               "ceiling": lambda: stream_pass("ceiling", folder, _ceiling),
+              "ceiling_tuple": lambda: stream_pass("ceiling_tuple", folder, lambda s: _ceiling(
+                  s, bs.dts_to_tuple_batches(table, schema, mode="DROPMALFORMED", columns=columns, arrow=True),
+                  bs.tuple_schema(schema, columns, "DROPMALFORMED"))),
               "streaming": lambda: stream_pass("streaming", folder, bs.dts_to_blob),
               "streaming_tuple": lambda: stream_pass("streaming_tuple", folder,
                                                      lambda s: bs.dts_to_tuple(s, table, schema, columns=columns)),
@@ -169,7 +173,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         spark.stop()
         shutil.rmtree(checkpoints, ignore_errors=True)
     best = {name: min(t) for name, t in times.items()}
-    for name in ("floor", "ceiling", "streaming", "streaming_tuple"):
+    for name in ("floor", "ceiling", "ceiling_tuple", "streaming", "streaming_tuple"):
         share, seconds = min(steady[name], key=lambda x: x[1] / x[0])
         best[f"{name}_running"] = seconds / share  # the whole input at the running query's best pace
     best["streaming_one_micro_batch_add_batch"] = min(add_batch)
@@ -184,11 +188,12 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         "streaming_running_vs_floor": round(best["floor_running"] / best["streaming_running"], 3),
         "streaming_tuple_running_vs_floor": round(best["floor_running"] / best["streaming_tuple_running"], 3),
         "ceiling_running_vs_floor": round(best["floor_running"] / best["ceiling_running"], 3),
+        "ceiling_tuple_running_vs_floor": round(best["floor_running"] / best["ceiling_tuple_running"], 3),
         # per round, each pass's running pace over the floor's of the same round
         "running_vs_floor_per_round": {
             name: [round(floor_s / floor_share * share / seconds, 3)
                    for (floor_share, floor_s), (share, seconds) in zip(steady["floor"], steady[name])]
-            for name in ("ceiling", "streaming", "streaming_tuple")},
+            for name in ("ceiling", "ceiling_tuple", "streaming", "streaming_tuple")},
         "streaming_vs_floor": round(best["floor"] / best["streaming"], 3),
         "add_batch_vs_batch": round(best["batch"] / best["streaming_one_micro_batch_add_batch"], 3),
         # each round's running paces side by side (rows/s), so the ratio's spread shows
