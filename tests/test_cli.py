@@ -550,6 +550,21 @@ def test_usage_errors_exit_2(run, tmp_path, monkeypatch, argv, says):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flags, says", [
+    (["--subscription", "s1"], "--subscription"),
+    (["--since", "0", "--no-transactions"], "--since, --no-transactions"),
+    (["--partition-by", "key", "--accept-data-loss"], "--partition-by, --accept-data-loss"),
+    (["--transactional-id", "t"], "--transactional-id"),
+])
+def test_sync_refuses_the_to_dts_flags_in_the_forward_direction(run, flags, says):
+    """Flags of `sync --to dts` would be ignored by sync --to blob / tuple: refused, before any
+    broker or DataHub is asked (the addresses here answer nothing)."""
+    result = run("sync", "--brokers", "127.0.0.1:1", "--topic", "t", "--offsets-file", "o.json", "--to", "blob",
+                 "--datahub-endpoint", "http://127.0.0.1:1", "--project", "p", "--datahub-topic", "b", *flags)
+    assert result.code == 2 and says in result.err and "only with --to dts" in result.err, result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err
+
+
 def test_an_internal_error_is_one_line_and_exit_1(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cli.BlobEncoder, "convert_lines", lambda self, entry, raw=None: 1 / 0)
     argv = ["convert", str(SAMPLES / "mariadb.pb"), "-o", str(tmp_path / "x.jsonl")]

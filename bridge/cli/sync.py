@@ -301,9 +301,18 @@ class _SayWhereToStart:
         self.store.save(commit, read)
 
 
+# the flags of the "--to dts" group, with their defaults: given to the forward sync they would be
+# ignored, so they are refused
+_TO_DTS_ONLY = (("since", None), ("transactional_id", None), ("no_transactions", False), ("partition_by", "table"),
+                ("subscription", None), ("accept_data_loss", False))
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
     if args.to == "dts":
         return cmd_sync_to_dts(args)
+    given = ["--" + name.replace("_", "-") for name, default in _TO_DTS_ONLY if getattr(args, name, default) != default]
+    if given:
+        raise UsageError(f"{', '.join(given)}: only with --to dts (DataHub -> Kafka); sync --to {args.to} reads Kafka")
     from bridge import kafka, sync
     from bridge.cli import observe
     from bridge.datahub.sink import DataHubWriter
