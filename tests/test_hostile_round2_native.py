@@ -20,24 +20,12 @@ import bridge
 from bridge import pb
 from bridge.errors import DecodeError
 from bridge.native import NATIVE, speedups
+from support.wire_spec import varint
 
 needs_native = pytest.mark.skipif(not NATIVE, reason="C extension switched off (BRIDGE_PURE_PYTHON)")
 
 
 # ---- finding 6: tags and lengths as protobuf reads them -----------------------------------------
-
-def varint(value: int, size: int | None = None) -> bytes:
-    """value as a varint of `size` bytes (overlong when more than it needs; its low bits when fewer)."""
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F)
-        value >>= 7
-        if (size is None and not value) or (size is not None and len(out) == size):
-            break
-    for i in range(len(out) - 1):
-        out[i] |= 0x80
-    return bytes(out)
-
 
 def protobuf_parses(data: bytes, message=pb.Entries) -> bool:
     try:

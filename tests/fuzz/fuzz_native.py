@@ -57,6 +57,8 @@ if os.environ.get("BRIDGE_SPEEDUPS_SO"):  # before bridge is imported: the one b
     sys.modules[_spec.name] = _module
 
 sys.path.insert(0, ROOT)
+from tests.support.wire_spec import varint  # noqa: E402  (the tests' own varint writer, not instrumented)
+
 with atheris.instrument_imports(include=["bridge"]):
     import orjson
 
@@ -356,19 +358,6 @@ def check_round_trip(raw: bytes, lines: list, options) -> None:
 
 # ---- Entries bytes (issue 29, finding 6) ----------------------------------------------------------
 
-def _varint(value: int, size: int | None = None) -> bytes:
-    """value as a varint of `size` bytes (overlong when more than it needs; its low bits when fewer)."""
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F)
-        value >>= 7
-        if (size is None and not value) or (size is not None and len(out) == size):
-            break
-    for i in range(len(out) - 1):
-        out[i] |= 0x80
-    return bytes(out)
-
-
 def _protobuf_parses(data: bytes, message) -> bool:
     try:
         message.FromString(data)
@@ -467,22 +456,22 @@ def _edge_field(fdp: atheris.FuzzedDataProvider, entries: list) -> bytes:
     value = field << 3 | wt
     spelling = fdp.ConsumeIntInRange(0, 3)
     if spelling == 2:
-        tag = _varint(value, max(len(_varint(value)), fdp.ConsumeIntInRange(1, 11)))
+        tag = varint(value, max(len(varint(value)), fdp.ConsumeIntInRange(1, 11)))
     elif spelling == 3:
-        tag = _varint(value | fdp.PickValueInList([1 << 32, 1 << 35, 1 << 40, 1 << 63]))
+        tag = varint(value | fdp.PickValueInList([1 << 32, 1 << 35, 1 << 40, 1 << 63]))
     else:
-        tag = _varint(value)
+        tag = varint(value)
     if wt == 0:
-        payload = _varint(fdp.ConsumeIntInRange(0, 2**64 - 1), fdp.PickValueInList([None, 10, 11]))
+        payload = varint(fdp.ConsumeIntInRange(0, 2**64 - 1), fdp.PickValueInList([None, 10, 11]))
     elif wt in (1, 5):
         payload = b"\x00" * fdp.PickValueInList([8 if wt == 1 else 4, 3])
     elif wt == 2:
         body = fdp.PickValueInList(entries) if fdp.ConsumeBool() else fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 12))
-        size = len(_varint(len(body)))
-        payload = _varint(len(body) + fdp.PickValueInList([0, 0, 0, 1, -1]),
+        size = len(varint(len(body)))
+        payload = varint(len(body) + fdp.PickValueInList([0, 0, 0, 1, -1]),
                           fdp.PickValueInList([size, size, 5, 6, 10])) + body
     elif wt == 3:
-        payload = fdp.PickValueInList([_varint(field << 3 | 4), b"", _varint((field + 1) << 3 | 4)])
+        payload = fdp.PickValueInList([varint(field << 3 | 4), b"", varint((field + 1) << 3 | 4)])
     else:
         payload = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 2))
     return tag + payload
@@ -498,11 +487,11 @@ def _structured_entries(fdp: atheris.FuzzedDataProvider) -> bytes:
             parts.append(_edge_field(fdp, entries))
         roll = fdp.ConsumeIntInRange(0, 3)
         if roll == 3:  # the item's own tag or length at an edge
-            tag = fdp.PickValueInList([_varint(10, 5), _varint(10, 6), _varint(10 | 1 << 32), _varint(10 | 1 << 35),
-                                       _varint(18 | 1 << 35), _varint(2)])
-            parts.append(tag + _varint(len(raw), fdp.PickValueInList([None, 5, 6])) + raw)
+            tag = fdp.PickValueInList([varint(10, 5), varint(10, 6), varint(10 | 1 << 32), varint(10 | 1 << 35),
+                                       varint(18 | 1 << 35), varint(2)])
+            parts.append(tag + varint(len(raw), fdp.PickValueInList([None, 5, 6])) + raw)
         else:
-            parts.append(b"\x0a" + _varint(len(raw)) + raw)
+            parts.append(b"\x0a" + varint(len(raw)) + raw)
     if fdp.ConsumeIntInRange(0, 3) == 3:
         parts.append(_edge_field(fdp, entries))
     return b"".join(parts)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import pathlib
+import sys
 
 import orjson
 
@@ -15,6 +16,9 @@ import bridge
 from bridge import pb
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from support.wire_spec import varint  # noqa: E402  (the tests' one varint writer)
+
 T0 = 1_700_000_000
 
 
@@ -125,19 +129,6 @@ def main() -> None:
     issue_29()
 
 
-def _varint(value: int, size: int | None = None) -> bytes:
-    """value as a varint of `size` bytes (overlong when more than it needs)."""
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F)
-        value >>= 7
-        if (size is None and not value) or (size is not None and len(out) == size):
-            break
-    for i in range(len(out) - 1):
-        out[i] |= 0x80
-    return bytes(out)
-
-
 def issue_29() -> None:
     """The input classes of issue 29 (the `.pb` seeds: one Envelope each Entry; `.entries.bin`: an
     Entries' bytes as they are, the fuzz target's b"N" inputs)."""
@@ -186,14 +177,14 @@ def issue_29() -> None:
     # 3. Entries bytes with tags and lengths at the edges of what protobuf reads
     item = pb.Entry(header=_header(60, messageType=pb.HEARTBEAT),
                     event=pb.Event(heartbeatEvent=pb.HeartbeatEvent(epoch=T0))).SerializeToString()
-    framed = b"\x0a" + _varint(len(item)) + item
+    framed = b"\x0a" + varint(len(item)) + item
     cases = {
-        "tag-above-2-32-on-field-2": _varint(1 << 35 | 2 << 3 | 2) + _varint(len(item)) + item,  # C dropped it
-        "tag-above-2-32-on-field-1": _varint(1 << 32 | 1 << 3 | 2) + _varint(len(item)) + item,
-        "overlong-6-byte-tag": _varint(1 << 3 | 2, 6) + _varint(len(item)) + item,
-        "overlong-5-byte-tag-and-length": _varint(1 << 3 | 2, 5) + _varint(len(item), 5) + item,  # protobuf takes it
-        "overlong-6-byte-length": b"\x0a" + _varint(len(item), 6) + item,
-        "field-2-29": framed + _varint(1 << 29 << 3) + b"\x00",
+        "tag-above-2-32-on-field-2": varint(1 << 35 | 2 << 3 | 2) + varint(len(item)) + item,  # C dropped it
+        "tag-above-2-32-on-field-1": varint(1 << 32 | 1 << 3 | 2) + varint(len(item)) + item,
+        "overlong-6-byte-tag": varint(1 << 3 | 2, 6) + varint(len(item)) + item,
+        "overlong-5-byte-tag-and-length": varint(1 << 3 | 2, 5) + varint(len(item), 5) + item,  # protobuf takes it
+        "overlong-6-byte-length": b"\x0a" + varint(len(item), 6) + item,
+        "field-2-29": framed + varint(1 << 29 << 3) + b"\x00",
         "field-0": framed + b"\x00\x00",
         "wire-types-6-and-7": framed + b"\x16\x00\x17\x00",
         "group-skipped-by-protobuf": framed + b"\x13\x08\x01\x14" + framed,

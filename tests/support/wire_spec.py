@@ -81,11 +81,16 @@ def compile_spec(tmp: Path) -> SimpleNamespace:
         for name in SPEC_MESSAGES})
 
 
-def varint(n: int) -> bytes:
-    """n >= 0 as a protobuf varint: 7 bits a byte, least significant first, the high bit on all but the last."""
+def varint(n: int, size: int | None = None) -> bytes:
+    """n >= 0 as a protobuf varint: 7 bits a byte, least significant first, the high bit on all but the
+    last. With `size`, exactly `size` bytes: overlong (padded with continuation bytes) when more than
+    it needs, its low 7*size bits when fewer (the hostile framings of the fuzz target and its tests)."""
     out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
+    while True:
+        out.append(n & 0x7F)
         n >>= 7
-    out.append(n)
+        if (size is None and not n) or (size is not None and len(out) == size):
+            break
+    for i in range(len(out) - 1):
+        out[i] |= 0x80
     return bytes(out)
