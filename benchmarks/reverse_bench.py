@@ -163,10 +163,13 @@ def run_read_floor(endpoint: str, lines: int) -> dict:
     began = time.perf_counter()
     source.open({})
     got = 0
-    while got < lines:
-        got += sum(1 for item in source.poll(1000, 0.5) if not isinstance(item[2], ShardMark))
-    seconds = time.perf_counter() - began
-    return {"seconds": seconds, "records_read": got}
+    try:
+        while got < lines:
+            got += sum(1 for item in source.poll(1000, 0.5) if not isinstance(item[2], ShardMark))
+        seconds = time.perf_counter() - began
+    finally:
+        source.close()
+    return {"seconds": seconds, "records_read": got, "readers": source.readers}
 
 
 def run_cli_sync(endpoint: str, bootstrap: str, broker, entries: int) -> dict:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.datahub
 from datahub.models import BlobRecord, FieldType, RecordSchema, TupleRecord  # noqa: E402
 
 from bridge.blob.encode import BlobEncoder  # noqa: E402
-from bridge.datahub.calls import make_client  # noqa: E402
+from bridge.datahub.calls import DataHubError, make_client  # noqa: E402
 from bridge.datahub.source import DataHubSource, DataLossError, key_text, merge_shards, parse_key  # noqa: E402
 from bridge.options import Options  # noqa: E402
 from bridge.pipeline import run  # noqa: E402
@@ -175,6 +175,33 @@ def test_split_and_merge_mid_read(server, client):
     assert set(source.keys()) >= {("t", children[0]), ("t", children[1]), ("t", merged)}
 
 
+def test_a_pickled_source_goes_on_where_it_was(server, client):
+    """Spark ships a source to its tasks: a copy leaves the readers and what they fetched ahead
+    behind and reads again from each shard's position, so every Entry comes once, in order."""
+    import pickle
+    server.create_topic(P, "t", shard_count=3)
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    source, asm = make(client, "t", from_beginning=True)
+    policy = ErrorPolicy("fail")
+    source.open({})
+    got, deadline = [], time.monotonic() + 10
+    while asm.released < 20 and time.monotonic() < deadline:
+        got += [e for _, e in asm.entries(source.poll(7, 0.05), policy)]
+    assert 0 < len(got) < len(expected(lines))
+    source.wants_tick = None  # (the assembler's: not shipped with the source)
+    copy = pickle.loads(pickle.dumps(source))
+    source.close()
+    copy.wants_tick = asm.waiting
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        batch = copy.poll(200, 0.05)
+        got += [e for _, e in asm.entries(batch, policy)]
+        if not batch and copy.caught_up() and not asm.buffered:
+            break
+    copy.close()
+    assert [e.SerializeToString() for e in got] == expected(lines)
+
+
 def test_faults_throttling_and_5xx(server, client):
     server.create_topic(P, "t", shard_count=3)
     lines, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
@@ -183,6 +210,28 @@ def test_faults_throttling_and_5xx(server, client):
     got = drain(source, asm, ErrorPolicy("fail"))
     assert [e.SerializeToString() for e in got] == expected(lines)
     assert server.faults.count() > 5 and source.retries > 0
+
+
+def test_a_shard_failing_for_good_stops_the_loop_naming_it(server, client):
+    """A reader thread's error surfaces in poll, on the loop's thread, naming the shard; the
+    records of the other shards read before it are handed on in order."""
+    server.create_topic(P, "t", shard_count=3)
+    write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    server.faults.fail_next("GetRecords", status=500, times=None, shard="1")
+    source, asm = make(client, "t", from_beginning=True, max_retries=2)
+    source.open({})
+    seen = []
+    with pytest.raises(DataHubError, match=r"proj/t shard 1 at 0: giving up after 2 retries: GetRecords"):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            seen += [r[1] for r in source.poll(50, 0.05) if r[0] == ("t", "0") and r[2].__class__.__name__ ==
+                     "DataHubRecord"]
+    source.close()
+    assert seen == list(range(len(seen)))
+    deadline = time.monotonic() + 10  # close() stops the readers (a request under way ends first)
+    while any(t.is_alive() for t in source._threads) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.is_alive() for t in source._threads)
 
 
 def test_since_reads_from_a_time(server, client):

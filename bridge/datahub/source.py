@@ -235,21 +235,38 @@ class DataHubSource(Retrying):
         self._relist_at = 0.0
         self._initial: dict = {}
         self._rr = 0  # round-robin start
-        # prefetch (see the module docstring): the readers' shared state, under _cond
         self.readers, self.prefetch = readers, prefetch
+        self._shared_lock: threading.Lock | None = None
+        self._init_prefetch()
+        self._relist(initial=True)
+
+    def _init_prefetch(self) -> None:
+        """The readers' shared state (see the module docstring), under _cond: none running yet."""
         self._cond = threading.Condition()
         self._feeds: dict[tuple, _Feed] = {}
         self._ready: deque = deque()  # feeds to fetch now
         self._later: list = []  # heap of (when, n, feed): shards at their end, asked again later
         self._tick = itertools.count()
         self._threads: list = []
-        self._idle_threads = 0
         self._held = 0  # records in fetched pages not yet taken
         self._arrivals = 0  # pages fetched so far (poll waits for the next)
         self._polled_at = 0.0
         self._stopping = False
-        self._shared_lock: threading.Lock | None = None
-        self._relist(initial=True)
+
+    _PREFETCH_STATE = ("_cond", "_feeds", "_ready", "_later", "_tick", "_threads", "_held", "_arrivals",
+                       "_polled_at", "_stopping")
+
+    def __getstate__(self) -> dict:
+        """Picklable (Spark ships a source to its tasks): without the readers and what they fetched
+        ahead; a copy fetches again from each shard's position when it polls."""
+        state = {k: v for k, v in self.__dict__.items() if k not in self._PREFETCH_STATE}
+        if state.get("_shared_lock") is not None:
+            state["client"], state["_shared_lock"] = self.client._client, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_prefetch()
 
     # -- topics and shards ----------------------------------------------------------------------
     def _resolve(self, topics) -> list[str]:
@@ -570,8 +587,8 @@ class DataHubSource(Retrying):
         lifecycle (lost records, or the shard's end), else a DataHubError naming the shard."""
         from datahub import exceptions as dx
         key = (st.topic, st.shard_id)
-        if isinstance(exc, DataHubError):
-            raise exc
+        if isinstance(exc, DataHubError):  # retries used up (or stopped): which shard it was
+            raise type(exc)(f"DataHub {self.project}/{st.topic} shard {st.shard_id} at {st.next}: {exc}") from None
         if isinstance(exc, (dx.ShardSealedException, dx.ResourceNotFoundException)):
             code = getattr(exc, "error_code", None) or type(exc).__name__
             if code not in _RESHARD_CODES and not isinstance(exc, dx.ShardSealedException):
