@@ -175,8 +175,8 @@ def _processor(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTall
             topic, partition = (key if len(key) == 2 else (None, key[0]))
             topic = None if topic is None else str(topic)
             partition = int(partition)
-            reassembler, opened = load_state(self.state.get() if self.state.exists() else None, partition,
-                                             job.lazy)
+            # get() is None for a key without state: one state-server round trip, not two (exists, get)
+            reassembler, opened = load_state(self.state.get(), partition, job.lazy)
             job.reassemblers = {topic: reassembler}
             job.streaming.now_ms, job.streaming.opened = now_ms, opened
             wanted = job.inputs(list(frame.columns))
