@@ -108,6 +108,34 @@ def test_keys_text_round_trip(server, client):
     assert [parse_key(key_text(k)) for k in source.keys()] == source.keys()
 
 
+def test_blob_pages_parse_as_pydatahub_does(server, client):
+    """The reader's own parse of a Blob GetRecords page (pydatahub's request, the answer read by
+    the protobuf runtime) gives the records pydatahub's get_blob_records gives, field for field."""
+    from datahub.models import CursorType
+
+    from bridge.datahub.source import _get_blob_page, _PbPage
+    server.create_topic(P, "t", shard_count=1)
+    lines = [ln for _, ls in sample_lines("mixed") for ln in ls]
+    records = [blob(line, f"0:{i}:0:0") for i, line in enumerate(lines)]
+    odd = blob(bytes(range(256)) + "ü東🚀".encode())
+    odd.put_attribute("ключ", "値 🚀")
+    records.append(odd)
+    for i in range(0, len(records), 50):
+        client.put_records_by_shard(P, "t", "0", records[i:i + 50])
+    source = DataHubSource(client, P, "t", from_beginning=True, readers=0)
+    cursor = client.get_cursor(P, "t", "0", CursorType.OLDEST).cursor
+    fast = _get_blob_page(client, P, "t", "0", cursor, 1000)
+    slow = client.get_blob_records(P, "t", "0", cursor, 1000)
+    assert type(fast) is _PbPage and fast.next_cursor == slow.next_cursor
+    for start in (0, 7):
+        mine, after = source._records_of("t", "0", fast, start, 1.5)
+        theirs, after2 = source._records_of("t", "0", slow, start, 1.5)
+        assert mine == theirs and after == after2 == len(records)
+        assert [r[1] for r in mine] == list(range(start, len(records)))
+        assert all(type(r[2].data) is bytes for r in mine)
+    assert mine[-1][2].data == bytes(range(256)) + "ü東🚀".encode() and mine[-1][2].attributes == {"ключ": "値 🚀"}
+
+
 def test_ends_count_what_is_not_read_yet(server, client):
     """The lag a run shows (end less committed) counts the records still to read: ends() asks each
     shard being read for its end, not only how far reading got."""

@@ -189,6 +189,85 @@ def _client_copy(client):
     return new
 
 
+_PB_RESPONSE: list = []  # the GetRecordsResponse class below, built once
+
+
+def _pb_response_class():
+    """pydatahub's GetRecordsResponse (datahub/proto/datahub_record_proto_pb.py, the same field
+    numbers and types) as a message of the protobuf runtime (upb), in a pool of its own: a 1,000
+    record page parses in a fraction of a millisecond instead of pydatahub's several (cprotobuf
+    objects, then a BlobRecord per record)."""
+    if _PB_RESPONSE:
+        return _PB_RESPONSE[0]
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    fdp = descriptor_pb2.FileDescriptorProto(name="dts_bridge_datahub_get_records.proto",
+                                             package="dts_bridge_datahub", syntax="proto2")
+    f = descriptor_pb2.FieldDescriptorProto
+    one, many = f.LABEL_OPTIONAL, f.LABEL_REPEATED
+    messages = {
+        "StringPair": [("key", 1, f.TYPE_STRING, one, ""), ("value", 2, f.TYPE_STRING, one, "")],
+        "FieldData": [("value", 1, f.TYPE_BYTES, one, "")],
+        "RecordAttributes": [("attributes", 1, f.TYPE_MESSAGE, many, "StringPair")],
+        "RecordData": [("data", 1, f.TYPE_MESSAGE, many, "FieldData")],
+        "RecordEntry": [("shard_id", 1, f.TYPE_STRING, one, ""), ("hash_key", 2, f.TYPE_STRING, one, ""),
+                        ("partition_key", 3, f.TYPE_STRING, one, ""), ("cursor", 4, f.TYPE_STRING, one, ""),
+                        ("next_cursor", 5, f.TYPE_STRING, one, ""), ("sequence", 6, f.TYPE_INT64, one, ""),
+                        ("system_time", 7, f.TYPE_INT64, one, ""),
+                        ("attributes", 8, f.TYPE_MESSAGE, one, "RecordAttributes"),
+                        ("data", 9, f.TYPE_MESSAGE, one, "RecordData")],
+        "GetRecordsResponse": [("next_cursor", 1, f.TYPE_STRING, one, ""), ("record_count", 2, f.TYPE_INT32, one, ""),
+                               ("start_sequence", 3, f.TYPE_INT64, one, ""),
+                               ("records", 4, f.TYPE_MESSAGE, many, "RecordEntry")],
+    }
+    for name, fields in messages.items():
+        message = fdp.message_type.add(name=name)
+        for field_name, number, kind, label, type_name in fields:
+            added = message.field.add(name=field_name, number=number, type=kind, label=label)
+            if type_name:
+                added.type_name = f".dts_bridge_datahub.{type_name}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    _PB_RESPONSE.append(message_factory.GetMessageClass(pool.FindMessageTypeByName(
+        "dts_bridge_datahub.GetRecordsResponse")))
+    return _PB_RESPONSE[0]
+
+
+class _PbPage:
+    """A Blob GetRecords answer parsed by `_get_blob_page`: `records` are RecordEntry messages."""
+    __slots__ = ("records", "next_cursor")
+
+    def __init__(self, records, next_cursor) -> None:
+        self.records, self.next_cursor = records, next_cursor
+
+
+_CRC32C: list = []
+
+
+def _get_blob_page(client, project: str, topic: str, shard_id: str, cursor: str, limit: int):
+    """GetRecords of a Blob shard through pydatahub's protobuf client (its request, signing,
+    compression and errors), the answer parsed by `_pb_response_class`; None when `client` is not
+    pydatahub's protobuf client (then its own `get_blob_records` is called)."""
+    impl = getattr(client, "_datahub_impl", None)
+    rest = getattr(impl, "_rest_client", None)
+    if rest is None or type(impl).__name__ != "DataHubPB":
+        return None
+    from datahub.exceptions import DatahubException
+    from datahub.models.params import GetPBRecordsRequestParams
+    from datahub.rest import Path
+    request = GetPBRecordsRequestParams(cursor, limit)
+    content, _ = rest.post(Path.SHARD % (project, topic, shard_id), data=request.content(),
+                           headers=request.extra_headers(None), compress_format=impl._compress_format)
+    if not _CRC32C:
+        import crcmod.predefined
+        _CRC32C.append(crcmod.predefined.mkCrcFun("crc-32c"))
+    body = bytes(content)
+    pb = body[12:]  # after "DHUB", the crc32c and the length, as pydatahub's unwrap_pb_frame reads it
+    if int.from_bytes(body[4:8], "big") != _CRC32C[0](pb) & 0xFFFFFFFF:
+        raise DatahubException("Parse pb response body fail, error: crc check error")
+    answer = _pb_response_class().FromString(pb)
+    return _PbPage(answer.records, answer.next_cursor)
+
+
 class DataHubSource(Retrying):
     """A pipeline Source over the shards of DataHub topics (see the module docstring).
 
@@ -524,7 +603,8 @@ class DataHubSource(Retrying):
             cursor = self.call(lambda: client.get_cursor(self.project, topic, shard_id, CursorType.SEQUENCE, next_),
                                "GetCursor", raw=True).cursor
         if self.kinds[topic] == "BLOB":
-            result = self.call(lambda: client.get_blob_records(self.project, topic, shard_id, cursor, limit),
+            result = self.call(lambda: _get_blob_page(client, self.project, topic, shard_id, cursor, limit)
+                               or client.get_blob_records(self.project, topic, shard_id, cursor, limit),
                                "GetRecords", raw=True)
         else:
             result = self.call(lambda: client.get_tuple_records(self.project, topic, shard_id, self.schemas[topic],
@@ -536,7 +616,17 @@ class DataHubSource(Retrying):
         and the position after them."""
         key = (topic, shard_id)
         out = []
-        if self.kinds[topic] == "BLOB":
+        if type(result) is _PbPage:
+            for r in result.records:
+                seq = r.sequence
+                if seq < next_:
+                    continue  # (a cursor placed before the position: already handed on)
+                value = DataHubRecord(topic, shard_id, seq, r.system_time,
+                                      {a.key: a.value for a in r.attributes.attributes}, data=r.data.data[0].value,
+                                      read_at=now)
+                out.append((key, seq, value, value.attributes))
+                next_ = seq + 1
+        elif self.kinds[topic] == "BLOB":
             for r in result.records or ():
                 seq = r.sequence
                 if seq < next_:
