@@ -179,6 +179,7 @@ class DataHubAssembler:
         self._dirty: set = set()
         self._key_texts: dict = {}  # key -> "topic:shard"
         self._others_of: dict = {}  # key -> the other shards of its topic
+        self._blockers: dict = {}  # key -> the other shard that held its head back when last looked at
 
     # -- the Assembler protocol -----------------------------------------------------------------
     def entries(self, records: Iterable[tuple], policy: ErrorPolicy) -> Iterator[tuple]:
@@ -380,21 +381,35 @@ class DataHubAssembler:
 
     def _touch(self, key, stream) -> None:
         """What shard `key` holds of `stream` changed: the other shards whose head is of that stream
-        and now covered by `key` are looked at again (a head `key` does not cover cannot go)."""
-        buffers, dirty = self._buffers, self._dirty
+        and was held back by `key` when last looked at are looked at again (a head held back by
+        another shard is still held back: nothing of that shard changed)."""
+        buffers, dirty, blockers = self._buffers, self._dirty, self._blockers
         for other in self._others(key):
-            buf = buffers.get(other)
-            if buf and other not in dirty:
-                head = buf[0]
-                if head.stream == stream and self._covers(key, head):
+            if other not in dirty:
+                buf = buffers.get(other)
+                if buf and buf[0].stream == stream and blockers.get(other, key) == key:
                     dirty.add(other)
+
+    def _blocker(self, key, head: _Item, others: tuple):
+        """The other shard that does not cover `head` (the one that did not last time first), or
+        None when every other shard covers it."""
+        covers = self._covers
+        first = self._blockers.get(key)
+        if first is not None and not covers(first, head):
+            return first
+        for other in others:
+            if other != first and not covers(other, head):
+                self._blockers[key] = other
+                return other
+        return None
 
     def _release(self, policy: ErrorPolicy) -> Iterator[tuple]:
         """Hand on every head covered by the other shards of its topic, in passes over the shards
         in the order they were first seen, until a pass hands on nothing. A shard not in `_dirty`
-        is skipped: its head was not covered when last looked at and nothing it depends on (the
-        other shards' records of its stream, their marks) changed since, so the order things are
-        handed on in is the same as looking at every head on every pass."""
+        is skipped: its head was held back by one other shard (`_blockers`) when last looked at
+        and nothing of that shard it depends on (its records of the head's stream, its marks)
+        changed since, so the order things are handed on in is the same as looking at every head
+        on every pass."""
         dirty = self._dirty
         progress = True
         while progress and self.buffered and dirty:
@@ -404,10 +419,9 @@ class DataHubAssembler:
                     continue
                 dirty.discard(key)
                 others = self._others(key)
-                covers = self._covers
                 while buf:
                     head = buf[0]
-                    if not all(covers(other, head) for other in others):
+                    if others and self._blocker(key, head, others) is not None:
                         break
                     buf.popleft()
                     self._by_stream[(key, head.stream)].popleft()
