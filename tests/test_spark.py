@@ -624,3 +624,24 @@ def test_demo_summary_counts(spark):
         entries, messages = entries + policy.tally.input, messages + policy.tally.outputs
     assert f"-> {entries} Entries -> {messages} Blob messages" in text
     assert text.endswith(bridge.cli.demo.summary_table([(*key, n) for key, n in counts.items()]))
+
+
+@pytest.mark.parametrize("value, precision, scale, expected", [
+    ("9099250.47", 12, 2, "9099250.47"),   # at the scale and fits: the value itself (the fast path)
+    ("1.5", 12, 2, "1.50"),               # fewer digits after the point: padded, as Spark holds it
+    ("0.00", 3, 2, "0.00"),
+    ("-12345678901.25", 12, 2, None),     # 13 digits > precision 12
+    ("1.234", 12, 2, None),               # would lose a digit
+    ("123.45", 4, 2, None),               # at the scale but too many digits
+])
+def test_decimals_fit_sparks_decimal_type_or_are_refused(value, precision, scale, expected):
+    from decimal import Decimal
+
+    from bridge.errors import ConversionError
+    from bridge.spark.to_datahub import _fit_decimal
+    if expected is None:
+        with pytest.raises(ConversionError, match="does not fit Spark's decimal"):
+            _fit_decimal(Decimal(value), precision, scale)
+    else:
+        got = _fit_decimal(Decimal(value), precision, scale)
+        assert str(got) == expected and got.as_tuple().exponent == -scale

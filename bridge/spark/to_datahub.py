@@ -337,6 +337,9 @@ _DEC_CONTEXT = Context(prec=100)
 
 
 def _fit_decimal(v: Decimal, precision: int, scale: int) -> Decimal:
+    sign, digits, exponent = v.as_tuple()
+    if exponent == -scale and len(digits) <= precision:
+        return v  # already at the scale, and fits: what quantize would give back
     try:
         q = v.quantize(Decimal(1).scaleb(-scale), context=_DEC_CONTEXT)
     except InvalidOperation:
