@@ -343,6 +343,46 @@ def test_data_loss_past_lifecycle():
         source.close()
 
 
+class _ExpiringMidRead(StandInDataHub):
+    """GetRecords below `floor` answers SeekOutOfRange (records past the lifecycle while a reader
+    holds a cursor there); OLDEST says `floor`."""
+    floor = 0
+
+    def _get_cursor(self, s, ctype, body):
+        if ctype == "OLDEST":
+            return {"Cursor": self._cursor(s.shard_id, self.floor), "RecordTime": 0, "Sequence": self.floor}
+        return super()._get_cursor(s, ctype, body)
+
+    def _get_records(self, s, cursor, limit):
+        if self._parse_cursor(cursor, s) < self.floor:
+            raise StandInError("SeekOutOfRange", "expired")
+        return super()._get_records(s, cursor, limit)
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_records_expiring_under_a_reader_are_lost_data(fail):
+    """A reader's page that answers SeekOutOfRange is judged on the loop's thread: the records
+    below the oldest are lost (DataLossError, or counted and skipped), reading goes on from there."""
+    with _ExpiringMidRead() as server:
+        client = make_client(server.endpoint, "id", "key")
+        server.create_topic(P, "t", shard_count=1)
+        client.put_records_by_shard(P, "t", "0", [blob(b'{"x": %d}' % i) for i in range(10)])
+        source, _ = make(client, "t", fail_on_data_loss=fail)
+        source.open({("t", "0"): 2})  # the oldest is 0 now: nothing lost yet
+        server.floor = 6  # before the reader's first GetRecords at 2
+        got, deadline = [], time.monotonic() + 10
+        if fail:
+            with pytest.raises(DataLossError, match=r"records 2\.\.5 are past the topic's lifecycle"):
+                while time.monotonic() < deadline:
+                    source.poll(100, 0.1)
+        else:
+            while not (got and source.caught_up()) and time.monotonic() < deadline:
+                got += source.poll(100, 0.1)
+            assert [r[1] for r in got if r[2].__class__.__name__ == "DataHubRecord"] == list(range(6, 10))
+            assert source.lost == {("t", "0"): 4}
+        source.close()
+
+
 TUPLE_FIELDS = [("id", "bigint"), ("name", "string"), ("_sequence_id_", "string"), ("_operation_type_", "string"),
                 ("_execute_time_", "bigint"), ("_before_image_", "string"), ("_after_image_", "string")]
 
