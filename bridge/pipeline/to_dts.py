@@ -117,10 +117,13 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
             commit_interval=commit_interval)
     finally:
         try:
-            sink.close()
+            source.close()  # its reader threads stop now, not after their idle time
         finally:
-            if mirror is not None:
-                mirror.close(wait=subscription_wait)
+            try:
+                sink.close()
+            finally:
+                if mirror is not None:
+                    mirror.close(wait=subscription_wait)
     return parts
 
 
