@@ -188,7 +188,9 @@ def test_split_and_merge_mid_read(server, client):
     entries = sample_lines("mixed")
     first, second, third = entries[:30], entries[30:60], entries[60:]
     lines, turn = write_round_robin(client, "t", first, ["0", "1", "2"])
-    source, asm = make(client, "t", from_beginning=True, relist_interval=0.05)
+    # pages of 3 records: the readers fetch at most 2 pages a shard ahead, so no poll can hand on
+    # the whole first part and the read stops in the middle of it
+    source, asm = make(client, "t", from_beginning=True, relist_interval=0.05, page=3)
     policy = ErrorPolicy("fail")
     counts = []
     got = drain(source, asm, policy, until=lambda: bool(counts) and counts[-1] > 5, on_batch=counts.append)
