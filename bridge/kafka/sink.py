@@ -305,7 +305,7 @@ class DtsKafkaSink:
             except BufferError:
                 self._flushed(0.1)
             except (ck.KafkaException, SystemError) as exc:
-                err = _kafka_error(exc) or self._fatal
+                err = _kafka_error(exc) or self._heard_fatal()
                 if err is None:
                     raise
                 raise self._error(err, f"cannot send to {self.topic} [{partition}]") from None
@@ -319,10 +319,22 @@ class DtsKafkaSink:
         except (ck.KafkaException, SystemError) as exc:
             # confluent-kafka sometimes loses the exception raised in a callback ("returned NULL
             # without setting an exception"): the fatal error error_cb heard is the one
-            err = _kafka_error(exc) or self._fatal
+            err = _kafka_error(exc) or self._heard_fatal()
             if err is None:
                 raise
             raise self._error(err, f"records to {self.topic} were not delivered") from None
+
+    def _heard_fatal(self, wait: float = 2.0):
+        """The fatal error error_cb heard; when confluent-kafka lost the exception of a failed call
+        before error_cb was served (seen under load: flush's SystemError came first), the
+        producer's callbacks are served for up to `wait` seconds until it is."""
+        deadline = time.monotonic() + wait
+        while self._fatal is None and time.monotonic() < deadline:
+            try:
+                self.producer.poll(0.1)
+            except Exception:  # noqa: BLE001 - a fenced producer may raise here too: error_cb still runs
+                pass
+        return self._fatal
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
