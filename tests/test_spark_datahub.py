@@ -164,6 +164,32 @@ def test_a_task_run_again_with_its_epoch_writes_only_the_rest():
         positions_in_order(server)
 
 
+def test_a_row_without_its_position_is_named_by_its_own_place_not_the_row_before():
+    """The task's loop (TaskRows -> TaskRecords -> RowsTask): a row missing its offset stops the
+    task with the sink's error, located by what the row has (its partition), never by the row
+    written before it."""
+    import pyarrow as pa
+
+    from bridge.errors import ConversionError
+    from bridge.spark.jobs import BLOB_COLUMNS
+    from bridge.spark.sink import write_batches
+    names = [n for n, _ in BLOB_COLUMNS]
+    good = dict(topic=TOPIC, partition=0, offset=7, entry=0, row=0, sequence_id="1", op="INSERT", db="d",
+                table="t", shard_key="k", event_time=None, blob='{"a": 1}')
+    bad = dict(good, partition=1, offset=None)
+    schema = pa.schema([(n, pa.timestamp("us") if n == "event_time" else pa.int32()
+                         if n in ("partition", "entry", "row") else pa.int64() if n == "offset" else pa.string())
+                        for n in names])
+    batches = [pa.RecordBatch.from_pylist([good], schema=schema), pa.RecordBatch.from_pylist([bad], schema=schema)]
+    with StandInDataHub() as server:
+        server.create_topic("p", "t", shard_count=1)
+        config = configure(dict(endpoint=server.endpoint, project="p", topic="t", accessId="i", accessKey="k"),
+                           BLOB_COLUMNS, streaming=True)
+        with pytest.raises(ConversionError, match="a row without its position") as caught:
+            write_batches(config, iter(batches), epoch=1)
+    assert caught.value.where.get("partition") == 1 and "offset" not in caught.value.where, caught.value.where
+
+
 def test_tuple_batch_write_to_a_created_topic_per_table(spark, datahub, tmp_path):
     folder = tmp_path / "tuple"
     main(["convert", str(MIXED), "-o", str(folder / "{table}.jsonl"), "--to", "tuple", "--on-error", "skip",

@@ -336,6 +336,7 @@ class TaskRecords:
                 if item is None:
                     continue
             yield (where, *item) if parse is not None else (where, item)
+            self.where = {}  # handed on and written: an error reading the next row is not this row's
 
     def resume_at(self, key) -> None:
         pass
