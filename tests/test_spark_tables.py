@@ -700,3 +700,23 @@ def test_conversion_options_reach_the_tasks(zero_dates):
         assert kind == "STRING" and "0000-00-00" in values
     else:
         assert kind == "TIMESTAMP" and None in values and all(v is None or isinstance(v, int) for v in values)
+
+
+def test_an_error_row_without_a_topic_first_does_not_end_the_task(stream):
+    """A PERMISSIVE error row of dts_entries whose topic is unknown, before the good rows: counted
+    rows and rejected, and every good row after it is still written (the task's loop runs once per
+    source, and an error row has none to run under)."""
+    import pyarrow as pa
+    envelopes = stream[0]
+    bad = pa.RecordBatch.from_pydict({"topic": pa.array([None], pa.string()), "partition": pa.array([None], pa.int32()),
+                                      "offset": pa.array([None], pa.int64()), "entry": pa.array([None], pa.int32()),
+                                      "dts": pa.array([None], pa.binary()), "error": ["cannot read the record"]})
+    with StandInDataHub() as server:
+        config = configure(sink_options(server, include="shop.orders,shop.customers"), ENTRY_COLUMNS, streaming=True)
+        plain = write_batches(config, iter(entry_batches(envelopes, "dts", 0)), epoch=0)
+    with StandInDataHub() as server:
+        config = configure(sink_options(server, include="shop.orders,shop.customers"), ENTRY_COLUMNS, streaming=True)
+        report = write_batches(config, iter([bad, *entry_batches(envelopes, "dts", 0)]), epoch=0)
+    assert plain["written"] > 0
+    assert (report["written"], report["rows"], report["rejected"]) == \
+        (plain["written"], plain["rows"] + 1, plain["rejected"] + 1), (plain, report)

@@ -202,19 +202,24 @@ class TablesTask(RowsTask):
 
     def records(self, batches) -> Iterator[tuple]:
         """`dts_entries` rows as `TaskRows` records, a list per batch: key the partition, position
-        the offset, value (where, (source, the Entry's bytes), error)."""
+        the offset, value (where, (source, the Entry's bytes), None); error rows are counted here
+        and left out, so that every run of the loop has a source."""
         fixed = self.config.options["source"]
         for batch in batches:
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
             errors = cols.get("error") or itertools.repeat(None)
             chunk = []
             for i, error in zip(range(batch.num_rows), errors):
+                if error is not None:  # a PERMISSIVE error row of dts_entries: nothing to convert, and
+                    self.counts["rows"] += 1  # no source to run under (its topic may be unknown)
+                    self.counts["rejected"] += 1
+                    continue
                 where = {"partition": cols["partition"][i], "offset": cols["offset"][i], "entry": cols["entry"][i]}
                 source = fixed or cols["topic"][i]
-                if error is None and (source is None or None in where.values() or cols["dts"][i] is None):
+                if source is None or None in where.values() or cols["dts"][i] is None:
                     raise ConversionError("a row without its position or Entry (topic, partition, offset, entry, dts): "
                                           "the datahub sink's whole-database mode writes rows of dts_entries", **where)
-                chunk.append((where["partition"], where["offset"] or 0, (where, (source, cols["dts"][i]), error), None))
+                chunk.append((where["partition"], where["offset"], (where, (source, cols["dts"][i]), None), None))
             yield chunk
 
     def run(self, batches) -> None:
