@@ -118,6 +118,9 @@ class _Record:
     attributes: dict[str, str]
     data: bytes | None = None          # BLOB
     values: list[str | None] | None = None  # TUPLE, as wire strings (None = null)
+    # its GetRecords protobuf entry, encoded once (a record never changes once written): (width, bytes),
+    # width the number of TUPLE fields it was padded to (AppendField widens later answers), 0 for BLOB
+    pb_entry: tuple[int, bytes] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -503,12 +506,15 @@ def _compress(data: bytes, encoding: str) -> bytes | None:
 
 
 _CRC32C_TABLE: list[int] = []
+_CRC32C_FUN: list[Callable] = []  # crcmod's function, made once: making it builds its table in Python
 
 
 def _crc32c(data: bytes) -> int:
     try:
-        import crcmod.predefined
-        return crcmod.predefined.mkCrcFun("crc-32c")(bytes(data)) & 0xFFFFFFFF
+        if not _CRC32C_FUN:
+            import crcmod.predefined
+            _CRC32C_FUN.append(crcmod.predefined.mkCrcFun("crc-32c"))
+        return _CRC32C_FUN[0](bytes(data)) & 0xFFFFFFFF
     except ImportError:  # pragma: no cover - crcmod comes with pydatahub
         if not _CRC32C_TABLE:
             for i in range(256):
@@ -1136,6 +1142,22 @@ class StandInDataHub:
                                                         "all its records have been read.")
         return seq, out
 
+    def _pb_entry(self, t: _Topic, s: _Shard, r: _Record) -> bytes:
+        """The record as GetRecordsResponse's field 4 (tag, length, RecordEntry), encoded on its first read."""
+        width = 0 if t.record_type == "BLOB" else len(t.fields)
+        if r.pb_entry is None or r.pb_entry[0] != width:
+            if t.record_type == "BLOB":
+                data = [{"value": r.data}]
+            else:
+                data = [{} if v is None else {"value": v.encode("utf-8")} for v in self._tuple_out(t, r)]
+            entry = _encode(_pb().RecordEntry, {
+                "sequence": r.sequence, "system_time": r.system_time,
+                "cursor": self._cursor(s.shard_id, r.sequence), "next_cursor": self._cursor(s.shard_id, r.sequence + 1),
+                "attributes": {"attributes": [{"key": k, "value": v} for k, v in r.attributes.items()]},
+                "data": {"data": data}})
+            r.pb_entry = (width, b"\x22" + _varint(len(entry)) + entry)
+        return r.pb_entry[1]
+
     def _tuple_out(self, t: _Topic, r: _Record) -> list:
         return list(r.values) + [None] * (len(t.fields) - len(r.values))
 
@@ -1435,21 +1457,12 @@ class StandInDataHub:
                 seq, recs = self._get_records(s, body.get("Cursor"), body.get("Limit"))
                 nxt = self._cursor(s.shard_id, seq + len(recs))
                 if req.pb:
-                    entries = []
-                    for r in recs:
-                        if t.record_type == "BLOB":
-                            data = [{"value": r.data}]
-                        else:
-                            data = [{} if v is None else {"value": v.encode("utf-8")} for v in self._tuple_out(t, r)]
-                        entries.append({"sequence": r.sequence, "system_time": r.system_time,
-                                        "cursor": self._cursor(s.shard_id, r.sequence),
-                                        "next_cursor": self._cursor(s.shard_id, r.sequence + 1),
-                                        "attributes": {"attributes": [{"key": k, "value": v}
-                                                                      for k, v in r.attributes.items()]},
-                                        "data": {"data": data}})
-                    msg = {"next_cursor": nxt, "record_count": len(recs), "start_sequence": seq,
-                           "records": entries}
-                    return 200, _pb_wrap(_encode(_pb().GetRecordsResponse, msg)), "application/x-protobuf"
+                    head = _encode(_pb().GetRecordsResponse, {"next_cursor": nxt, "record_count": len(recs),
+                                                              "start_sequence": seq})
+                    # records (field 4) come last: the page is its head and the entries' encodings, each
+                    # made once per record, as one encoder would have written the whole message
+                    body = b"".join([head] + [self._pb_entry(t, s, r) for r in recs])
+                    return 200, _pb_wrap(body), "application/x-protobuf"
                 return self._ok({"NextCursor": nxt, "RecordCount": len(recs), "StartSeq": seq, "Records": [
                     {"Data": base64.b64encode(r.data).decode() if t.record_type == "BLOB" else self._tuple_out(t, r),
                      "Sequence": r.sequence, "SystemTime": r.system_time, "Attributes": dict(r.attributes),
@@ -1536,6 +1549,15 @@ class StandInDataHub:
     def _track(self, conn: socket.socket, add: bool) -> None:
         with self._conns_lock:
             (self._conns.add if add else self._conns.discard)(conn)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def _encode(message_cls: Any, data: dict) -> bytes:
