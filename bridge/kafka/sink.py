@@ -135,6 +135,7 @@ class DtsKafkaSink:
         self.position_headers = position_headers or not transactions  # the tail look needs them
         self.producer = None
         self.partitions: list[int] = []
+        self._partition_of: dict = {}  # murmur2 text -> partition, for these partitions (a table's: few)
         self._pending: dict[int, _Pending] = {}
         self._failures: list = []
         self._fatal = None  # a fatal producer error error_cb heard (fenced)
@@ -177,6 +178,7 @@ class DtsKafkaSink:
         except ck.KafkaException as exc:
             raise KafkaError(f"cannot create the Kafka producer: {exc.args[0]}") from None
         self.partitions = partitions_of(producer, self.topic, self.timeout)
+        self._partition_of = {}
         if self.transactions:
             try:
                 producer.init_transactions(self.timeout)
@@ -212,7 +214,13 @@ class DtsKafkaSink:
         text = f"{header.schemaName}.{header.tableName}".encode()
         if self.partition_by == "key":
             text = self._with_key(entry, text)
-        return self.partitions[murmur2(text) % len(self.partitions)]
+        cache = self._partition_of
+        partition = cache.get(text)
+        if partition is None:
+            if len(cache) >= 4096:  # keys (`partition_by="key"`) are many: keep it small
+                cache.clear()
+            partition = cache[text] = self.partitions[murmur2(text) % len(self.partitions)]
+        return partition
 
     @staticmethod
     def _with_key(entry: pb.Entry, table: bytes) -> bytes:
