@@ -47,7 +47,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -1616,7 +1615,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Date", formatdate(usegmt=True))
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD":
