@@ -472,6 +472,56 @@ def test_merge_waits_for_every_shard_then_reports_late_records():
     assert asm.late == 1 and policy.tally.rejected == 1 and "before one already handed on" in policy.rejects[0]["reason"]
 
 
+def test_a_record_written_longer_ago_than_settle_does_not_wait():
+    """DataHub's clock known at an "end" (the source's lower bound, `server_ms`) past a record's system
+    time plus settle covers that record at once, however recently it was read (a writer landing an
+    earlier record of its stream there now would be more than settle late); a clock not yet that far
+    does not, and neither does an end without it."""
+    from bridge.stream.shards import DataHubRecord
+    lines = [ln for _, ls in sample_lines("mixed")[:3] for ln in ls]
+    written = 1_700_000_000_000
+
+    def rec():
+        return (("t", "0"), 0, DataHubRecord("t", "0", 0, written, {"dts.topic": "k", "dts.pos": "0:1:0:0"},
+                                             data=lines[1], read_at=10.0), {})
+
+    def end(server_ms):
+        return (("t", "1"), 0, ShardMark("end", "t", "1", (), 10.1, server_ms), {})
+    for server_ms, released in [(None, 0), (written + 4_999, 0), (written + 5_000, 1)]:
+        asm, policy = DataHubAssembler(settle=5.0), ErrorPolicy("fail")
+        out = list(asm.entries([_mark("0", "shard"), _mark("1", "shard"), rec(), end(server_ms)], policy))
+        assert len(out) == released and asm.held() == 1 - released
+    # the snapshot keeps it (and one of before, without it, still restores)
+    asm = DataHubAssembler(settle=5.0)
+    list(asm.entries([_mark("0", "shard"), _mark("1", "shard"), end(written + 5_000)], ErrorPolicy("fail")))
+    snap = asm.snapshot()
+    again = DataHubAssembler(settle=5.0)
+    again.restore(snap)
+    assert list(again.entries([rec()], ErrorPolicy("fail")))
+    snap["shards"] = [row[:4] for row in snap["shards"]]
+    old = DataHubAssembler(settle=5.0)
+    old.restore(snap)
+    assert not list(old.entries([rec()], ErrorPolicy("fail")))
+
+
+def test_end_marks_carry_a_lower_bound_of_datahub_s_clock(server, client):
+    """The reader's "end" marks say how far DataHub's clock was at least when the end was seen (from
+    the answer's Date, less the round trip): never ahead of it, and past every record written before."""
+    server.create_topic(P, "t", shard_count=2)
+    write_round_robin(client, "t", sample_lines("mixed")[:5], ["0", "1"])
+    newest = max(r["system_time"] for r in server.records(P, "t"))
+    time.sleep(1.1)  # the Date header counts whole seconds
+    for readers in (3, 0):
+        source, _ = make(client, "t", from_beginning=True, readers=readers)
+        source.open({})
+        marks, deadline = [], time.monotonic() + 10
+        while len({m.shard for m in marks}) < 2 and time.monotonic() < deadline:
+            marks += [v for _, _, v, _ in source.poll(200, 0.05) if isinstance(v, ShardMark) and v.kind == "end"]
+        source.close()
+        assert len({m.shard for m in marks}) == 2
+        assert all(newest <= m.server_ms <= time.time() * 1000 for m in marks)
+
+
 class _FullScan(DataHubAssembler):
     """The merge as it was before `_dirty`: every head looked at on every pass, after every record."""
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.datahub.calls import DataHubError, Retrying, pydatahub, shard_state, sort_shard_id
-from bridge.datahub.prefetch import Prefetch, _get_blob_page, _PbPage
+from bridge.datahub.prefetch import Prefetch, _get_blob_page, _PbPage, server_clock_at
 from bridge.stream.shards import DataHubRecord, ShardMark
 
 __all__ = ["DataHubSource", "DataHubRecord", "ShardMark", "DataLossError", "key_text", "parse_key",
@@ -470,7 +470,8 @@ class DataHubSource(Prefetch, Retrying):
         except (dx.DatahubException, DataHubError) as exc:
             self._failed_page(st, exc)
             return
-        records, st.next = self._records_of(st.topic, st.shard_id, result, st.next, time.monotonic())
+        answered = time.monotonic()
+        records, st.next = self._records_of(st.topic, st.shard_id, result, st.next, answered)
         out.extend(records)
         st.known_end = max(st.known_end, st.next)
         if result.records:
@@ -481,7 +482,7 @@ class DataHubSource(Prefetch, Retrying):
         if st.state == "CLOSED":
             self._finish(st)
             return
-        self._at_end(st, (st.topic, st.shard_id))
+        self._at_end(st, (st.topic, st.shard_id), server_ms=server_clock_at(result, st.polled, answered))
 
     def _failed_page(self, st: _Shard, exc: BaseException) -> None:
         """What a GetRecords (or its GetCursor) that raised `exc` at `st.next` means: a reshard (the
@@ -564,16 +565,17 @@ class DataHubSource(Prefetch, Retrying):
                     self._feeds.pop(key, None)
                 self._finish(st)
                 return
-            self._at_end(st, key, at=page.asked)
+            self._at_end(st, key, at=page.asked, server_ms=page.server_ms)
             return
 
-    def _at_end(self, st: _Shard, key, at: float | None = None) -> None:
-        """The shard was read to its end (asked at `at`, monotonic; default now)."""
+    def _at_end(self, st: _Shard, key, at: float | None = None, server_ms: int | None = None) -> None:
+        """The shard was read to its end (asked at `at`, monotonic, default now; DataHub's clock was
+        then at least `server_ms` when known)."""
         fresh = not st.at_end
         st.at_end = True
         if fresh or (self.wants_tick is not None and self.wants_tick()):
             self._marks.append((key, st.next - 1, ShardMark("end", st.topic, st.shard_id, st.parents,
-                                                            time.monotonic() if at is None else at), {}))
+                                                            time.monotonic() if at is None else at, server_ms), {}))
 
     def _finish(self, st: _Shard) -> None:
         st.phase = "finished"

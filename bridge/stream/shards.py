@@ -17,7 +17,10 @@ its shard (shard order is kept, so a commit below it covers nothing handed on pa
 other shard of its topic **covers** it: the shard holds no earlier record of the stream not yet
 handed on, and it has shown a later record of the stream, or it is finished (CLOSED and read to
 its end), or it is a descendant of the record's shard (split/merge children only hold later
-records), or it was seen at its end at least `settle` seconds after the record was read. Records
+records), or it was seen at its end at least `settle` seconds after the record was read, or after
+DataHub's clock was `settle` seconds past the record's system time (when the source knows a lower
+bound of that clock: then a record still to land there would land more than `settle` after this
+one, in the wrong order, which is the writer's contract in docs/kafka.md). Records
 of one Entry are contiguous in their stream, so an Entry is complete when its last record is fed;
 when a stream moves on to another Entry while one is incomplete, that one can never complete and
 is reported under the error policy (its records counted as rejected), never dropped. A record that
@@ -69,13 +72,15 @@ class DataHubRecord:
 @dataclass(frozen=True, slots=True)
 class ShardMark:
     """What a DataHub source knows about a shard beyond its records: "shard" (it exists, with its
-    parents), "end" (read to its current end at `at`, time.monotonic()), "finished" (CLOSED and read
-    to its end)."""
+    parents), "end" (read to its current end at `at`, time.monotonic(); `server_ms`, when known, a
+    lower bound of DataHub's clock, ms since the epoch, when that was seen), "finished" (CLOSED and
+    read to its end)."""
     kind: str
     topic: str
     shard: str
     parents: tuple = ()
     at: float = 0.0
+    server_ms: int | None = None
 
 
 class OutOfOrderError(ConversionError):
@@ -132,12 +137,13 @@ class _Item:
 
 
 class _ShardInfo:
-    __slots__ = ("parents", "finished", "end_at")
+    __slots__ = ("parents", "finished", "end_at", "end_server_ms")
 
     def __init__(self, parents=()) -> None:
         self.parents = tuple(parents)
         self.finished = False
         self.end_at = float("-inf")
+        self.end_server_ms = float("-inf")  # DataHub's clock (at least) when last seen at its end
 
 
 class _Stream:
@@ -227,7 +233,7 @@ class DataHubAssembler:
         """At the true end of input (every shard finished or read to its end for good): everything
         buffered is handed on and incomplete Entries are reported."""
         for info in self._shards.values():
-            info.end_at = float("inf")
+            info.end_at = info.end_server_ms = float("inf")
         self._dirty.update(self._buffers)
         yield from self._release(policy)
         for stream in self._streams.values():
@@ -249,7 +255,8 @@ class DataHubAssembler:
             streams[stream] = (st.group, st.released, [(k, s, rec) for k, s, rec in st.fed])
         seen = {ks: order for ks, order in self._seen.items() if ks[1][0] != "shard" or self._by_stream.get(ks)}
         return {
-            "shards": [(key, info.parents, info.finished, info.end_at) for key, info in self._shards.items()],
+            "shards": [(key, info.parents, info.finished, info.end_at, info.end_server_ms)
+                       for key, info in self._shards.items()],
             "buffered": [(key, [(item.seq, item.rec) for item in buf]) for key, buf in self._buffers.items() if buf],
             "seen": seen,
             "streams": streams,
@@ -260,9 +267,11 @@ class DataHubAssembler:
     def restore(self, snap: dict) -> None:
         """Take over a `snapshot`: the records fed to an open Entry go to a fresh decoder again
         (they complete nothing, as they did not before)."""
-        for key, parents, finished, end_at in snap["shards"]:
+        for key, parents, finished, end_at, *server in snap["shards"]:  # (a snapshot of before had no server)
             info = self._info(key, parents)
             info.finished, info.end_at = finished, end_at
+            if server:
+                info.end_server_ms = server[0]
         for key, items in snap["buffered"]:
             for seq, rec in items:
                 stream, order, group = stream_of(rec)
@@ -305,6 +314,8 @@ class DataHubAssembler:
             info.finished = True
         elif mark.kind == "end":
             info.end_at = max(info.end_at, mark.at)
+            if mark.server_ms is not None:
+                info.end_server_ms = max(info.end_server_ms, mark.server_ms)
         # what the mark says about this shard may cover the heads of every other shard of its topic
         buffers = self._buffers
         self._dirty.update(k for k in self._topics[key[0]] if buffers.get(k))
@@ -357,6 +368,9 @@ class DataHubAssembler:
         if seen is not None and seen > head.order:
             return True
         if info.end_at >= head.rec.read_at + self.settle:
+            return True
+        # (a record written long ago, e.g. a backfill, needs no wait: the writer's window is over)
+        if info.end_server_ms >= head.rec.system_time + self.settle * 1000:
             return True
         return self._descends(other, head.key)
 
