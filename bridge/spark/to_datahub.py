@@ -9,7 +9,7 @@ Spark state.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Context, Decimal, InvalidOperation
 from operator import itemgetter
 from typing import Any
@@ -349,7 +349,85 @@ def _fit_decimal(v: Decimal, precision: int, scale: int) -> Decimal:
     return q
 
 
+def _plain_test(ftype: str, kind: str, v: str, scope: dict) -> str | None:
+    """Python source testing a value (named `v`) under which its field's check in `_DtsToTuple`
+    (FIELD_CHECKS, then `_fit_decimal` for a Spark decimal) returns the value itself, unchanged;
+    None where no such test is given (FLOAT's check rounds). What the test passes is sure; what it
+    does not is left to the check, which decides (and names the error)."""
+    from bridge.tuple.encode import INT_RANGES
+    decimal = kind.startswith("decimal(")
+    if ftype in INT_RANGES and not decimal:
+        lo, hi = INT_RANGES[ftype]
+        return f"type({v}) is int and {lo} <= {v} <= {hi}"  # not a bool: type(True) is bool
+    if ftype == "DOUBLE" and not decimal:
+        return f"type({v}) is float and {v} - {v} == 0.0"  # finite: inf - inf and nan - nan are nan
+    if ftype == "BOOLEAN" and not decimal:
+        return f"({v} is True or {v} is False)"
+    if ftype == "STRING" and not decimal:
+        return f"type({v}) is str"
+    if ftype == "DECIMAL" and decimal:
+        # `_fit_decimal`'s first case without building `as_tuple`: the exponent of 1E-scale (which
+        # no inf or nan has), and at that exponent the digits are the adjusted exponent + scale + 1
+        # (zero's one digit too), at most the precision
+        precision, scale = map(int, kind[len("decimal("):-1].split(","))
+        scope.setdefault(f"quantum{scale}", Decimal(1).scaleb(-scale))
+        return (f"type({v}) is Decimal and quantum{scale}.same_quantum({v}) "
+                f"and {v}.adjusted() <= {precision - scale - 1}")
+    if ftype == "DECIMAL":
+        return f"type({v}) is Decimal and {v}.is_finite()"
+    return None
+
+
+def _compile_sure(fields) -> Callable[[list], list | None]:
+    """`sure(rows) -> [tuple of values per row] or None` for (name, field type, Spark type) fields:
+    each row's values in field order when the row holds every field and no other key and each
+    value is None or passes `_plain_test` (so `_DtsToTuple._values` would give that very tuple),
+    else None (the rows go to `_values`). A FLOAT field's values go through FIELD_CHECKS here; one
+    that raises also gives None."""
+    from bridge.tuple import FIELD_CHECKS
+    names = [name for name, _, _ in fields]
+    scope: dict = {"Decimal": Decimal, "getter": itemgetter(*names) if len(names) > 1 else None,
+                   "float_check": FIELD_CHECKS["FLOAT"]}
+    n = len(fields)
+    if not n:
+        return lambda rows: None
+    tests, rounded = [], []
+    for i, (_, ftype, kind) in enumerate(fields):
+        test = _plain_test(ftype, kind, f"v{i}", scope)
+        if test is None:
+            if ftype != "FLOAT" or kind.startswith("decimal("):
+                return lambda rows: None
+            rounded.append(i)
+        else:
+            tests.append(f"(v{i} is None or {test})")
+    values = ", ".join(f"v{i}" for i in range(n))
+    lines = ["def sure(rows):", "    out = []", "    append = out.append", "    for row in rows:",
+             f"        if len(row) != {n}: return None",
+             "        try:",
+             "            t = getter(row)" if n > 1 else f"            t = (row[{names[0]!r}],)",
+             "        except KeyError:",
+             "            return None",
+             f"        {values}, = t"]
+    if tests:
+        lines.append("        if not (" + " and ".join(tests) + "): return None")
+    if rounded:
+        lines += ["        try:"]
+        lines += [f"            if v{i} is not None: v{i} = float_check(v{i})" for i in rounded]
+        lines += ["        except Exception:  # the check one row at a time raises it, naming the field",
+                  "            return None",
+                  f"        t = ({values},)"]
+    lines += ["        append(t)", "    return out"]
+    exec(compile("\n".join(lines), f"<Spark Tuple values of {n} fields>", "exec"), scope)  # noqa: S102
+    return scope["sure"]
+
+
 class _DtsToTuple(_FromDts):
+    """One table's Tuple rows (TupleEncoder), each value checked against its field (FIELD_CHECKS,
+    and a Spark decimal's precision and scale: `_values`). An Entry's rows whose every value a
+    compiled test is sure of (`_compile_sure`, the values its checks give back unchanged) skip the
+    checks' calls; any other Entry's rows go through them row by row, which give the same values
+    and raise the Entry's own error."""
+
     def __init__(self, options: Options, mode: str, table: str, fields, positions: bool) -> None:
         super().__init__(mode, _tuple_output(fields, mode, False))
         self.columns = _with_error(_tuple_output(fields, mode, positions), mode)
@@ -365,14 +443,21 @@ class _DtsToTuple(_FromDts):
                 p, s = map(int, kind[len("decimal("):-1].split(","))
                 check = (lambda c, p, s: lambda v: _fit_decimal(c(v), p, s))(check, p, s)
             self.fields.append((name, check))
+        self.sure = _compile_sure(fields)
 
     raw = True  # the Entry's bytes for TupleEncoder's C path
 
-    def convert(self, entry, raw=None):
+    def _rows(self, entry, raw=None) -> list[dict]:
+        """The Entry's rows as TupleEncoder gives them (none for a DML Entry of another table)."""
         h = entry.header
         if h.messageType == pb.DML and f"{h.schemaName}.{h.tableName}" != self.table:
             return []
-        return [self._values(row) for row in self.encoder.convert(entry, raw)]
+        return self.encoder.convert(entry, raw)
+
+    def convert(self, entry, raw=None):
+        rows = self._rows(entry, raw)
+        sure = self.sure(rows)
+        return sure if sure is not None else [self._values(row) for row in rows]
 
     def convert_columns(self, entry, raw=None):
         rows = self.convert(entry, raw)
