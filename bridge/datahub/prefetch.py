@@ -110,10 +110,6 @@ def _client_copy(client):
                                               pool_maxsize=adapter._pool_maxsize, max_retries=adapter.max_retries))
     new_rest = copy.copy(rest)
     new_rest._session = new_session
-    # pydatahub's `stream` option: the body is still read whole (its decompression reads `content`),
-    # but without it every answer is also formatted into a debug message, logged or not: about 3 ms
-    # of a reader's CPU per 200 KB page
-    new_rest._stream = True
     new_impl = copy.copy(impl)
     new_impl._rest_client = new_rest
     new = copy.copy(client)
