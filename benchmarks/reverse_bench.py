@@ -26,9 +26,17 @@ Timed, interleaved, best of `--repeat` (the median is kept too):
   through pydatahub from the stand-in), nothing assembled or written: the most any pipeline reading
   DataHub through pydatahub and this stand-in could reach.
 A row is one DML row change (an update is one row and two Blob lines). Ratios: rows/s over rows/s.
-The passes' output is checked: each pass rebuilds the same number of Entries.
+The passes' output is checked: each pass rebuilds the same number of Entries. Each pass also keeps its
+CPU seconds (`cpu`: this process's, all threads, for the in-process passes; the child's user + system
+time for the processes), which a machine shared with other work disturbs less than wall time, and
+`sync_to_dts` its fixed costs: `first_record_s`, from the call until the first record reached the
+loop, and `tail_s`, from the last record read until the call returned.
 
-    python -m benchmarks.reverse_bench [--rows 20000] [--repeat 3] [--json] [--profile]
+Sizes: the target is taken at `DEFAULT_ROWS` (100,000 rows: steady state, where the run's fixed
+costs, about a third of a second, weigh little); `make bench` also runs `SMALL_ROWS` (20,000),
+where they weigh more, and keeps it beside it ("small").
+
+    python -m benchmarks.reverse_bench [--rows 100000] [--repeat 3] [--json] [--profile]
 
 `make bench` (benchmarks/run.py) runs it too unless --skip-reverse; its results go to
 results.json ("reverse") and docs/performance.md.
@@ -39,6 +47,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,7 +61,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROJECT, TOPIC, SHARDS, PARTITIONS = "bench", "blobs", 3, 3
 SOURCE = "bench-dts"  # the dts.topic attribute: the Kafka topic the lines came from
 IDLE = 1.0  # --idle-timeout of the CLI pass, subtracted from its wall time
-DEFAULT_ROWS = 20_000
+DEFAULT_ROWS = 100_000  # the target's size (steady state)
+SMALL_ROWS = 20_000  # also measured by `make bench`: the fixed costs show
 
 _log = timing.log
 
@@ -129,14 +139,29 @@ def run_library(endpoint: str, bootstrap: str, broker, entries: int, *, profile:
     topic = broker.create_topic(f"rev-{uuid.uuid4().hex[:8]}", partitions=PARTITIONS)
     parts = []
     policy = _policy()
+    seen: list = []  # when a poll first and last handed on records
 
     def done() -> bool:
         return bool(parts) and parts[0].sink.written >= entries
 
+    def started(got) -> None:
+        parts.append(got)
+        poll = got.source.poll
+
+        def timed(budget, timeout):
+            batch = poll(budget, timeout)
+            if batch:
+                now = time.perf_counter()
+                if not seen:
+                    seen.append(now)
+                seen[1:] = [now]
+            return batch
+        got.source.poll = timed  # the loop polls this source (the bench's own timing, nothing else)
+
     def go():
         return sync_to_dts(make_client(endpoint), PROJECT, TOPIC, client_config(bootstrap), topic, policy,
-                           from_beginning=True, stop=done, started=parts.append)
-    began = time.perf_counter()
+                           from_beginning=True, stop=done, started=started)
+    began, cpu = time.perf_counter(), time.process_time()
     if profile:
         import cProfile
         prof = cProfile.Profile()
@@ -144,13 +169,21 @@ def run_library(endpoint: str, bootstrap: str, broker, entries: int, *, profile:
         prof.dump_stats(profile)
     else:
         result = go()
-    seconds = time.perf_counter() - began
+    ended = time.perf_counter()
+    seconds, cpu = ended - began, time.process_time() - cpu
     sink = result.sink
     if sink.written != entries or policy.tally.rejected:
         raise RuntimeError(f"sync_to_dts wrote {sink.written} Entries of {entries} "
                            f"({policy.tally.rejected} rejected)")
-    return {"seconds": seconds, "entries": sink.written, "messages": sink.messages, "transactions": sink.commits,
-            "records_read": result.report.envelopes}
+    return {"seconds": seconds, "cpu": round(cpu, 3), "entries": sink.written, "messages": sink.messages,
+            "transactions": sink.commits, "records_read": result.report.envelopes,
+            "first_record_s": round(seen[0] - began, 3) if seen else None,
+            "tail_s": round(ended - seen[-1], 3) if seen else None}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_read_floor(endpoint: str, lines: int) -> dict:
@@ -160,16 +193,16 @@ def run_read_floor(endpoint: str, lines: int) -> dict:
     from bridge.datahub.sink import make_client
     from bridge.datahub.source import DataHubSource, ShardMark
     source = DataHubSource(make_client(endpoint), PROJECT, TOPIC, from_beginning=True)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     source.open({})
     got = 0
     try:
         while got < lines:
             got += sum(1 for item in source.poll(1000, 0.5) if not isinstance(item[2], ShardMark))
-        seconds = time.perf_counter() - began
+        seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
     finally:
         source.close()
-    return {"seconds": seconds, "records_read": got, "readers": source.readers}
+    return {"seconds": seconds, "cpu": round(cpu, 3), "records_read": got, "readers": source.readers}
 
 
 def run_cli_sync(endpoint: str, bootstrap: str, broker, entries: int) -> dict:
@@ -177,31 +210,31 @@ def run_cli_sync(endpoint: str, bootstrap: str, broker, entries: int) -> dict:
     command = _cli() + ["sync", "--to", "dts", "--datahub-endpoint", endpoint, "--project", PROJECT,
                         "--datahub-topic", TOPIC, "--brokers", bootstrap, "--topic", topic, "--from-beginning",
                         "--idle-timeout", str(IDLE), "--no-progress", "--status-interval", "0", "--json"]
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run(command, capture_output=True, text=True,
                           env={**os.environ, "DATAHUB_ACCESS_ID": "bench", "DATAHUB_ACCESS_KEY": "bench"})
-    seconds = time.perf_counter() - began - IDLE
+    seconds, cpu = time.perf_counter() - began - IDLE, _children_cpu() - cpu
     if done.returncode != 0:
         raise RuntimeError(f"sync --to dts failed ({done.returncode}): {done.stderr[-2000:]}")
     doc = json.loads(done.stdout)
     if doc["entries_written"] != entries:
         raise RuntimeError(f"sync --to dts wrote {doc['entries_written']} Entries of {entries}")
-    return {"seconds": seconds, "entries": doc["entries_written"], "messages": doc["kafka_messages"],
-            "transactions": doc["transactions"]}
+    return {"seconds": seconds, "cpu": round(cpu, 3), "entries": doc["entries_written"],
+            "messages": doc["kafka_messages"], "transactions": doc["transactions"]}
 
 
 def run_cli_convert(lines_path: str, out_path: str, entries: int) -> dict:
     command = _cli() + ["convert", lines_path, "-o", out_path, "--no-progress"]
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - began
+    seconds, cpu = time.perf_counter() - began, _children_cpu() - cpu
     if done.returncode != 0:
         raise RuntimeError(f"convert failed ({done.returncode}): {done.stderr[-2000:]}")
     import bridge
     got = sum(len(env_entries) for env_entries in _entries_in(bridge, out_path))
     if got != entries:
         raise RuntimeError(f"convert gave {got} Entries of {entries}")
-    return {"seconds": seconds, "entries": got}
+    return {"seconds": seconds, "cpu": round(cpu, 3), "entries": got}
 
 
 def _entries_in(bridge, path: str):
@@ -215,15 +248,15 @@ def _entries_in(bridge, path: str):
 def run_library_convert(lines: list, entries: int) -> dict:
     from bridge.stream import blob_lines_to_entries
     policy = _policy()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     got = 0
     for _, entry in blob_lines_to_entries(lines, policy):
         entry.SerializeToString()
         got += 1
-    seconds = time.perf_counter() - began
+    seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
     if got != entries:
         raise RuntimeError(f"blob_lines_to_entries gave {got} Entries of {entries}")
-    return {"seconds": seconds, "entries": got}
+    return {"seconds": seconds, "cpu": round(cpu, 3), "entries": got}
 
 
 def measure(rows: int = DEFAULT_ROWS, repeat: int = 3, seed: int = 20240517, *, cli: bool = True,
@@ -261,12 +294,18 @@ def measure(rows: int = DEFAULT_ROWS, repeat: int = 3, seed: int = 20240517, *, 
             passes["sync_cli"] = lambda: run_cli_sync(server.endpoint, broker.bootstrap, broker, entries)
         run_library(server.endpoint, broker.bootstrap, broker, entries)  # warm-up: the broker's JIT, imports
         seconds: dict[str, list] = {name: [] for name in passes}
+        cpus: dict[str, list] = {name: [] for name in passes}
+        fixed: dict[str, list] = {"first_record_s": [], "tail_s": []}
         facts: dict[str, dict] = {}
         names = list(passes)
         for rep in range(repeat):
             for name in names[rep % len(names):] + names[:rep % len(names)]:
                 got = passes[name]()
                 seconds[name].append(got.pop("seconds"))
+                cpus[name].append(got.pop("cpu"))
+                for k in fixed:
+                    if k in got:
+                        fixed[k].append(got.pop(k))
                 facts[name] = got
             log(f"reverse round {rep + 1}: " + ", ".join(f"{n} {rows / seconds[n][-1]:,.0f} rows/s" for n in names))
         hot = None
@@ -285,7 +324,10 @@ def measure(rows: int = DEFAULT_ROWS, repeat: int = 3, seed: int = 20240517, *, 
         out["passes"][name] = {"seconds_best": round(best, 3), "seconds_median": round(median, 3),
                                "seconds": [round(s, 3) for s in seconds[name]],
                                "rows_per_s": round(rows / best), "rows_per_s_median": round(rows / median),
+                               "cpu_best": min(cpus[name]), "cpu": cpus[name],
+                               "rows_per_cpu_s": round(rows / min(cpus[name])) if min(cpus[name]) > 0 else None,
                                **facts[name]}
+    out["passes"]["sync_to_dts"].update(fixed)  # per round, seconds
     p = out["passes"]
     out["ratios"] = {"read_floor_vs_convert_cli":
                          round(p["datahub_read_floor"]["rows_per_s"] / p["convert_cli"]["rows_per_s"], 4),
@@ -296,6 +338,8 @@ def measure(rows: int = DEFAULT_ROWS, repeat: int = 3, seed: int = 20240517, *, 
                          round(p["sync_to_dts"]["rows_per_s"] / p["convert_library"]["rows_per_s"], 4)}
     if "sync_cli" in p:
         out["ratios"]["sync_cli_vs_convert_cli"] = round(p["sync_cli"]["rows_per_s"] / p["convert_cli"]["rows_per_s"], 4)
+    # the same ratio in CPU seconds (rows per CPU second): what a busy machine shifts less
+    out["ratios"]["sync_to_dts_vs_convert_cli_cpu"] = round(p["convert_cli"]["cpu_best"] / p["sync_to_dts"]["cpu_best"], 4)
     if hot:
         out["profile"] = hot
     return out
@@ -304,9 +348,13 @@ def measure(rows: int = DEFAULT_ROWS, repeat: int = 3, seed: int = 20240517, *, 
 def text(result: dict) -> str:
     lines = [f"{result['rows']:,} rows, {result['entries']:,} Entries, {result['blob_lines']:,} Blob lines on "
              f"{result['shards']} shards -> {result['kafka_partitions']} Kafka partitions; best of {result['repeat']}",
-             f"{'pass':<16} {'rows/s (best)':>14} {'rows/s (median)':>16} {'seconds':>8}"]
+             f"{'pass':<16} {'rows/s (best)':>14} {'rows/s (median)':>16} {'seconds':>8} {'cpu s':>7}"]
     for name, p in result["passes"].items():
-        lines.append(f"{name:<16} {p['rows_per_s']:>14,} {p['rows_per_s_median']:>16,} {p['seconds_best']:>8}")
+        lines.append(f"{name:<16} {p['rows_per_s']:>14,} {p['rows_per_s_median']:>16,} {p['seconds_best']:>8} "
+                     f"{p['cpu_best']:>7}")
+    sync = result["passes"]["sync_to_dts"]
+    lines.append(f"sync_to_dts fixed: first record after {sync.get('first_record_s')} s, "
+                 f"last record read to the end {sync.get('tail_s')} s")
     for name, value in result["ratios"].items():
         lines.append(f"{name:<34} {value:.3f}x")
     return "\n".join(lines)

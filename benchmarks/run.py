@@ -101,8 +101,11 @@ METHOD = """
   Timed, rotating order, best of `--repeat`: `sync_to_dts` (the library function in this process, from
   the call until every Entry is written and the last transaction committed), `sync_cli`
   (`dts-bridge sync --to dts --from-beginning --idle-timeout 1`, wall time less the idle timeout),
-  `convert_cli` (`dts-bridge convert LINES.blob.jsonl -o OUT.pb`, wall time; the baseline) and
-  `convert_library` (`blob_lines_to_entries` + `SerializeToString`, in this process).
+  `convert_cli` (`dts-bridge convert LINES.blob.jsonl -o OUT.pb`, wall time; the baseline),
+  `convert_library` (`blob_lines_to_entries` + `SerializeToString`, in this process) and
+  `datahub_read_floor` (`DataHubSource` alone), each with its CPU seconds. The target is taken at
+  `--reverse-rows` (100,000 rows: steady state); `--reverse-small-rows` (20,000), where the run's fixed
+  costs weigh more, is measured too and kept beside it ("small" in results.json).
 - **Hot spots**: `cProfile` over (b) and (d), lossless, on the first rows of the workload (the C
   extension's functions count as one call each); own time
   (tottime) per function as a share of the profiled total (cProfile's overhead inflates the
@@ -166,7 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-reverse", action="store_true",
                    help="leave out (i), sync --to dts (stand-in DataHub -> Kafka broker) against convert")
     p.add_argument("--reverse-rows", type=int, default=reverse_bench.DEFAULT_ROWS,
-                   help=f"DML rows for (i) (default {reverse_bench.DEFAULT_ROWS})")
+                   help=f"DML rows for (i), its target (default {reverse_bench.DEFAULT_ROWS})")
+    p.add_argument("--reverse-small-rows", type=int, default=reverse_bench.SMALL_ROWS,
+                   help=f"DML rows for (i) at a small size as well, kept as its 'small' (default "
+                        f"{reverse_bench.SMALL_ROWS}; 0 leaves it out)")
     p.add_argument("--shapes", default=",".join(shapes.SHAPES),
                    help="value shapes of (h), the matrix, comma-separated (default: all; '' leaves (h) out): "
                         + ", ".join(shapes.SHAPES))
@@ -295,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             results["reverse"] = reverse_bench.measure(args.reverse_rows, args.repeat, args.seed, log=_log)
+            if args.reverse_small_rows:  # where the fixed costs weigh more: beside the target, not instead
+                results["reverse"]["small"] = reverse_bench.measure(args.reverse_small_rows, args.repeat, args.seed,
+                                                                    log=_log)
         except Exception as exc:  # no Java or no Kafka jars must not cost the rest of the run
             _log(f"reverse failed: {type(exc).__name__}: {exc}")
             results["reverse"] = {"skipped": f"failed: {type(exc).__name__}: {str(exc)[:500]}"}
