@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import bridge
 from bridge import pb
-from bridge.spark.to_datahub import _DtsToTuple, _tuple_fields
+from bridge.spark.to_datahub import _DtsToTuple, _FromDts, _tuple_fields
 from bridge.tuple import TIMESTAMP_RANGE, record_schema
 from bridge.tuple.encode import INT_RANGES
 from support.native_paths import assert_outcomes, outcome
@@ -34,8 +34,28 @@ def _typed(rows) -> list:
     return [[(type(v).__name__, repr(v)) for v in row] for row in rows]
 
 
-def _job(fields, mode: str = "PERMISSIVE") -> _DtsToTuple:
-    return _DtsToTuple(bridge.DEFAULT_OPTIONS, mode, TABLE, fields, False)
+def _job(fields, mode: str = "PERMISSIVE", positions: bool = False) -> _DtsToTuple:
+    return _DtsToTuple(bridge.DEFAULT_OPTIONS, mode, TABLE, fields, positions)
+
+
+class _Reference(_DtsToTuple):
+    """The job as it was before its rows were held as rows: every value through the checks
+    (`_values`), each Entry's values extended into the output columns (`_FromDts`)."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.sure = lambda rows: None
+
+    _add = _FromDts._add
+    _error_row = _FromDts._error_row
+
+    def convert_columns(self, entry, raw=None):
+        rows = self.convert(entry, raw)
+        return len(rows), (list(zip(*rows)) if rows else [()] * self.nvalues)
+
+    def chunks(self, records):
+        for columns in _FromDts.chunks(self, records):
+            yield columns if self.positions else columns[5:]
 
 
 def _checked(job: _DtsToTuple, rows: list) -> list:
@@ -141,8 +161,9 @@ def _records(entries) -> list:
 @settings(suppress_health_check=[HealthCheck.too_slow], max_examples=150, deadline=None)
 @given(columns=mysql_columns(max_size=6), data=st.data())
 def test_the_job_gives_what_it_gave_with_the_checks(columns, data):
-    """Whole jobs on Entries of random columns (and another table's): each output column, the
-    error rows of PERMISSIVE and the tally, with the compiled tests and with the checks alone."""
+    """Whole jobs on Entries of random columns (and another table's): the output rows (positions
+    and the error rows of PERMISSIVE included) and the tally are those of the job before (every
+    value through the checks, the output extended column by column, `_Reference`)."""
     dts_columns = [pb.Column(name=name, originalType=type_text, isKey=key) for name, type_text, key in columns]
     entries = data.draw(st.lists(dml_entries(columns), min_size=1, max_size=6))
     for entry in entries:
@@ -154,13 +175,13 @@ def test_the_job_gives_what_it_gave_with_the_checks(columns, data):
     given_columns = dts_columns[:data.draw(st.integers(0, len(dts_columns)))] or dts_columns
     schema = record_schema(given_columns)
     fields = _tuple_fields(schema, given_columns)
+    mode = data.draw(st.sampled_from(["PERMISSIVE", "DROPMALFORMED"]))
+    positions = data.draw(st.booleans())
     outputs = []
-    for sure in (True, False):
-        job = _job(fields)
-        if not sure:
-            job.sure = lambda rows: None
-        chunks = [[list(column) for column in chunk] for chunk in job.chunks(_records(entries))]
-        outputs.append((_typed(chunks), job.policy.tally))
+    for make in (_DtsToTuple, _Reference):
+        job = make(bridge.DEFAULT_OPTIONS, mode, TABLE, fields, positions)
+        rows = [list(zip(*chunk)) for chunk in job.chunks(_records(entries))]
+        outputs.append((_typed(row for chunk in rows for row in chunk), job.policy.tally))
     assert outputs[0] == outputs[1]
 
 

@@ -476,9 +476,66 @@ class _DtsToTuple(_FromDts):
                 raise exc.located(column=name)
         return tuple(out)
 
+    # The output is held as rows, not columns: the value tuples of `convert` as they are, and per
+    # Entry (or error row) one span (topic, partition, offset, entry, row numbers, error text), made
+    # into columns once per chunk (`_columns`) instead of extending every column per Entry.
+
     def chunks(self, records):
-        for columns in super().chunks(records):
-            yield columns if self.positions else columns[len(POSITION_COLUMNS):]
+        self._spans, self._values_out, self._held = [], [], 0
+        for topic, items in self._topics(records):
+            yield from self._row_chunks(topic, assembled_entries(items, self.policy, raw=self.raw))
+        if self._held:
+            yield self._columns()
+
+    def _row_chunks(self, topic, entries) -> Iterator[list]:
+        """`_FromDts._chunks` with the rows of `convert`."""
+        try:
+            for where, found in entries_to_outputs(entries, self._convert_rows, self.policy, size=itemgetter(0)):
+                self._add(topic, where, found)
+                if self._held >= _OUT_ROWS:
+                    yield self._columns()
+            self._error_rows(topic)
+        except BridgeError as err:
+            raise err.located(topic=topic)
+
+    def _convert_rows(self, entry, raw=None) -> tuple[int, list]:
+        rows = self.convert(entry, raw)
+        return len(rows), rows
+
+    def _add(self, topic, where: dict, found) -> None:
+        errors = self.policy.errors
+        current = errors.pop() if found is None else None  # this Entry's own error
+        if errors:
+            self._error_rows(topic)
+        if current is not None:
+            self._error_row(topic, current, where.get("entry"))
+        elif found[0]:
+            n, rows = found
+            self._spans.append((topic, where["partition"], where["offset"], where["entry"], range(n), None))
+            self._values_out += rows
+            self._held += n
+
+    def _error_row(self, topic, err: BridgeError, entry) -> None:
+        err.located(topic=topic)
+        where = err.where
+        self._spans.append((topic, where.get("partition"), where.get("offset"), entry, (None,), str(err)))
+        self._values_out.append((None,) * self.nvalues)
+        self._held += 1
+
+    def _columns(self) -> list:
+        """The held rows as output columns (positions if asked, values, error under PERMISSIVE)."""
+        spans, rows = self._spans, self._values_out
+        self._spans, self._values_out, self._held = [], [], 0
+        repeat, chain = itertools.repeat, itertools.chain.from_iterable
+        out = []
+        if self.positions:
+            for i in range(4):
+                out.append(list(chain(repeat(span[i], len(span[4])) for span in spans)))
+            out.append(list(chain(span[4] for span in spans)))
+        out += list(zip(*rows)) if rows else [() for _ in range(self.nvalues)]
+        if self.keep:
+            out.append(list(chain(repeat(span[5], len(span[4])) for span in spans)))
+        return out
 
 
 class _ColumnSets(_FromDts):
