@@ -191,6 +191,21 @@ def test_dedup_filter_holds_repeats_and_counts_them():
     assert verbose.isEnabledFor(logging.INFO) and not verbose.isEnabledFor(logging.DEBUG)
 
 
+def test_one_event_told_by_two_clients_or_threads_is_one_line():
+    """librdkafka tells the event as (facility, client name, "[thrd:...]: text"): the line shown has
+    neither the client nor the thread, so neither makes a repeat a new line (a consume run under
+    load printed the refused connection of its consumer and of the client beside it twice)."""
+    stream = io.StringIO()
+    logger = observe.kafka_logger("dts-bridge.test-dedup-clients", stream=stream, interval=10)
+    text = "h:9/bootstrap: Connect to ipv4#h:9 failed: Connection refused (after 0ms in state CONNECT)"
+    logger.error("%s [%s] %s", "FAIL", "rdkafka#consumer-1", f"[thrd:h:9/bootstrap]: {text}")
+    logger.error("%s [%s] %s", "FAIL", "rdkafka#producer-2", f"[thrd:main]: {text[:-1]}, 1 identical error(s) "
+                 "suppressed)")
+    logger.error("%s [%s] %s", "REQTMOUT", "rdkafka#consumer-1", f"[thrd:h:9/bootstrap]: {text}")
+    lines = stream.getvalue().splitlines()
+    assert lines == [f"kafka error (FAIL): {text}", f"kafka error (REQTMOUT): {text}"]
+
+
 def test_a_refused_broker_prints_a_couple_of_lines(tmp_path):
     """librdkafka reports a refused connection several times a second: one line, then a count."""
     pytest.importorskip("confluent_kafka")

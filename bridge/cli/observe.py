@@ -405,7 +405,8 @@ class _TimedDataHubClient:
 # ---- the librdkafka log ------------------------------------------------------------------------
 
 # Parts of a librdkafka message that change between repeats of the same event.
-_VOLATILE = re.compile(r"\s*\(after \d+ms[^)]*\)|,? ?\d+ identical error\(s\) suppressed|\d+ms")
+# "(after 0ms in state CONNECT, 1 identical error(s) suppressed)" is one part: its "(s)" does not end it.
+_VOLATILE = re.compile(r"\s*\(after \d+ms(?:[^()]|\(s\))*\)|,? ?\d+ identical error\(s\) suppressed|\d+ms")
 
 
 class DedupFilter(logging.Filter):
@@ -421,6 +422,12 @@ class DedupFilter(logging.Filter):
 
     @staticmethod
     def key(record: logging.LogRecord) -> tuple:
+        """What a reader sees: for librdkafka's (facility, client name, text) the facility and the
+        text without its thread, so one event told by two clients of the process (a consumer and
+        the producer or admin client beside it) or from two threads is one message."""
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 3:
+            return record.levelno, str(args[0]), _VOLATILE.sub("", _THREAD.sub("", str(args[2])))
         return record.levelno, _VOLATILE.sub("", record.getMessage())
 
     def filter(self, record: logging.LogRecord) -> bool:
