@@ -408,7 +408,10 @@ def test_consume_status_line_and_metrics(broker, tmp_path):
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     body = ""
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and "dts_bridge_committed_offset{" not in body:
+    # scraped until a commit shows and all 21 Envelopes are counted (under load a commit can come
+    # before the last Envelopes are read)
+    while time.monotonic() < deadline and not ("dts_bridge_committed_offset{" in body
+                                                and "dts_bridge_envelopes_in_total 21.0" in body):
         time.sleep(0.2)
         try:
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
