@@ -169,6 +169,28 @@ def test_sigkill_at_random_moments_then_restart_gives_each_entry_once(kafka_brok
     assert_exactly_once(read_back(kafka_broker.bootstrap, topic), records)
 
 
+def test_a_fencing_told_only_by_error_cb_or_a_delivery_report_names_the_takeover(kafka_broker):
+    """When confluent-kafka loses the exception of a fenced flush (a bare SystemError, seen under
+    load), the fencing is what error_cb told (as _FATAL, whose fatal() can be False) or what a
+    delivery report carries: either names the takeover, never the raw error."""
+    ck = pytest.importorskip("confluent_kafka")
+    topic = kafka_broker.create_topic(_name("dts-fenced-told"), partitions=1)
+    tid = transactional_id_for("proj", "told", topic)
+    sink = make_sink(kafka_broker.bootstrap, topic, tid).start()
+    try:
+        told = ck.KafkaError(ck.KafkaError._FATAL, "Fatal error: Local: This instance has been fenced by a newer "
+                             "instance", fatal=False)
+        assert f"transactional id '{tid}' took over" in str(sink._error(told, "x"))
+        assert sink._heard_fatal(wait=0.2) is None  # nothing told: the caller raises what it has
+        report = ck.KafkaError(ck.KafkaError._FENCED, "fenced by newer producer instance")
+        sink._failures.append((report, 0))
+        assert sink._heard_fatal(wait=0.2) is report
+        assert f"transactional id '{tid}' took over" in str(sink._error(report, "x"))
+    finally:
+        sink._failures.clear()
+        sink.close()
+
+
 def test_a_zombie_is_fenced_and_its_open_transaction_never_shows(kafka_broker, records):
     topic = kafka_broker.create_topic(_name("dts-zombie"), partitions=2)
     offsets = _name("offs")

@@ -164,7 +164,7 @@ class DtsKafkaSink:
         user_error_cb = conf.get("error_cb")
 
         def heard(err) -> None:  # a fatal error (fenced) is also told here: kept for when flush loses it
-            if getattr(err, "fatal", lambda: False)():
+            if getattr(err, "fatal", lambda: False)() or _is_fatal_code(err):
                 self._fatal = err
             if user_error_cb is not None:
                 user_error_cb(err)
@@ -190,7 +190,8 @@ class DtsKafkaSink:
     def _error(self, err, what: str) -> KafkaError:
         name = err.name() if hasattr(err, "name") else ""
         text = err.str() if hasattr(err, "str") else str(err)
-        if name in _FENCED or (hasattr(err, "fatal") and err.fatal() and "fenc" in text.lower()):
+        if name in _FENCED or ((_is_fatal_code(err) or hasattr(err, "fatal") and err.fatal())
+                               and "fenc" in text.lower()):
             return KafkaError(f"another process with transactional id {self.transactional_id!r} took over "
                               f"(this producer is fenced: {text}); nothing of its open transaction is "
                               f"committed, stop this process")
@@ -340,8 +341,12 @@ class DtsKafkaSink:
         while self._fatal is None and time.monotonic() < deadline:
             try:
                 self.producer.poll(0.1)
-            except Exception:  # noqa: BLE001 - a fenced producer may raise here too: error_cb still runs
-                pass
+            except Exception as exc:  # noqa: BLE001 - a fenced producer may raise here too: error_cb still runs
+                err = _kafka_error(exc)
+                if err is not None and (err.fatal() or _is_fatal_code(err)):
+                    self._fatal = err
+            if self._fatal is None:  # a delivery report may be the only one to tell it (seen under load)
+                self._fatal = next((err for err, _ in self._failures if err.name() in _FENCED), None)
         return self._fatal
 
     def _delivered(self, err, msg) -> None:
@@ -497,6 +502,11 @@ class DtsKafkaSink:
                     if last is None or token > last:
                         self.landed[(partition, key)] = token
             end = start
+
+
+def _is_fatal_code(err) -> bool:
+    """error_cb tells a fatal error as librdkafka's _FATAL, whose own fatal() need not say so."""
+    return getattr(err, "name", lambda: "")() == "_FATAL"
 
 
 def _kafka_error(exc: BaseException):
