@@ -400,6 +400,50 @@ def test_members_started_together_each_get_partitions_before_their_idle_timeout(
         assert committed == ends, f"committed {committed}, ends {ends}\n" + "\n".join(log)
 
 
+def test_a_member_assigned_late_reads_its_partitions_before_its_idle_timeout(kafka_broker, tmp_path):
+    """The idle wait counts from the assignment: a member that joins a group whose rebalance waits for
+    a SIGKILLed member's session (8 s) gets its partitions after five times its --idle-timeout, and
+    still reads them all before it ends idle (it used to stop at once, having read nothing: seen in
+    test_sync_tables under load, where a killed run's member held the rebalance)."""
+    topic = kafka_broker.create_topic(unique_name("sync-late"), partitions=2)
+    group = unique_name("g-late")
+    warm_group_coordinator(kafka_broker, topic)
+    small = repack(SAMPLES / "mixed.pb", tmp_path / "mixed-300.pb", 300)
+    produce_many(kafka_broker, topic, [(small, 0), (SAMPLES / "large.pb", 1)])
+    ends = end_offsets(kafka_broker, topic, range(2))
+    member = ("import sys, time, confluent_kafka as ck\n"
+              "c = ck.Consumer({'bootstrap.servers': sys.argv[1], 'group.id': sys.argv[2], 'session.timeout.ms': 8000,\n"
+              "                 'partition.assignment.strategy': 'cooperative-sticky', 'enable.auto.commit': False})\n"
+              "c.subscribe([sys.argv[3]])\n"
+              "while not c.assignment():\n"
+              "    c.poll(0.2)\n"
+              "print('assigned', flush=True)\n"
+              "time.sleep(600)\n")
+    doomed = subprocess.Popen([sys.executable, "-c", member, kafka_broker.bootstrap, group, topic],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert doomed.stdout.readline().strip() == "assigned", "the first member never got its partitions"
+    finally:
+        doomed.kill()  # SIGKILL: it never leaves; the group waits for its session to end
+        doomed.wait()
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "blob", shard_count=3)
+        args = sync_args(kafka_broker, topic, group, server, "--to", "blob", "--datahub-topic", "blob",
+                         "--idle-timeout", "1", "--commit-interval", "0.5")
+        out, err = tmp_path / "late.out", tmp_path / "late.err"
+        started = time.monotonic()
+        proc = start_process(args, out, err)
+        code = proc.wait(120)
+        took = time.monotonic() - started
+        text = err.read_text()
+        no_traceback(text, "sync")
+        assert code == 0, text[-3000:]
+        report = json.loads(out.read_text())
+        assert report["envelopes"] == sum(ends.values()) and report["stopped"] == "idle", (report, ends, text[-2000:])
+        assert took > 5, f"the assignment was not late ({took:.1f} s): the test shows nothing\n{text[-2000:]}"
+        assert group_committed(kafka_broker, group, topic, range(2)) == ends
+
+
 # ---- an idle pipeline shows lag 0 ----------------------------------------------------------------
 
 @pytest.mark.parametrize("empty", [False, True], ids=["every-partition-has-data", "one-partition-empty"])

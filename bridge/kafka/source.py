@@ -49,6 +49,7 @@ class KafkaSource:
         self.silent_since: float | None = None
         self._health_at = time.monotonic()
         self.assigned_once = not subscribe  # a group member waits for its first assignment
+        self.assigned_at: float | None = None  # when partitions were last gained (a group member)
 
     def keys(self) -> list[int]:
         if self._partitions is None:
@@ -83,6 +84,8 @@ class KafkaSource:
         self._partitions = sorted(set(self._partitions) | set(gained))
         self.rebalances += 1
         self.assigned_once = True
+        if gained:  # the loop's idle wait counts from here: a late assignment is not time spent idle
+            self.assigned_at = time.monotonic()
 
     def _on_revoke(self, consumer, partitions, lost: bool = False) -> None:
         going = [tp.partition for tp in partitions if tp.topic == self.topic]

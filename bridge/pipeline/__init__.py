@@ -151,7 +151,8 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     def idle(since: float) -> bool:
         if not getattr(source, "assigned_once", True):
             return False  # a group member not yet given its partitions: nothing is known yet
-        waited = time.monotonic() - since
+        gained = getattr(source, "assigned_at", None)  # partitions gained late: their wait starts then
+        waited = time.monotonic() - (since if gained is None else max(since, gained))
         return waited >= idle_timeout and (source.caught_up() or waited >= 5 * idle_timeout)
 
     def records() -> Iterator[Record]:
