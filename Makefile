@@ -36,7 +36,8 @@ demo: $(STAMP)
 # round trips), so its files run on TEST_WORKERS workers (pytest-xdist), a whole file to a worker:
 # module fixtures (a Kafka topic, a Spark session) stay shared within a file. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# --no-loadscope-reorder: keep SLOW_FIRST's order (pytest-xdist would order files by their number of tests)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # --durations: the slowest tests in every run's log, to keep the suite's time in view
 test: $(STAMP) $(JARS_STAMP)

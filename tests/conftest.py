@@ -15,6 +15,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Every JVM the tests start (Spark drivers and executors, the standalone cluster, the Kafka broker)
+# lives seconds to minutes and handles little data: C1 alone and the serial collector cost it about a
+# third less CPU than the server defaults (test_spark.py: 67 s -> 43 s of CPU for the process tree),
+# and the suite on 2 cores is CPU-bound. Set before any JVM starts, inherited by every child process;
+# BRIDGE_TEST_JVM_DEFAULTS=1 keeps the JVM's defaults (docs/testing.md, "The suite's time").
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+if os.environ.get("BRIDGE_TEST_JVM_DEFAULTS") != "1" and TEST_JVM_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {TEST_JVM_OPTIONS}".strip()
+
 # tests/ is not a package: make `from support.strategies import ...` work under any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -33,9 +42,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 # The files that take longest (killed Spark drivers and sync processes, Spark streaming), run first:
 # under pytest-xdist (`make test`, a whole file to a worker) the long ones start at once and the
 # short ones fill the gaps, instead of one long file starting last.
-SLOW_FIRST = ("test_spark_cluster.py", "test_spark_pipeline.py", "test_spark_datahub_reverse.py", "test_spark_tables_kill.py", "test_sync.py", "test_spark_streaming.py",
-              "test_spark_tables.py", "test_sync_tables.py", "test_kafka.py", "test_spark.py",
-              "test_spark_datahub.py")
+SLOW_FIRST = ("test_spark_cluster.py", "test_spark_pipeline.py", "test_sync_group.py", "test_sync.py",
+              "test_spark_streaming.py", "test_sync_tables.py", "test_spark_datahub_reverse.py", "test_spark.py",
+              "test_spark_tables_kill.py", "test_kafka_dts_sink.py", "test_kafka.py", "test_datahub_writer.py",
+              "test_spark_tables.py", "test_sync_subscription.py", "test_spark_datahub.py", "test_sync_to_dts.py")
 
 
 @pytest.fixture(scope="session")
