@@ -90,6 +90,38 @@ def _ceiling(stream, fn=None, schema=None):
     return stream.select("topic", "partition", "offset", "value").repartition("topic", "partition").mapInArrow(fn, schema)
 
 
+def _job_cpu(folder: str, table: str, schema, columns, repeat: int) -> dict:
+    """Process CPU seconds (best of `repeat`, alternating) of the batch jobs' per-partition functions
+    `dts_to_blob_batches` and `dts_to_tuple_batches` (DROPMALFORMED, Arrow) on the same rows, in this
+    process without Spark: the one-file input split by Kafka partition, in offset order, in batches of
+    256 rows as the Parquet reader is set to give them. CPU, not wall time: the machine's other work
+    moves it less."""
+    import glob
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    import bridge.spark as bs
+    table_in = pq.read_table(glob.glob(os.path.join(folder, "*.parquet"))[0]).select(
+        ["topic", "partition", "offset", "value"])
+    parts = [table_in.filter(pc.equal(table_in["partition"], p)).sort_by("offset").to_batches(max_chunksize=256)
+             for p in (0, 1)]
+    jobs = {"dts_to_blob_batches": lambda: bs.dts_to_blob_batches(mode="DROPMALFORMED", arrow=True),
+            "dts_to_tuple_batches": lambda: bs.dts_to_tuple_batches(table, schema, mode="DROPMALFORMED",
+                                                                    columns=columns, arrow=True)}
+    cpu: dict[str, list] = {name: [] for name in jobs}
+    out_rows = {}
+    for _ in range(max(2, repeat)):
+        for name, make in jobs.items():
+            fn = make()
+            start = time.process_time()
+            out_rows[name] = sum(batch.num_rows for batches in parts for batch in fn(iter(batches)))
+            cpu[name].append(time.process_time() - start)
+    return {"seconds": {name: round(min(v), 3) for name, v in cpu.items()},
+            "samples": {name: [round(x, 3) for x in v] for name, v in cpu.items()}, "rows": out_rows,
+            "tuple_job_vs_blob_job": round(min(cpu["dts_to_tuple_batches"]) / min(cpu["dts_to_blob_batches"]), 2)}
+
+
 def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str], None]) -> dict:
     try:
         import pyarrow  # noqa: F401
@@ -110,6 +142,9 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
     table = f"{first.header.schemaName}.{first.header.tableName}"
     columns = list(first.event.dmlEvent.columns)
     schema = record_schema(columns)
+    job_cpu = _job_cpu(whole, table, schema, columns, repeat)
+    log(f"spark streaming: the batch jobs in process, CPU s {job_cpu['seconds']}: Tuple / Blob "
+        f"{job_cpu['tuple_job_vs_blob_job']}x")
     log(f"spark streaming: {rows} rows in {len(envelopes)} Envelopes ({split} segments of split Entries), "
         f"{FILES} files, {inside} cuts inside an Entries; starting local[2]")
     spark = bs.local_session("bridge-bench")
@@ -195,6 +230,9 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
                    for (floor_share, floor_s), (share, seconds) in zip(steady["floor"], steady[name])]
             for name in ("ceiling", "ceiling_tuple", "streaming", "streaming_tuple")},
         "streaming_vs_floor": round(best["floor"] / best["streaming"], 3),
+        # the per-partition functions alone, in process CPU (`_job_cpu`): how far the Tuple job is
+        # from the Blob one before Spark's share
+        "job_cpu": job_cpu,
         "add_batch_vs_batch": round(best["batch"] / best["streaming_one_micro_batch_add_batch"], 3),
         # each round's running paces side by side (rows/s), so the ratio's spread shows
         "running_samples": {name: [round(rows * share / seconds) for share, seconds in s]
