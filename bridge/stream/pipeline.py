@@ -73,6 +73,11 @@ class Source(Protocol):
     def close(self) -> None:
         """Let go of the connection."""
 
+    # optional, for a group member whose keys the group hands out (KafkaSource with a group):
+    # dynamic (True: keys come and go; listen(assigned, revoked) before open), assigned_once (False
+    # until the first assignment: never idle before it), assigned_at (time.monotonic() when keys
+    # were last gained: the idle wait counts from it)
+
 
 @runtime_checkable
 class Assembler(Protocol):
