@@ -604,3 +604,163 @@ def test_release_skips_only_heads_that_cannot_go(records, settle):
     assert got == [(w, e.SerializeToString()) for w, e in full.finish(p2)]
     assert (p1.tally.rejected, mine.late, mine.orphans, mine.released) == \
         (p2.tally.rejected, full.late, full.orphans, full.released)
+
+
+# -- reader processes (bridge/datahub/prefetch.py): the readers' requests in a fetch process ------------
+def _read_all(source, want, timeout=20.0):
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got += [r for r in source.poll(100, 0.05) if not isinstance(r[2], ShardMark)]
+    return got
+
+
+def _switched(source, count=1, timeout=20.0):
+    """Poll until `count` readers fetch through the fetch process (they fetch themselves until it is
+    ready; a shard at its end is asked again while the loop polls); the records read meanwhile."""
+    def ready():
+        fetchers = source._fetchers
+        return 0 if fetchers is None else sum(c.ready for c in fetchers.channels)
+    got, deadline = [], time.monotonic() + timeout
+    while ready() < count and time.monotonic() < deadline:
+        got += [r for r in source.poll(100, 0.05) if not isinstance(r[2], ShardMark)]
+    assert ready() >= count
+    return got
+
+
+def _wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+@pytest.mark.parametrize("processes", [True, False])
+def test_readers_hand_on_each_shard_in_order_within_their_bounds(server, client, processes):
+    """With a fetch process (or reader threads fetching themselves): every record once, each shard's
+    in sequence order, the same records and attributes as read in the loop; while nobody polls, at
+    most `prefetch` pages a shard and `page * prefetch * readers` records are held."""
+    import os
+    server.create_topic(P, "t", shard_count=3)
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    source, _ = make(client, "t", from_beginning=True, page=4, prefetch=2, processes=processes)
+    source.process_after = 0  # the fetch process from the first page (it is started at open)
+    source.open({})
+    if processes:
+        assert source._fetchers is not None and source._fetchers.pid != os.getpid()
+    first = [r for r in source.poll(5, 1.0) if not isinstance(r[2], ShardMark)]
+    assert _wait_for(lambda: all(len(f.pages) == 2 for f in source._feeds.values()) and len(source._feeds) == 3)
+    time.sleep(0.3)  # the readers have room for nothing more
+    assert all(len(f.pages) <= 2 for f in source._feeds.values()) and source._held <= 4 * 2 * 3
+    got = first + _read_all(source, len(lines) - len(first))
+    assert (source._fetchers is not None) is processes
+    if processes:  # more records, read through the fetch process
+        more, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+        got += _switched(source, 3)
+        got += _read_all(source, len(lines) + len(more) - len(got))
+        lines += more
+    source.close()
+    loop, _ = make(client, "t", from_beginning=True, readers=0)
+    want = _read_all(loop, len(lines))
+    for key in {r[0] for r in want}:
+        mine = [(r[1], r[2].data, dict(r[3]), r[2].system_time) for r in got if r[0] == key]
+        assert mine == [(r[1], r[2].data, dict(r[3]), r[2].system_time) for r in want if r[0] == key]
+        assert [s for s, *_ in mine] == list(range(len(mine)))
+    assert len(got) == len(want) == len(lines)
+
+
+def test_close_stops_the_fetch_process_and_the_readers(server, client):
+    server.create_topic(P, "t", shard_count=3)
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    source, _ = make(client, "t", from_beginning=True, page=3)
+    source.process_after = 0
+    source.open({})
+    assert _read_all(source, 10)
+    fetchers = source._fetchers
+    assert fetchers is not None and fetchers.proc.poll() is None
+    source.close()
+    assert fetchers.proc.poll() is not None  # waited for (or killed)
+    assert _wait_for(lambda: not any(t.is_alive() for t in source._threads))
+
+
+def test_idle_readers_end_with_their_fetch_process_and_start_again(server, client):
+    """Readers without work end (the fetch process with the last); a later poll starts them again
+    and reads on from where the shards were."""
+    server.create_topic(P, "t", shard_count=2)
+    lines, turn = write_round_robin(client, "t", sample_lines("mixed")[:20], ["0", "1"])
+    source, _ = make(client, "t", from_beginning=True)
+    source.reader_idle, source.process_after = 0.3, 0
+    source.open({})
+    got = _read_all(source, len(lines))
+    fetchers = source._fetchers
+    assert len(got) == len(lines) and fetchers is not None
+    source.interval = 60.0  # shards at their end: not asked again soon, so the readers idle
+    assert _wait_for(lambda: not any(t.is_alive() for t in source._threads))
+    assert _wait_for(lambda: fetchers.proc.poll() is not None) and source._fetchers is None
+    more, _ = write_round_robin(client, "t", sample_lines("mixed")[20:40], ["0", "1"], turn)
+    source.interval = 0.01
+    got += _read_all(source, len(more))
+    assert source._fetchers is not None and source._fetchers is not fetchers
+    assert sorted(r[2].data for r in got) == sorted(lines + more)
+    source.close()
+
+
+def test_a_fetch_process_that_dies_is_an_error_naming_the_shard(server, client):
+    """The fetch process killed under the readers: poll raises a DataHubError naming a shard and
+    its position (no hang), and close() still ends everything."""
+    import os
+    import signal
+    server.create_topic(P, "t", shard_count=3)
+    write_round_robin(client, "t", sample_lines("mixed"), ["0", "1", "2"])
+    source, _ = make(client, "t", from_beginning=True, page=2, max_retries=1)
+    source.process_after = 0
+    source.open({})
+    assert _read_all(source, 3)
+    _switched(source, 3)
+    os.kill(source._fetchers.pid, signal.SIGKILL)
+    with pytest.raises(DataHubError, match=r"proj/t shard \d at \d+: .*reader process \d+ stopped answering"):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            source.poll(100, 0.05)
+    source.close()
+    assert _wait_for(lambda: not any(t.is_alive() for t in source._threads))
+
+
+def test_errors_come_back_from_the_fetch_process_as_pydatahub_raised_them(server, client):
+    """A 5xx answered in the fetch process is retried by the reader under the policy, and a refusal
+    is a DataHubError naming the request and DataHub's code, as without the process."""
+    server.create_topic(P, "t", shard_count=1)
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed")[:10], ["0"])
+    source, _ = make(client, "t", from_beginning=True)
+    source.process_after = 0
+    source.open({})
+    got = _switched(source)
+    got += _read_all(source, len(lines) - len(got))
+    retries = source.retries
+    server.faults.fail_next("GetRecords", status=500, times=2)
+    more, _ = write_round_robin(client, "t", sample_lines("mixed")[10:20], ["0"])
+    got += _read_all(source, len(more))
+    assert [r[2].data for r in got] == lines + more and source.retries >= retries + 2
+    server.faults.fail_next("GetRecords", status=400, code="InvalidParameter", message="bad page", times=None)
+    with pytest.raises(DataHubError, match=r"GetRecords t/0 failed: InvalidParameter: .*bad page"):
+        _read_all(source, 1, timeout=5)
+    source.close()
+
+
+def test_the_fetch_process_starts_after_process_after_pages(server, client):
+    """A short read never pays the fetch process's start: the readers fetch themselves the first
+    `process_after` pages' worth of records, then start it and go on through it, the shards' order
+    kept."""
+    server.create_topic(P, "t", shard_count=2)
+    lines, _ = write_round_robin(client, "t", sample_lines("mixed"), ["0", "1"])
+    source, _ = make(client, "t", from_beginning=True, page=2)
+    source.process_after = 10
+    source.open({})
+    assert source._fetchers is None
+    got = [r for r in source.poll(3, 1.0) if not isinstance(r[2], ShardMark)]
+    assert source._fetchers is None or source._fetched >= 10 * 2
+    got += _switched(source, 2)
+    got += _read_all(source, len(lines) - len(got))
+    source.close()
+    for shard in ("0", "1"):
+        assert [r[1] for r in got if r[0] == ("t", shard)] == list(range(sum(r[0] == ("t", shard) for r in got)))
+    assert sorted(r[2].data for r in got) == sorted(lines)

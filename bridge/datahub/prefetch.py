@@ -10,6 +10,21 @@ thread when the loop reaches that page, exactly as a read in the loop would. A s
 asked again every `interval` seconds while the loop polls. The readers are daemon threads and end
 with `close()` (or after 10 s without work); `read_range` reads in the caller's thread.
 
+Reader processes (`processes`, the default): the readers' requests run in a fetch process, one
+per source, started with `subprocess` (not a fork: the process has confluent-kafka's threads) once
+the readers have fetched `process_after` (32) pages' worth of records themselves, so a short read
+does not pay its start, and a reader goes on fetching itself until the process says it is ready.
+The HTTP request through pydatahub (requests, signing), the frame's CRC-32C (crcmod's C extension,
+its function made once), the lz4 decompression and the protobuf parse are then its CPU, not the
+loop's interpreter's. Each reader thread has a socket of its own to it and waits on it with the GIL
+released; a page comes back as (sequence, system time, attributes, data) tuples that the reader
+thread makes records of. The scheduling, the bounds, the order and what an answer means are the
+reader threads' as without it, and so are the retries (an error comes back as the exception
+pydatahub raised). It serves Blob topics through pydatahub's protobuf client; for another client or
+a Tuple topic (or `processes=False`, or when it cannot start) the reader threads fetch themselves.
+It ends with `close()`, with the last reader ending idle, or when the parent ends (its stdin
+closes).
+
 The Blob pages are asked through pydatahub's protobuf client (its request, signing, compression
 and errors) and parsed with the protobuf runtime from pydatahub's own GetRecordsResponse fields
 (`_get_blob_page`), a fraction of pydatahub's cost per page; another client, and Tuple topics, use
@@ -23,6 +38,11 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
+import os
+import pickle
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -176,6 +196,20 @@ def _get_blob_page(client, project: str, topic: str, shard_id: str, cursor: str,
     """GetRecords of a Blob shard through pydatahub's protobuf client (its request, signing,
     compression and errors), the answer parsed by `_pb_response_class`; None when `client` is not
     pydatahub's protobuf client (then its own `get_blob_records` is called)."""
+    frame = _get_blob_frame(client, project, topic, shard_id, cursor, limit)
+    return None if frame is None else _page_of(*frame)
+
+
+def _page_of(pb: bytes, date: str | None) -> _PbPage:
+    """A GetRecordsResponse's bytes (and the answer's Date) as a `_PbPage`."""
+    answer = _pb_response_class().FromString(pb)
+    return _PbPage(answer.records, answer.next_cursor, date)
+
+
+def _get_blob_frame(client, project: str, topic: str, shard_id: str, cursor: str, limit: int):
+    """(GetRecordsResponse bytes, Date header or None) of a Blob shard's GetRecords through
+    pydatahub's protobuf client, its frame's CRC-32C checked; None when `client` is not pydatahub's
+    protobuf client."""
     impl = getattr(client, "_datahub_impl", None)
     rest = getattr(impl, "_rest_client", None)
     if rest is None or type(impl).__name__ != "DataHubPB":
@@ -193,8 +227,229 @@ def _get_blob_page(client, project: str, topic: str, shard_id: str, cursor: str,
     pb = body[12:]  # after "DHUB", the crc32c and the length, as pydatahub's unwrap_pb_frame reads it
     if int.from_bytes(body[4:8], "big") != _CRC32C[0](pb) & 0xFFFFFFFF:
         raise DatahubException("Parse pb response body fail, error: crc check error")
+    return pb, headers.get("Date") if headers is not None else None
+
+
+# -- reader processes ---------------------------------------------------------------------------
+# A fetch process serves the reader threads' requests (GetCursor, a Blob GetRecords page) over one
+# socket each: the HTTP request through pydatahub (signing, requests), the frame's CRC-32C, the
+# decompression and the protobuf parse run in its interpreter, not the loop's; it answers a page
+# as plain tuples (`_rows_of`) that `_records_of` turns into records.
+# The retries stay in the reader threads (the policy of `Retrying.call`, the observer): an error
+# comes back as the exception pydatahub raised. The process runs this file as a module of its own
+# (only the standard library at its top, pydatahub lazily): it imports neither the bridge package
+# nor the parent's main module, and is started with subprocess (no fork of a process with
+# confluent-kafka's threads). It ends when the parent closes its stdin (close(), its readers idle,
+# or the parent's end).
+
+def _read_exact(stream, size: int) -> bytes:
+    data = stream.read(size)
+    if data is None or len(data) < size:
+        raise EOFError("the parent went away")
+    return data
+
+
+def _portable_error(exc: BaseException) -> bytes:
+    """An answer carrying `exc`, pickled (the class with its state; its text if it cannot be)."""
+    try:
+        data = pickle.dumps(("error", exc), protocol=5)
+        pickle.loads(data)
+        return data
+    except Exception:
+        cls = type(exc)
+        state = {}
+        for k, v in getattr(exc, "__dict__", {}).items():
+            try:
+                pickle.dumps(v)
+            except Exception:
+                continue
+            state[k] = v
+        return pickle.dumps(("error-parts", (cls.__module__, cls.__qualname__, str(exc), state)), protocol=5)
+
+
+def _rebuilt_error(parts) -> BaseException:
+    import importlib
+    module, name, text, state = parts
+    try:
+        cls = importlib.import_module(module)
+        for part in name.split("."):
+            cls = getattr(cls, part)
+        exc = cls.__new__(cls)
+        exc.args = (text,)
+        exc.__dict__.update(state)
+        return exc
+    except Exception:
+        return RuntimeError(f"{module}.{name}: {text}")
+
+
+_BUSY = threading.Condition()  # (in a fetch process) its requests under way, in _BUSY.count
+_BUSY.count = 0
+
+
+def _rows_of(pb: bytes, date: str | None) -> tuple:
+    """(rows, next cursor, date) of a GetRecordsResponse's bytes: the rows (sequence, system time,
+    attributes, data) tuples, each text that repeats one str object (pickled once, then referenced:
+    the reader unpickles a page in about half the time)."""
     answer = _pb_response_class().FromString(pb)
-    return _PbPage(answer.records, answer.next_cursor, headers.get("Date") if headers is not None else None)
+    same: dict = {}
+    rows = [(r.sequence, r.system_time,
+             {same.setdefault(a.key, a.key): same.setdefault(a.value, a.value) for a in r.attributes.attributes},
+             r.data.data[0].value) for r in answer.records]
+    return rows, answer.next_cursor, date
+
+
+class _RowsPage:
+    """A Blob GetRecords answer from a fetch process: `records` are (sequence, system time,
+    attributes, data) tuples, `date` the answer's Date header (or None)."""
+    __slots__ = ("records", "next_cursor", "date")
+
+    def __init__(self, records, next_cursor, date) -> None:
+        self.records, self.next_cursor, self.date = records, next_cursor, date
+
+
+def _serve_channel(client_bytes: bytes, fd: int) -> None:
+    """A fetch process's thread: answer one reader thread's requests until its socket closes."""
+    from multiprocessing.connection import Connection
+    conn = Connection(fd)
+    client = pickle.loads(client_bytes)  # a client (requests session) of this thread's own
+    try:
+        conn.send_bytes(b"ready")  # (pydatahub imported: the reader switches to this channel)
+    except OSError:
+        return
+    while True:
+        try:
+            op, args = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        with _BUSY:
+            _BUSY.count += 1
+        try:
+            if op == "cursor":
+                from datahub.models import CursorType
+                project, topic, shard_id, sequence = args
+                reply = pickle.dumps(("ok", client.get_cursor(project, topic, shard_id, CursorType.SEQUENCE,
+                                                              sequence).cursor), protocol=5)
+            elif op == "page":
+                reply = pickle.dumps(("ok", _rows_of(*_get_blob_frame(client, *args))), protocol=5)
+            else:
+                raise ValueError(f"no request {op!r}")
+        except BaseException as exc:
+            reply = _portable_error(exc)
+        finally:
+            with _BUSY:
+                _BUSY.count -= 1
+                _BUSY.notify_all()
+        try:
+            conn.send_bytes(reply)
+        except OSError:
+            return
+
+
+def _fetch_process() -> None:
+    """A fetch process's main: the client and its sockets from stdin, a thread per socket, until
+    stdin closes (then the requests under way end first, for up to a second)."""
+    stdin = sys.stdin.buffer
+    size = int.from_bytes(_read_exact(stdin, 4), "big")
+    client_bytes, fds = pickle.loads(_read_exact(stdin, size))
+    for fd in fds:
+        threading.Thread(target=_serve_channel, args=(client_bytes, fd), daemon=True).start()
+    try:
+        while stdin.read(65536):
+            pass
+        with _BUSY:
+            _BUSY.wait_for(lambda: _BUSY.count == 0, 1.0)
+    finally:
+        os._exit(0)
+
+
+class _Channel:
+    """A reader thread's way to its fetch process (one request at a time)."""
+
+    def __init__(self, sock, fetchers) -> None:
+        from multiprocessing.connection import Connection
+        self.sock, self.fetchers = sock, fetchers
+        self.conn = Connection(os.dup(sock.fileno()))
+        self.ready = False  # the fetch process said it is ready on this channel
+
+    def is_ready(self) -> bool:
+        """Whether the fetch process has said it is ready (never blocks); a process that ended
+        before is never ready."""
+        if not self.ready:
+            try:
+                if self.conn.poll(0):
+                    self.conn.recv_bytes()
+                    self.ready = True
+            except (EOFError, OSError):
+                return False
+        return self.ready
+
+    def request(self, op: str, *args):
+        try:
+            if not self.ready:
+                self.conn.recv_bytes()
+                self.ready = True
+            self.conn.send_bytes(pickle.dumps((op, args), protocol=5))
+            kind, value = pickle.loads(self.conn.recv_bytes())
+        except (EOFError, OSError) as exc:
+            from bridge.datahub.calls import DataHubError
+            raise DataHubError(f"the DataHub reader process {self.fetchers.pid} stopped answering "
+                               f"({type(exc).__name__}: {exc})") from None
+        if kind == "ok":
+            return value
+        raise value if kind == "error" else _rebuilt_error(value)
+
+    def shut(self) -> None:
+        """Wake a request under way (it fails) and close the socket."""
+        for step in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close, self.conn.close):
+            try:
+                step()
+            except OSError:
+                pass
+
+
+class _Fetchers:
+    """A fetch process and its channels, one per reader thread (`free` not in use)."""
+
+    def __init__(self, client_bytes: bytes, channels: int) -> None:
+        pairs = [socket.socketpair() for _ in range(channels)]
+        theirs = [b.fileno() for _, b in pairs]
+        path = os.path.abspath(__file__)
+        code = ("import importlib.util, sys\n"
+                f"spec = importlib.util.spec_from_file_location('_dts_bridge_datahub_fetch', {path!r})\n"
+                "module = importlib.util.module_from_spec(spec)\n"
+                "sys.modules[spec.name] = module\n"
+                "spec.loader.exec_module(module)\n"
+                "module._fetch_process()\n")
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, pass_fds=theirs,
+                                         close_fds=True)
+        finally:
+            for _, b in pairs:
+                b.close()
+        self.pid = self.proc.pid
+        payload = pickle.dumps((client_bytes, theirs), protocol=5)
+        self.proc.stdin.write(len(payload).to_bytes(4, "big") + payload)
+        self.proc.stdin.flush()
+        self.channels = [_Channel(a, self) for a, _ in pairs]
+        self.free = list(self.channels)
+        self.stopped = False
+
+    def stop(self, wait: float = 0.0) -> None:
+        """Close the channels (a request under way fails) and the process's stdin (it ends);
+        wait up to `wait` seconds for it, then kill it."""
+        self.stopped = True
+        for channel in self.channels:
+            channel.shut()
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        if wait > 0:
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 class Prefetch:
@@ -212,11 +467,21 @@ class Prefetch:
         self._threads: list = []
         self._held = 0  # records in fetched pages not yet taken
         self._arrivals = 0  # pages fetched so far (poll waits for the next)
+        self._fetched = 0  # records fetched so far
         self._polled_at = 0.0
         self._stopping = False
+        self._fetchers: _Fetchers | None = None  # the fetch process of the readers (processes)
+        self._client_bytes: bytes | bool | None = None  # the client pickled for it; False: threads only
+
+    reader_idle = 10.0  # seconds without work after which a reader thread ends (the fetch process with the last)
+    # full pages' worth of records (`page` each) the readers fetch themselves before the fetch
+    # process is started: its start (pydatahub's imports, about 0.35 CPU s of its own) pays only
+    # over a longer read (issue 32, third round: a 20,000-row run, 25 pages, lost by it; shards
+    # asked again at their end do not count, so a short run's idle end does not start it)
+    process_after = 32
 
     _PREFETCH_STATE = ("_cond", "_feeds", "_ready", "_later", "_tick", "_threads", "_held", "_arrivals",
-                       "_polled_at", "_stopping")
+                       "_polled_at", "_stopping", "_fetchers", "_client_bytes", "_fetched")
 
     def __getstate__(self) -> dict:
         """Picklable (Spark ships a source to its tasks): without the readers and what they fetched
@@ -273,23 +538,86 @@ class Prefetch:
         self._threads = [t for t in self._threads if t.is_alive()]
         want = min(self.readers, len(self._feeds))
         while len(self._threads) < want and not self._stopping:
-            client = self._reader_client()
-            thread = threading.Thread(target=self._reader, args=(client,), daemon=True,
+            client, channel = self._reader_client()
+            thread = threading.Thread(target=self._reader, args=(client, channel), daemon=True,
                                       name=f"datahub-reader-{self.project}-{len(self._threads)}")
             self._threads.append(thread)
             thread.start()
 
+    def _use_processes(self) -> bool:
+        """Whether the readers fetch through a fetch process: asked for (`processes`), a pydatahub
+        protobuf client that pickles, Blob topics only (else reader threads fetch themselves)."""
+        if not getattr(self, "processes", False) or self._shared_lock is not None:
+            return False
+        if self._client_bytes is None:
+            self._client_bytes = False
+            impl = getattr(self.client, "_datahub_impl", None)
+            if type(impl).__name__ == "DataHubPB" and all(k == "BLOB" for k in self.kinds.values()):
+                try:
+                    self._client_bytes = pickle.dumps(self.client, protocol=5)
+                except Exception:
+                    pass
+        return bool(self._client_bytes)
+
+    def _start_fetchers(self) -> _Fetchers | None:
+        """(Under _cond.) The running fetch process, started if there is none (None: it could not
+        be started, and reader threads fetch themselves from now on)."""
+        fetchers = self._fetchers
+        if fetchers is not None and not fetchers.stopped and fetchers.proc.poll() is None:
+            return fetchers
+        if fetchers is not None:
+            fetchers.stop()
+        try:
+            self._fetchers = _Fetchers(self._client_bytes, max(1, self.readers))
+        except (OSError, ValueError):
+            self._fetchers, self.processes = None, False
+        return self._fetchers
+
+    def _prestart(self) -> None:
+        """Start the fetch process ahead of the first poll (its start overlaps the caller's) when it
+        is wanted from the first page (`process_after` 0)."""
+        if self.readers and self.process_after <= 0 and self._use_processes():
+            with self._cond:
+                if not self._stopping:
+                    self._start_fetchers()
+
+    def _release_client(self, client) -> None:
+        """(Under _cond.) A reader thread ending idle gives back its channel; the fetch process
+        ends with the last reader."""
+        if type(client) is not _Channel:
+            return
+        fetchers = client.fetchers
+        if fetchers is self._fetchers and not fetchers.stopped:
+            fetchers.free.append(client)
+            if not self._threads:
+                fetchers.stop()
+                self._fetchers = None
+                threading.Thread(target=fetchers.proc.wait, daemon=True).start()  # (reaped when it ends)
+
+    def _channel(self):
+        """(Under _cond.) A channel to the fetch process (started if need be) for a reader thread,
+        once `process_after` pages were fetched; else None."""
+        if self._fetched < self.process_after * self.page or not self._use_processes():
+            return None
+        fetchers = self._start_fetchers()
+        return fetchers.free.pop() if fetchers is not None and fetchers.free else None
+
     def _reader_client(self):
+        """(Under _cond.) The client of a new reader thread, and the channel to the fetch process it
+        switches to once that process is ready (None: it fetches itself)."""
         client = _client_copy(self.client)
         if client is not None:
-            return client
+            return client, self._channel()
         if self._shared_lock is None:  # not a pydatahub client: shared, one call at a time
             self._shared_lock = threading.Lock()
             self.client = _Locked(self.client, self._shared_lock)
-        return self.client
+        return self.client, None
 
-    def _reader(self, client) -> None:
-        """A reader thread: fetch the next page of the feed due first, until close() or 10 s idle."""
+    def _reader(self, client, channel=None) -> None:
+        """A reader thread: fetch the next page of the feed due first, until close() or
+        `reader_idle` seconds without work. With a `channel` to the fetch process it fetches itself
+        until that process is ready (its start does not hold up the first pages), then through it."""
+        idle = self.reader_idle
         cond = self._cond
         while True:
             with cond:
@@ -309,12 +637,18 @@ class Prefetch:
                             break
                     if feed is not None:
                         break
-                    if now - idle_since >= 10.0:
+                    if now - idle_since >= idle:
                         self._threads = [t for t in self._threads if t is not threading.current_thread()]
+                        self._release_client(client if channel is None else channel)
                         return
-                    cond.wait(min(self._later[0][0] - now, 10.0) if self._later else 10.0)
+                    cond.wait(min(self._later[0][0] - now, idle) if self._later else idle)
                 feed.fetching = True
                 topic, shard_id, next_, cursor = feed.st.topic, feed.st.shard_id, feed.next, feed.cursor
+                if channel is None and type(client) is not _Channel \
+                        and self._fetched >= self.process_after * self.page and self._use_processes():
+                    channel = self._channel()
+            if channel is not None and channel.is_ready():
+                client, channel = channel, None
             asked = time.monotonic()
             try:
                 used, result = self._get_page(client, topic, shard_id, next_, cursor, self.page)
@@ -341,5 +675,6 @@ class Prefetch:
                     feed.pages.append(page)
                     self._held += len(page.records)
                 self._arrivals += 1
+                self._fetched += len(page.records)
                 self._schedule(feed)
                 cond.notify_all()

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.datahub.calls import DataHubError, Retrying, pydatahub, shard_state, sort_shard_id
-from bridge.datahub.prefetch import Prefetch, _get_blob_page, _PbPage, server_clock_at
+from bridge.datahub.prefetch import Prefetch, _Channel, _get_blob_page, _PbPage, _RowsPage, server_clock_at
 from bridge.stream.shards import DataHubRecord, ShardMark
 
 __all__ = ["DataHubSource", "DataHubRecord", "ShardMark", "DataLossError", "key_text", "parse_key",
@@ -116,14 +116,17 @@ class DataHubSource(Prefetch, Retrying):
     position start. `page`: records per GetRecords. `interval`: how often a shard at its end is
     asked again (seconds). `relist_interval`: how often the shards are listed again. `readers`:
     threads fetching pages ahead for `poll` (0: none, every page is fetched in `poll`), `prefetch`:
-    pages fetched ahead per shard."""
+    pages fetched ahead per shard. `processes`: the readers' requests (HTTP, the frame's check, the
+    decompression and the parse) run in a fetch process of their own, off this interpreter (Blob
+    topics through pydatahub's protobuf client; else, or False, the reader threads fetch)."""
 
     def __init__(self, client, project: str, topics: str | list[str], *, from_beginning: bool = False,
                  since_ms: int | None = None, fail_on_data_loss: bool = True, page: int = 1000,
                  interval: float = 0.2, relist_interval: float = 10.0, max_retries: int = 12,
                  backoff: float = 0.1, max_backoff: float = 10.0, sleep: Callable[[float], None] = time.sleep,
                  seed: int | None = None, observer: Callable[..., None] | None = None,
-                 wants_tick: Callable[[], bool] | None = None, readers: int = 3, prefetch: int = 2) -> None:
+                 wants_tick: Callable[[], bool] | None = None, readers: int = 3, prefetch: int = 2,
+                 processes: bool = True) -> None:
         pydatahub()
         if page < 1:
             raise DataHubError("page must be at least 1")
@@ -154,7 +157,7 @@ class DataHubSource(Prefetch, Retrying):
         self._relist_at = 0.0
         self._initial: dict = {}
         self._rr = 0  # round-robin start
-        self.readers, self.prefetch = readers, prefetch
+        self.readers, self.prefetch, self.processes = readers, prefetch, processes
         self._shared_lock: threading.Lock | None = None
         self._init_prefetch()
         self._relist(initial=True)
@@ -279,6 +282,7 @@ class DataHubSource(Prefetch, Retrying):
             if st is not None and pos is not None:
                 st.committed = int(pos)
         self._opened = True
+        self._prestart()
         self._advance()
 
     def poll(self, budget: int, timeout: float) -> list:
@@ -337,10 +341,11 @@ class DataHubSource(Prefetch, Retrying):
         return {k: max(st.known_end, st.next or 0) for k, st in self._shards.items() if st.next is not None}
 
     def close(self) -> None:
-        """Stop the readers (each is joined for up to a second; they are daemon threads) and any
-        retry under way."""
+        """Stop the readers (each is joined for up to a second; they are daemon threads), their
+        fetch process (waited for up to a second, then killed) and any retry under way."""
         self._closing = True
         with self._cond:
+            fetchers, self._fetchers = self._fetchers, None
             self._stopping = True
             for feed in self._feeds.values():
                 feed.cancelled = True
@@ -348,9 +353,13 @@ class DataHubSource(Prefetch, Retrying):
             self._ready.clear()
             self._later.clear()
             self._cond.notify_all()
+        if fetchers is not None:
+            fetchers.stop()  # a request under way fails at once
         for thread in list(self._threads):
             if thread is not threading.current_thread():
                 thread.join(1.0)
+        if fetchers is not None:
+            fetchers.stop(wait=1.0)
 
     # -- for planners that read shard ranges themselves (the Spark source) ----------------------
     def shard_facts(self, relist: bool = True) -> list[tuple[tuple, tuple, str]]:
@@ -410,6 +419,13 @@ class DataHubSource(Prefetch, Retrying):
     def _get_page(self, client, topic: str, shard_id: str, next_: int, cursor: str | None, limit: int):
         """(cursor asked with, GetRecords answer) of the page at `next_` (a SEQUENCE cursor first
         when `cursor` is None), under the retry policy; DataHub errors raised as pydatahub raised them."""
+        if type(client) is _Channel:  # a fetch process (prefetch.py): a Blob topic
+            if cursor is None:
+                cursor = self.call(lambda: client.request("cursor", self.project, topic, shard_id, next_),
+                                   "GetCursor", raw=True)
+            result = self.call(lambda: _RowsPage(*client.request("page", self.project, topic, shard_id, cursor,
+                                                                 limit)), "GetRecords", raw=True)
+            return cursor, result
         from datahub.models import CursorType
         if cursor is None:
             cursor = self.call(lambda: client.get_cursor(self.project, topic, shard_id, CursorType.SEQUENCE, next_),
@@ -428,7 +444,16 @@ class DataHubSource(Prefetch, Retrying):
         and the position after them."""
         key = (topic, shard_id)
         out = []
-        if type(result) is _PbPage:
+        if type(result) is _RowsPage:
+            record = DataHubRecord
+            for seq, system_time, attributes, data in result.records:
+                if seq < next_:
+                    continue  # (a cursor placed before the position: already handed on)
+                out.append((key, seq, record(topic, shard_id, seq, system_time, attributes, data=data, read_at=now),
+                            attributes))
+            if out:
+                next_ = out[-1][1] + 1
+        elif type(result) is _PbPage:
             for r in result.records:
                 seq = r.sequence
                 if seq < next_:
