@@ -185,7 +185,10 @@ def test_task_function_two_partitions_at_once(stream, tmp_path):
         done = check_all(server, "dts", stream, "evolve", "two tasks at once")
         assert sum(r["skipped"] for r in reports.values()) == 0
         assert exported == sum(r["dead_letters"] for r in reports.values()) > 0, (exported, reports)
-        assert all(r["evolved"] for r in reports.values()), reports
+        # each AppendField is made once between the two: a task that read the topic's schema after
+        # the other grew it has nothing to evolve, so which task reports it is the threads' timing
+        evolved = {(e["topic"], tuple(e["fields"])) for r in reports.values() for e in r["evolved"]}
+        assert ("shop_orders", ("note",)) in evolved and ("shop_orders", ("remark",)) in evolved, reports
         proc = run_bridge(bridge_cli("replay", "--from-dlq", str(tmp_path / "letters.jsonl"), "--to", "tuple", "--datahub-endpoint",
                          server.endpoint, "--project", PROJECT, "--datahub-topic", "{db}_{table}", "--schema-change",
                          "lenient", "--on-error", "skip", "--json"))
