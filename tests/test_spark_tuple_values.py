@@ -46,8 +46,9 @@ class _Reference(_DtsToTuple):
         super().__init__(*args)
         self.sure = lambda rows: None
 
-    _add = _FromDts._add
-    _error_row = _FromDts._error_row
+    # how _FromDts holds its output: as columns, extended per Entry
+    _reset, _held_rows, _take, _outputs = _FromDts._reset, _FromDts._held_rows, _FromDts._take, _FromDts._outputs
+    _add, _add_rows, _error_row = _FromDts._add, _FromDts._add_rows, _FromDts._error_row
 
     def convert_columns(self, entry, raw=None):
         rows = self.convert(entry, raw)

@@ -73,11 +73,27 @@ class _FromDts(_Job):
             (["headers"] if "headers" in names else [])
 
     def chunks(self, records):
-        self._out = [[] for _ in range(self.width)]
+        self._reset()
         for topic, items in self._topics(records):
             yield from self._chunks(topic, assembled_entries(items, self.policy, raw=self.raw))
-        if self._out[0]:
-            yield self._out
+        if self._held_rows():
+            yield self._take()
+
+    # How the output is held until a chunk is full: as columns here (`_out`), extended per Entry.
+    def _reset(self) -> None:
+        self._out = [[] for _ in range(self.width)]
+
+    def _held_rows(self) -> int:
+        return len(self._out[0])
+
+    def _take(self) -> list:
+        out = self._out
+        self._reset()
+        return out
+
+    def _outputs(self):
+        """The function of an Entry (and its bytes) -> (number of rows, what `_add_rows` holds)."""
+        return self.convert_columns
 
     def _topics(self, records) -> Iterator[tuple]:
         """(topic, its complete Entries) per run of one topic's records, reassembled per topic
@@ -96,11 +112,10 @@ class _FromDts(_Job):
 
     def _chunks(self, topic, entries) -> Iterator[list]:
         try:
-            for where, found in entries_to_outputs(entries, self.convert_columns, self.policy, size=itemgetter(0)):
+            for where, found in entries_to_outputs(entries, self._outputs(), self.policy, size=itemgetter(0)):
                 self._add(topic, where, found)
-                if len(self._out[0]) >= _OUT_ROWS:
-                    yield self._out
-                    self._out = [[] for _ in range(self.width)]
+                if self._held_rows() >= _OUT_ROWS:
+                    yield self._take()
             self._error_rows(topic)
         except BridgeError as err:
             raise err.located(topic=topic)
@@ -116,15 +131,18 @@ class _FromDts(_Job):
         if current is not None:
             self._error_row(topic, current, where.get("entry"))
         elif found[0]:
-            n, values = found
-            out = self._out
-            for column, value in zip(out, (topic, where["partition"], where["offset"], where["entry"])):
-                column.extend([value] * n)
-            out[4].extend(range(n))
-            for column, value in zip(out[5:], values):
-                column.extend(value)
-            if self.keep:
-                out[-1].extend([None] * n)
+            self._add_rows(topic, where, *found)
+
+    def _add_rows(self, topic, where: dict, n: int, values) -> None:
+        """One Entry's `n` rows, `values` a sequence of values per value column."""
+        out = self._out
+        for column, value in zip(out, (topic, where["partition"], where["offset"], where["entry"])):
+            column.extend([value] * n)
+        out[4].extend(range(n))
+        for column, value in zip(out[5:], values):
+            column.extend(value)
+        if self.keep:
+            out[-1].extend([None] * n)
 
     def _error_rows(self, topic) -> None:
         while self.policy.errors:
@@ -480,40 +498,23 @@ class _DtsToTuple(_FromDts):
     # Entry (or error row) one span (topic, partition, offset, entry, row numbers, error text), made
     # into columns once per chunk (`_columns`) instead of extending every column per Entry.
 
-    def chunks(self, records):
+    def _reset(self) -> None:
         self._spans, self._values_out, self._held = [], [], 0
-        for topic, items in self._topics(records):
-            yield from self._row_chunks(topic, assembled_entries(items, self.policy, raw=self.raw))
-        if self._held:
-            yield self._columns()
 
-    def _row_chunks(self, topic, entries) -> Iterator[list]:
-        """`_FromDts._chunks` with the rows of `convert`."""
-        try:
-            for where, found in entries_to_outputs(entries, self._convert_rows, self.policy, size=itemgetter(0)):
-                self._add(topic, where, found)
-                if self._held >= _OUT_ROWS:
-                    yield self._columns()
-            self._error_rows(topic)
-        except BridgeError as err:
-            raise err.located(topic=topic)
+    def _held_rows(self) -> int:
+        return self._held
+
+    def _outputs(self):
+        return self._convert_rows
 
     def _convert_rows(self, entry, raw=None) -> tuple[int, list]:
         rows = self.convert(entry, raw)
         return len(rows), rows
 
-    def _add(self, topic, where: dict, found) -> None:
-        errors = self.policy.errors
-        current = errors.pop() if found is None else None  # this Entry's own error
-        if errors:
-            self._error_rows(topic)
-        if current is not None:
-            self._error_row(topic, current, where.get("entry"))
-        elif found[0]:
-            n, rows = found
-            self._spans.append((topic, where["partition"], where["offset"], where["entry"], range(n), None))
-            self._values_out += rows
-            self._held += n
+    def _add_rows(self, topic, where: dict, n: int, rows) -> None:
+        self._spans.append((topic, where["partition"], where["offset"], where["entry"], range(n), None))
+        self._values_out += rows
+        self._held += n
 
     def _error_row(self, topic, err: BridgeError, entry) -> None:
         err.located(topic=topic)
@@ -522,10 +523,10 @@ class _DtsToTuple(_FromDts):
         self._values_out.append((None,) * self.nvalues)
         self._held += 1
 
-    def _columns(self) -> list:
+    def _take(self) -> list:
         """The held rows as output columns (positions if asked, values, error under PERMISSIVE)."""
         spans, rows = self._spans, self._values_out
-        self._spans, self._values_out, self._held = [], [], 0
+        self._reset()
         repeat, chain = itertools.repeat, itertools.chain.from_iterable
         out = []
         if self.positions:
