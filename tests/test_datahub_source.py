@@ -113,7 +113,7 @@ def test_blob_pages_parse_as_pydatahub_does(server, client):
     the protobuf runtime) gives the records pydatahub's get_blob_records gives, field for field."""
     from datahub.models import CursorType
 
-    from bridge.datahub.source import _get_blob_page, _PbPage
+    from bridge.datahub.source import _get_blob_page, _RowsPage
     server.create_topic(P, "t", shard_count=1)
     lines = [ln for _, ls in sample_lines("mixed") for ln in ls]
     records = [blob(line, f"0:{i}:0:0") for i, line in enumerate(lines)]
@@ -126,7 +126,7 @@ def test_blob_pages_parse_as_pydatahub_does(server, client):
     cursor = client.get_cursor(P, "t", "0", CursorType.OLDEST).cursor
     fast = _get_blob_page(client, P, "t", "0", cursor, 1000)
     slow = client.get_blob_records(P, "t", "0", cursor, 1000)
-    assert type(fast) is _PbPage and fast.next_cursor == slow.next_cursor
+    assert type(fast) is _RowsPage and fast.next_cursor == slow.next_cursor
     for start in (0, 7):
         mine, after = source._records_of("t", "0", fast, start, 1.5)
         theirs, after2 = source._records_of("t", "0", slow, start, 1.5)

@@ -65,7 +65,7 @@ def server_clock_at(result, asked: float, answered: float) -> int | None:
     """A lower bound of DataHub's clock (ms since the epoch) at local time `asked` (monotonic), from
     the Date of an answer received at `answered`: the server's clock was at least that Date (whole
     seconds, rounded down) when it answered, so at least that less the round trip when it was asked.
-    None when the answer did not say (not a `_PbPage`, no Date)."""
+    None when the answer did not say (not a `_RowsPage`, no Date)."""
     date = getattr(result, "date", None)
     if not date:
         return None
@@ -180,30 +180,16 @@ def _pb_response_class():
     return _PB_RESPONSE[0]
 
 
-class _PbPage:
-    """A Blob GetRecords answer parsed by `_get_blob_page`: `records` are RecordEntry messages,
-    `date` the answer's Date header (or None)."""
-    __slots__ = ("records", "next_cursor", "date")
-
-    def __init__(self, records, next_cursor, date=None) -> None:
-        self.records, self.next_cursor, self.date = records, next_cursor, date
-
-
 _CRC32C: list = []
 
 
 def _get_blob_page(client, project: str, topic: str, shard_id: str, cursor: str, limit: int):
     """GetRecords of a Blob shard through pydatahub's protobuf client (its request, signing,
-    compression and errors), the answer parsed by `_pb_response_class`; None when `client` is not
-    pydatahub's protobuf client (then its own `get_blob_records` is called)."""
+    compression and errors), the answer parsed by `_pb_response_class` into a `_RowsPage`, as a fetch
+    process answers it; None when `client` is not pydatahub's protobuf client (then its own
+    `get_blob_records` is called)."""
     frame = _get_blob_frame(client, project, topic, shard_id, cursor, limit)
-    return None if frame is None else _page_of(*frame)
-
-
-def _page_of(pb: bytes, date: str | None) -> _PbPage:
-    """A GetRecordsResponse's bytes (and the answer's Date) as a `_PbPage`."""
-    answer = _pb_response_class().FromString(pb)
-    return _PbPage(answer.records, answer.next_cursor, date)
+    return None if frame is None else _RowsPage(*_rows_of(*frame))
 
 
 def _get_blob_frame(client, project: str, topic: str, shard_id: str, cursor: str, limit: int):
@@ -299,7 +285,7 @@ def _rows_of(pb: bytes, date: str | None) -> tuple:
 
 
 class _RowsPage:
-    """A Blob GetRecords answer from a fetch process: `records` are (sequence, system time,
+    """A Blob GetRecords answer (`_get_blob_page`, or a fetch process): `records` are (sequence, system time,
     attributes, data) tuples, `date` the answer's Date header (or None)."""
     __slots__ = ("records", "next_cursor", "date")
 

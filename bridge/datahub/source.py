@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.datahub.calls import DataHubError, Retrying, pydatahub, shard_state, sort_shard_id
-from bridge.datahub.prefetch import Prefetch, _Channel, _get_blob_page, _PbPage, _RowsPage, server_clock_at
+from bridge.datahub.prefetch import Prefetch, _Channel, _get_blob_page, _RowsPage, server_clock_at
 from bridge.stream.shards import DataHubRecord, ShardMark
 
 __all__ = ["DataHubSource", "DataHubRecord", "ShardMark", "DataLossError", "key_text", "parse_key",
@@ -453,16 +453,6 @@ class DataHubSource(Prefetch, Retrying):
                             attributes))
             if out:
                 next_ = out[-1][1] + 1
-        elif type(result) is _PbPage:
-            for r in result.records:
-                seq = r.sequence
-                if seq < next_:
-                    continue  # (a cursor placed before the position: already handed on)
-                value = DataHubRecord(topic, shard_id, seq, r.system_time,
-                                      {a.key: a.value for a in r.attributes.attributes}, data=r.data.data[0].value,
-                                      read_at=now)
-                out.append((key, seq, value, value.attributes))
-                next_ = seq + 1
         elif self.kinds[topic] == "BLOB":
             for r in result.records or ():
                 seq = r.sequence
