@@ -27,6 +27,7 @@ from bridge.samples import build_sample_entries  # noqa: E402
 from bridge.stream import ErrorPolicy, blob_lines_to_entries  # noqa: E402
 from bridge.stream.pipeline import MemoryPositions  # noqa: E402
 from bridge.stream.shards import DataHubAssembler, ShardMark  # noqa: E402
+from support.merge_reference import ReferenceAssembler  # noqa: E402
 from bridge.tuple.decode import tuples_to_entries  # noqa: E402
 from support.datahub_standin import DataHubError as StandInError  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
@@ -522,8 +523,9 @@ def test_end_marks_carry_a_lower_bound_of_datahub_s_clock(server, client):
         assert all(newest <= m.server_ms <= time.time() * 1000 for m in marks)
 
 
-class _FullScan(DataHubAssembler):
-    """The merge as it was before `_dirty`: every head looked at on every pass, after every record."""
+class _FullScan(ReferenceAssembler):
+    """The merge as it was before `_dirty`: every head looked at on every pass, after every record
+    (on the frozen copy of the merge of before bridge/stream/merge.py)."""
 
     def entries(self, records, policy):
         for record in records:

@@ -33,7 +33,6 @@ The source's `ShardMark` values (records of the same shape) tell the assembler w
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +43,7 @@ from bridge.blob.decode import BlobDecoder
 from bridge.errors import BridgeError, ConversionError
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.stream import ErrorPolicy
+from bridge.stream.merge import new_merge
 from bridge.tuple.decode import TupleDecoder
 
 __all__ = ["DataHubRecord", "ShardMark", "DataHubAssembler", "OutOfOrderError", "stream_of"]
@@ -129,31 +129,25 @@ def stream_of(rec: DataHubRecord) -> tuple[tuple, tuple, tuple]:
     return ("shard", rec.topic, rec.shard, rec.sequence), (rec.sequence,), (rec.sequence,)
 
 
-class _Item:
-    __slots__ = ("key", "seq", "rec", "stream", "order", "group")
-
-    def __init__(self, key, seq, rec, stream, order, group) -> None:
-        self.key, self.seq, self.rec, self.stream, self.order, self.group = key, seq, rec, stream, order, group
-
-
 class _ShardInfo:
-    __slots__ = ("parents", "finished", "end_at", "end_server_ms")
+    __slots__ = ("parents", "finished", "end_at", "end_server_ms", "index")
 
-    def __init__(self, parents=()) -> None:
+    def __init__(self, parents=(), index=0) -> None:
         self.parents = tuple(parents)
         self.finished = False
         self.end_at = float("-inf")
         self.end_server_ms = float("-inf")  # DataHub's clock (at least) when last seen at its end
+        self.index = index  # the shard's number in the merge
 
 
 class _Stream:
-    __slots__ = ("decoder", "group", "fed", "released")
+    __slots__ = ("decoder", "group", "fed", "index")
 
-    def __init__(self, decoder) -> None:
+    def __init__(self, decoder, index) -> None:
         self.decoder = decoder
         self.group = None  # the group of the last record fed
         self.fed: list = []  # (key, seq, record) of records fed whose Entry is not complete yet
-        self.released = None  # order of the last record handed on
+        self.index = index  # the stream's number in the merge
 
 
 class DataHubAssembler:
@@ -161,51 +155,61 @@ class DataHubAssembler:
     module docstring). `settle`: seconds a shard must have been seen at its end after a record was
     read for that shard to count as holding nothing earlier (a writer still writing). `tables`:
     Tuple topic -> "db.table" (or a callable) for rows without `_source_table_` (else the table is
-    the topic's name, in no database). `columns`: Tuple topic -> its DTS columns, restoring types."""
+    the topic's name, in no database). `columns`: Tuple topic -> its DTS columns, restoring types.
+    Which record goes next is the merge's (bridge/stream/merge.py: the C one when the extension is
+    built, `native=False` the Python reference); the decoders and the error policy are here."""
 
     def __init__(self, options: Options = DEFAULT_OPTIONS, *, settle: float = 1.0,
                  tables: Mapping[str, str] | Callable[[str], str] | None = None,
                  columns: Mapping[str, list] | None = None, max_pending: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, native: bool | None = None) -> None:
         self.options, self.settle, self.tables, self.columns = options, settle, tables, columns
         self.max_pending, self.clock = max_pending, clock
-        self._shards: dict = {}  # key -> _ShardInfo
-        self._buffers: dict = {}  # key -> deque[_Item] (shard order)
-        self._by_stream: dict = {}  # (key, stream) -> deque[_Item] not yet handed on
-        self._seen: dict = {}  # (key, stream) -> order of the last record read
-        self._streams: dict = {}  # stream -> _Stream
-        self._topics: dict = {}  # topic -> [keys]
-        self.buffered = 0
+        self._merge = new_merge(settle, native)
+        self._shards: dict = {}  # key -> _ShardInfo (its `index` in the merge)
+        self._keys: list = []  # the merge's shard number -> key
+        self._topic_ids: dict = {}  # topic -> the merge's number
+        self._sids: dict = {}  # stream -> the merge's number
+        self._stream_keys: list = []  # the merge's stream number -> stream
+        self._streams: dict = {}  # stream -> _Stream (streams a record was handed on of)
         self.late = 0
         self.orphans = 0
         self.released = 0
         self._handed_after: dict = {}  # key -> the last sequence handed to a decoder
-        # shards whose head may have become releasable since it was last looked at (the others'
-        # heads are known not to be: nothing they depend on changed); see _release
-        self._dirty: set = set()
         self._key_texts: dict = {}  # key -> "topic:shard"
-        self._others_of: dict = {}  # key -> the other shards of its topic
-        self._blockers: dict = {}  # key -> the other shard that held its head back when last looked at
+
+    @property
+    def buffered(self) -> int:
+        """Records read and not handed on yet."""
+        return self._merge.buffered
 
     # -- the Assembler protocol -----------------------------------------------------------------
     def entries(self, records: Iterable[tuple], policy: ErrorPolicy) -> Iterator[tuple]:
+        take, feed, shards = self._merge.next, self._feed, self._shards
         for record in records:
             key, seq, value = record[0], record[1], record[2]
-            if isinstance(value, ShardMark):
+            if type(value) is ShardMark:
                 self._mark(key, value)
             else:
-                self._read(key, seq, value, policy)
-            if self._dirty:
-                yield from self._release(policy)
+                self._read(shards.get(key) or self._info(key), key, seq, value, policy)
+            item = take()
+            while item is not None:
+                where, out = feed(item, policy)
+                for entry in out:
+                    policy.tally.input += 1
+                    yield where, entry
+                item = take()
 
     def resume_at(self, key) -> None:
         """Nothing to skip: a committed position never lies past a record handed on (shard order)."""
 
     def held_from(self, key) -> int | None:
         first = None
-        buf = self._buffers.get(key)
-        if buf:
-            first = buf[0].seq
+        info = self._shards.get(key)
+        if info is not None:
+            head = self._merge.head(info.index)
+            if head is not None:
+                first = head[1]
         for stream in self._streams.values():
             for k, s, _ in stream.fed:
                 if k == key and (first is None or s < first):
@@ -213,11 +217,11 @@ class DataHubAssembler:
         return first
 
     def held(self) -> int:
-        return self.buffered + sum(len(s.fed) for s in self._streams.values())
+        return self._merge.buffered + sum(len(s.fed) for s in self._streams.values())
 
     def waiting(self) -> bool:
         """Records wait for a fresh look at shards at their end (the source's `wants_tick`)."""
-        return self.buffered > 0
+        return self._merge.buffered > 0
 
     def commit_safe(self) -> bool:
         """No incomplete Entry has records on a shard past which later records were handed on: a
@@ -234,8 +238,15 @@ class DataHubAssembler:
         buffered is handed on and incomplete Entries are reported."""
         for info in self._shards.values():
             info.end_at = info.end_server_ms = float("inf")
-        self._dirty.update(self._buffers)
-        yield from self._release(policy)
+        self._merge.finish_all()
+        take = self._merge.next
+        item = take()
+        while item is not None:
+            where, out = self._feed(item, policy)
+            for entry in out:
+                policy.tally.input += 1
+                yield where, entry
+            item = take()
         for stream in self._streams.values():
             if stream.decoder is not None:
                 self._report(stream, stream.decoder.finish(), policy)
@@ -248,16 +259,26 @@ class DataHubAssembler:
         stream the order handed on up to, its open Entry's group and the records fed to it.
         `restore` on a fresh assembler (same options) continues exactly where this one is.
         Streams of records without an order of their own are left out once their Entry closed."""
+        merge, keys, skeys = self._merge, self._keys, self._stream_keys
         streams = {}
         for stream, st in self._streams.items():
             if stream[0] == "shard" and not st.fed:
                 continue
-            streams[stream] = (st.group, st.released, [(k, s, rec) for k, s, rec in st.fed])
-        seen = {ks: order for ks, order in self._seen.items() if ks[1][0] != "shard" or self._by_stream.get(ks)}
+            streams[stream] = (st.group, merge.released(st.index), [(k, s, rec) for k, s, rec in st.fed])
+        seen = {}
+        for shard, sid, order, waiting in merge.seen():
+            stream = skeys[sid]
+            if stream[0] != "shard" or waiting:
+                seen[(keys[shard], stream)] = order
+        buffered = []
+        for shard in merge.order():
+            items = merge.items(shard)
+            if items:
+                buffered.append((keys[shard], [(item[1], item[2]) for item in items]))
         return {
             "shards": [(key, info.parents, info.finished, info.end_at, info.end_server_ms)
                        for key, info in self._shards.items()],
-            "buffered": [(key, [(item.seq, item.rec) for item in buf]) for key, buf in self._buffers.items() if buf],
+            "buffered": buffered,
             "seen": seen,
             "streams": streams,
             "handed_after": dict(self._handed_after),
@@ -267,27 +288,31 @@ class DataHubAssembler:
     def restore(self, snap: dict) -> None:
         """Take over a `snapshot`: the records fed to an open Entry go to a fresh decoder again
         (they complete nothing, as they did not before)."""
+        merge = self._merge
         for key, parents, finished, end_at, *server in snap["shards"]:  # (a snapshot of before had no server)
             info = self._info(key, parents)
             info.finished, info.end_at = finished, end_at
             if server:
                 info.end_server_ms = server[0]
+            merge.mark(info.index, info.finished, info.end_at, info.end_server_ms)
         for key, items in snap["buffered"]:
+            info = self._info(key)
             for seq, rec in items:
                 stream, order, group = stream_of(rec)
-                item = _Item(key, seq, rec, stream, order, group)
-                self._buffers.setdefault(key, deque()).append(item)
-                self._by_stream.setdefault((key, stream), deque()).append(item)
-                self.buffered += 1
-                self._dirty.add(key)
-        self._seen.update(snap["seen"])
+                merge.push(info.index, self._sid(stream), order, rec.read_at, rec.system_time,
+                           (key, seq, rec, stream, group), False)
+        for (key, stream), order in snap["seen"].items():
+            merge.set_seen(self._info(key).index, self._sid(stream), order)
         self._handed_after.update(snap["handed_after"])
         self.late, self.orphans, self.released = snap["counts"]
         for stream, (group, released, fed) in snap["streams"].items():
-            st = self._streams[stream] = _Stream(None)
-            st.group, st.released = group, released
+            sid = self._sid(stream)
+            if released is not None:
+                merge.set_released(sid, released)
+            st = self._streams[stream] = _Stream(None, sid)
+            st.group = group
             for key, seq, rec in fed:
-                st = self._stream(_Item(key, seq, rec, stream, None, group))
+                st = self._stream(stream, rec)
                 if rec.row is not None:
                     out = st.decoder.feed(rec.row, number=seq)
                 else:
@@ -298,15 +323,42 @@ class DataHubAssembler:
                 st.fed.append((key, seq, rec))
 
     # -- marks and records --------------------------------------------------------------------
+    def _sid(self, stream) -> int:
+        sid = self._sids.get(stream)
+        if sid is None:
+            sid = self._sids[stream] = len(self._stream_keys)
+            self._stream_keys.append(stream)
+        return sid
+
     def _info(self, key, parents=()) -> _ShardInfo:
         info = self._shards.get(key)
         if info is None:
-            info = self._shards[key] = _ShardInfo(parents)
-            self._topics.setdefault(key[0], []).append(key)
-            self._others_of.clear()
+            topic = self._topic_ids.get(key[0])
+            if topic is None:
+                topic = self._topic_ids[key[0]] = len(self._topic_ids)
+            info = self._shards[key] = _ShardInfo(parents, self._merge.add_shard(topic))
+            self._keys.append(key)
+            self._ancestry(key[0])
         elif parents and not info.parents:
             info.parents = tuple(parents)
+            self._ancestry(key[0])
         return info
+
+    def _ancestry(self, topic: str) -> None:
+        """Tell the merge each shard of `topic`'s known ancestors (split/merge children only hold
+        later records than their parents): the parents, theirs, and so on through known shards."""
+        shards = self._shards
+        for key, info in shards.items():
+            if key[0] != topic:
+                continue
+            todo, done = list(info.parents), set()
+            while todo:
+                parent = (topic, todo.pop())
+                if parent in done or parent not in shards:
+                    continue
+                done.add(parent)
+                todo.extend(shards[parent].parents)
+            self._merge.set_ancestors(info.index, sorted(shards[k].index for k in done))
 
     def _mark(self, key, mark: ShardMark) -> None:
         info = self._info(key, mark.parents)
@@ -317,142 +369,27 @@ class DataHubAssembler:
             if mark.server_ms is not None:
                 info.end_server_ms = max(info.end_server_ms, mark.server_ms)
         # what the mark says about this shard may cover the heads of every other shard of its topic
-        buffers = self._buffers
-        self._dirty.update(k for k in self._topics[key[0]] if buffers.get(k))
+        self._merge.mark(info.index, info.finished, info.end_at, info.end_server_ms)
 
-    def _read(self, key, seq: int, rec: DataHubRecord, policy: ErrorPolicy) -> None:
-        self._info(key)
+    def _read(self, info: _ShardInfo, key, seq: int, rec: DataHubRecord, policy: ErrorPolicy) -> None:
         stream, order, group = stream_of(rec)
-        st = self._streams.get(stream)
-        if st is not None and st.released is not None and order <= st.released:
-            self.late += 1
-            policy.tally.input += 1
-            err = OutOfOrderError(f"DataHub {key[0]} shard {key[1]} sequence {seq}: a record that belongs before one "
-                                  f"already handed on (its stream {stream[:3]} at {order}, handed on up to "
-                                  f"{st.released}): written after the reader saw its shard at the end for "
-                                  f"{self.settle} s (raise settle), or written twice",
-                                  shard=key[1], sequence=seq)
-            policy.reject(err, rec.data if rec.data is not None else rec.row)
+        sid = self._sids.get(stream)
+        if sid is None:
+            sid = self._sid(stream)
+        if self._merge.push(info.index, sid, order, rec.read_at, rec.system_time, (key, seq, rec, stream, group)):
             return
-        item = _Item(key, seq, rec, stream, order, group)
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = self._buffers[key] = deque()
-        if not buf:
-            self._dirty.add(key)  # a new head
-        buf.append(item)
-        waiting = self._by_stream.get((key, stream))
-        if waiting is None:
-            waiting = self._by_stream[(key, stream)] = deque()
-        first = not waiting
-        waiting.append(item)
-        seen = self._seen.get((key, stream))
-        if seen is None or order > seen:
-            self._seen[(key, stream)] = order
-        self.buffered += 1
-        if first:
-            # this shard now holds a record of the stream (before: only what it had shown of it):
-            # the heads of that stream on the other shards may be covered now
-            self._touch(key, stream)
+        self.late += 1
+        policy.tally.input += 1
+        err = OutOfOrderError(f"DataHub {key[0]} shard {key[1]} sequence {seq}: a record that belongs before one "
+                              f"already handed on (its stream {stream[:3]} at {order}, handed on up to "
+                              f"{self._merge.released(sid)}): written after the reader saw its shard at the end for "
+                              f"{self.settle} s (raise settle), or written twice",
+                              shard=key[1], sequence=seq)
+        policy.reject(err, rec.data if rec.data is not None else rec.row)
 
-    # -- the merge ------------------------------------------------------------------------------
-    def _covers(self, other, head: _Item) -> bool:
-        """Whether shard `other` can no longer hold a record of `head`'s stream before it."""
-        waiting = self._by_stream.get((other, head.stream))
-        if waiting:
-            return waiting[0].order > head.order
-        info = self._shards[other]
-        if info.finished:
-            return True
-        seen = self._seen.get((other, head.stream))
-        if seen is not None and seen > head.order:
-            return True
-        if info.end_at >= head.rec.read_at + self.settle:
-            return True
-        # (a record written long ago, e.g. a backfill, needs no wait: the writer's window is over)
-        if info.end_server_ms >= head.rec.system_time + self.settle * 1000:
-            return True
-        return self._descends(other, head.key)
-
-    def _descends(self, key, ancestor) -> bool:
-        todo, done = list(self._shards[key].parents), set()
-        while todo:
-            parent = (key[0], todo.pop())
-            if parent == ancestor:
-                return True
-            if parent in done or parent not in self._shards:
-                continue
-            done.add(parent)
-            todo.extend(self._shards[parent].parents)
-        return False
-
-    def _others(self, key) -> tuple:
-        """The other shards of `key`'s topic (cached until a shard is first seen)."""
-        others = self._others_of.get(key)
-        if others is None:
-            others = self._others_of[key] = tuple(k for k in self._topics[key[0]] if k != key)
-        return others
-
-    def _touch(self, key, stream) -> None:
-        """What shard `key` holds of `stream` changed: the other shards whose head is of that stream
-        and was held back by `key` when last looked at are looked at again (a head held back by
-        another shard is still held back: nothing of that shard changed)."""
-        buffers, dirty, blockers = self._buffers, self._dirty, self._blockers
-        for other in self._others(key):
-            if other not in dirty:
-                buf = buffers.get(other)
-                if buf and buf[0].stream == stream and blockers.get(other, key) == key:
-                    dirty.add(other)
-
-    def _blocker(self, key, head: _Item, others: tuple):
-        """The other shard that does not cover `head` (the one that did not last time first), or
-        None when every other shard covers it."""
-        covers = self._covers
-        first = self._blockers.get(key)
-        if first is not None and not covers(first, head):
-            return first
-        for other in others:
-            if other != first and not covers(other, head):
-                self._blockers[key] = other
-                return other
-        return None
-
-    def _release(self, policy: ErrorPolicy) -> Iterator[tuple]:
-        """Hand on every head covered by the other shards of its topic, in passes over the shards
-        in the order they were first seen, until a pass hands on nothing. A shard not in `_dirty`
-        is skipped: its head was held back by one other shard (`_blockers`) when last looked at
-        and nothing of that shard it depends on (its records of the head's stream, its marks)
-        changed since, so the order things are handed on in is the same as looking at every head
-        on every pass."""
-        dirty = self._dirty
-        progress = True
-        while progress and self.buffered and dirty:
-            progress = False
-            for key, buf in self._buffers.items():
-                if key not in dirty:
-                    continue
-                dirty.discard(key)
-                others = self._others(key)
-                while buf:
-                    head = buf[0]
-                    if others and self._blocker(key, head, others) is not None:
-                        break
-                    buf.popleft()
-                    self._by_stream[(key, head.stream)].popleft()
-                    self.buffered -= 1
-                    progress = True
-                    self._touch(key, head.stream)
-                    where, out = self._feed(head, policy)
-                    for entry in out:
-                        policy.tally.input += 1
-                        yield where, entry
-        if not self.buffered:
-            dirty.clear()
-
-    def _stream(self, item: _Item) -> _Stream:
-        st = self._streams.get(item.stream)
+    def _stream(self, stream, rec: DataHubRecord) -> _Stream:
+        st = self._streams.get(stream)
         if st is None or st.decoder is None:
-            rec = item.rec
             if rec.row is not None:
                 table = self._table(rec.topic)
                 cols = self.columns.get(rec.topic) if self.columns else None
@@ -461,7 +398,7 @@ class DataHubAssembler:
             else:
                 decoder = BlobDecoder(self.options, max_pending=self.max_pending)
             if st is None:
-                st = self._streams[item.stream] = _Stream(decoder)
+                st = self._streams[stream] = _Stream(decoder, self._sid(stream))
             else:
                 st.decoder = decoder
         return st
@@ -473,25 +410,24 @@ class DataHubAssembler:
         name = tables(topic) if callable(tables) else tables.get(topic)
         return name if name else ("", topic)
 
-    def _feed(self, item: _Item, policy: ErrorPolicy) -> tuple[dict | None, list]:
-        """Hand a record to its stream's decoder: (where, the Entries it completed)."""
-        st = self._streams.get(item.stream)
+    def _feed(self, item: tuple, policy: ErrorPolicy) -> tuple[dict | None, list]:
+        """Hand a record (the merge's item: key, seq, record, stream, group) to its stream's
+        decoder: (where, the Entries it completed)."""
+        key, seq, rec, stream, group = item
+        st = self._streams.get(stream)
         if st is None or st.decoder is None:
-            st = self._stream(item)
+            st = self._stream(stream, rec)
         decoder = st.decoder
-        if st.fed and st.group != item.group:
+        if st.fed and st.group != group:
             # the stream moved on to another Entry: the open one can never complete
             self.orphans += 1
             self._report(st, decoder.finish(), policy)
             st.fed.clear()
-        st.group = item.group
-        st.released = item.order
+        st.group = group
         self.released += 1
-        key, seq = item.key, item.seq
         ha = self._handed_after
         if seq > ha.get(key, -1):
             ha[key] = seq
-        rec = item.rec
         shard = self._key_texts.get(key)
         if shard is None:
             shard = self._key_texts[key] = f"{key[0]}:{key[1]}"

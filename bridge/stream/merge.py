@@ -1,0 +1,228 @@
+"""The shard merge's bookkeeping, apart from what it merges: which buffered record may be handed on
+next (docs/kafka.md, "Reading DataHub: the merge"; bridge/stream/shards.py says what a stream, an
+order and "covers" mean). `DataHubAssembler` feeds it records and marks and takes the records it
+hands on; the decoders and the error policy stay there.
+
+Shards and streams are small ints here (the assembler numbers them as it first sees them): this is
+the interface the C `_speedups.Merge` has too, and `PyMerge` below is its reference
+(tests/test_shard_merge.py runs both on the same operations and compares every step). Items are
+opaque: `push` takes one, `next` gives it back.
+
+Rules (the same as before the split, step for step):
+- a shard's records go out in the order they were pushed (a commit below one covers nothing after it);
+- the head of a shard goes out when every other shard of its topic **covers** it: the other shard's
+  first waiting record of the head's stream is later, or (none waiting) it is finished, or it showed
+  a later record of the stream, or it was seen at its end `settle` s after the head was read, or
+  DataHub's clock was `settle` s past the head's system time when it was, or it descends from the
+  head's shard;
+- `next` runs passes over the shards in the order they first buffered a record, each shard handing
+  on heads while they are covered, until a pass hands on nothing; only shards whose head may have
+  become releasable are looked at (`dirty`: a new head, a mark on the topic, a change in what the
+  shard that held the head back last time holds of its stream), which hands on exactly what looking
+  at every head on every pass does.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["PyMerge", "new_merge"]
+
+_INF = float("inf")
+
+
+class _Rec:
+    __slots__ = ("shard", "stream", "order", "read_at", "system_ms", "item")
+
+    def __init__(self, shard, stream, order, read_at, system_ms, item) -> None:
+        self.shard, self.stream, self.order = shard, stream, order
+        self.read_at, self.system_ms, self.item = read_at, system_ms, item
+
+
+class PyMerge:
+    """The merge in Python: the reference of `_speedups.Merge` (same methods, same results)."""
+
+    def __init__(self, settle: float) -> None:
+        self.settle = float(settle)
+        self.buffered = 0
+        self._topic: list[int] = []  # shard -> its topic
+        self._finished: list[bool] = []
+        self._end_at: list[float] = []
+        self._end_ms: list[float] = []
+        self._ancestors: list[frozenset] = []
+        self._others: list[tuple] = []  # shard -> the other shards of its topic, in shard order
+        self._buf: list[deque] = []
+        self._order: list[int] = []  # shards in the order they first buffered a record
+        self._in_order: list[bool] = []
+        self._waiting: dict = {}  # (shard, stream) -> deque[_Rec] not handed on
+        self._seen: dict = {}  # (shard, stream) -> order of the last record read
+        self._released: dict = {}  # stream -> order of the last record handed on
+        self._dirty: set = set()
+        self._blockers: dict = {}  # shard -> the other shard that held its head back when last looked at
+        self._pos = -1  # the pass `next` is in: index into _order, or -1 between passes
+        self._draining = False  # `next` is handing on the heads of _order[_pos]
+        self._progress = True
+
+    # -- shards and marks ------------------------------------------------------------------------
+    def add_shard(self, topic: int) -> int:
+        shard = len(self._topic)
+        self._topic.append(topic)
+        self._finished.append(False)
+        self._end_at.append(-_INF)
+        self._end_ms.append(-_INF)
+        self._ancestors.append(frozenset())
+        self._buf.append(deque())
+        self._in_order.append(False)
+        topics = self._topic
+        self._others = [tuple(o for o in range(len(topics)) if o != s and topics[o] == topics[s])
+                        for s in range(len(topics))]
+        return shard
+
+    def set_ancestors(self, shard: int, ancestors) -> None:
+        self._ancestors[shard] = frozenset(ancestors)
+
+    def mark(self, shard: int, finished: bool, end_at: float, end_ms: float) -> None:
+        """What is known of `shard` now; every shard of its topic holding records is looked at again."""
+        self._finished[shard] = bool(finished)
+        self._end_at[shard] = float(end_at)
+        self._end_ms[shard] = float(end_ms)
+        buf = self._buf
+        self._dirty.update(s for s in self._others[shard] + (shard,) if buf[s])
+
+    def finish_all(self) -> None:
+        """The true end of input: every shard counts as seen at its end for good."""
+        for s in range(len(self._topic)):
+            self._end_at[s] = self._end_ms[s] = _INF
+        self._dirty.update(self._order)
+
+    # -- records ----------------------------------------------------------------------------------
+    def push(self, shard: int, stream: int, order, read_at: float, system_ms: float, item,
+             check_late: bool = True) -> bool:
+        """Buffer `item`, the next record of `shard`; False (nothing buffered) when `check_late` and
+        a record of `stream` at or after `order` was handed on already."""
+        if check_late:
+            released = self._released.get(stream)
+            if released is not None and order <= released:
+                return False
+        rec = _Rec(shard, stream, order, float(read_at), float(system_ms), item)
+        buf = self._buf[shard]
+        if not buf:
+            if not self._in_order[shard]:
+                self._in_order[shard] = True
+                self._order.append(shard)
+            self._dirty.add(shard)  # a new head
+        buf.append(rec)
+        waiting = self._waiting.get((shard, stream))
+        if waiting is None:
+            waiting = self._waiting[(shard, stream)] = deque()
+        first = not waiting
+        waiting.append(rec)
+        seen = self._seen.get((shard, stream))
+        if seen is None or order > seen:
+            self._seen[(shard, stream)] = order
+        self.buffered += 1
+        if first:
+            self._touch(shard, stream)
+        return True
+
+    def next(self):
+        """The next item to hand on, or None when none can go now."""
+        order, dirty, bufs = self._order, self._dirty, self._buf
+        while True:
+            if self._pos < 0:
+                if not (self._progress and self.buffered and dirty):
+                    if not self.buffered:
+                        dirty.clear()
+                    self._progress = True
+                    return None
+                self._progress = False
+                self._pos, self._draining = 0, False
+            while self._pos < len(order):
+                shard = order[self._pos]
+                if not self._draining:
+                    if shard not in dirty:
+                        self._pos += 1
+                        continue
+                    dirty.discard(shard)
+                    self._draining = True
+                buf = bufs[shard]
+                if buf:
+                    head = buf[0]
+                    others = self._others[shard]
+                    if not others or self._blocker(shard, head, others) is None:
+                        buf.popleft()
+                        self._waiting[(shard, head.stream)].popleft()
+                        self.buffered -= 1
+                        self._progress = True
+                        self._released[head.stream] = head.order
+                        self._touch(shard, head.stream)
+                        return head.item
+                self._draining = False
+                self._pos += 1
+            self._pos = -1
+
+    # -- what is held (snapshots, positions) ------------------------------------------------------
+    def head(self, shard: int):
+        buf = self._buf[shard] if shard < len(self._buf) else None
+        return buf[0].item if buf else None
+
+    def items(self, shard: int) -> list:
+        return [rec.item for rec in self._buf[shard]]
+
+    def order(self) -> list:
+        return list(self._order)
+
+    def seen(self) -> list:
+        """[(shard, stream, order, whether the shard still holds records of the stream), ...]"""
+        return [(s, stream, order, bool(self._waiting.get((s, stream)))) for (s, stream), order in self._seen.items()]
+
+    def set_seen(self, shard: int, stream: int, order) -> None:
+        self._seen[(shard, stream)] = order
+
+    def released(self, stream: int):
+        return self._released.get(stream)
+
+    def set_released(self, stream: int, order) -> None:
+        self._released[stream] = order
+
+    # -- covering ---------------------------------------------------------------------------------
+    def _covers(self, other: int, head: _Rec) -> bool:
+        waiting = self._waiting.get((other, head.stream))
+        if waiting:
+            return waiting[0].order > head.order
+        if self._finished[other]:
+            return True
+        seen = self._seen.get((other, head.stream))
+        if seen is not None and seen > head.order:
+            return True
+        if self._end_at[other] >= head.read_at + self.settle:
+            return True
+        if self._end_ms[other] >= head.system_ms + self.settle * 1000:
+            return True
+        return head.shard in self._ancestors[other]
+
+    def _blocker(self, shard: int, head: _Rec, others: tuple):
+        covers = self._covers
+        first = self._blockers.get(shard)
+        if first is not None and not covers(first, head):
+            return first
+        for other in others:
+            if other != first and not covers(other, head):
+                self._blockers[shard] = other
+                return other
+        return None
+
+    def _touch(self, shard: int, stream: int) -> None:
+        bufs, dirty, blockers = self._buf, self._dirty, self._blockers
+        for other in self._others[shard]:
+            if other not in dirty:
+                buf = bufs[other]
+                if buf and buf[0].stream == stream and blockers.get(other, shard) == shard:
+                    dirty.add(other)
+
+
+def new_merge(settle: float, native: bool | None = None):
+    """The C merge when the extension is there (and `native` is not False), else `PyMerge`."""
+    from bridge.native import speedups
+    if native is not False and speedups is not None and hasattr(speedups, "Merge"):
+        return speedups.Merge(settle)
+    return PyMerge(settle)
