@@ -36,6 +36,7 @@ from bridge.cli.kafka import (
     _mirror_reading,
     _watching,
 )
+from bridge.pipeline.options import FETCH_PROCESS
 from bridge.stream import ErrorPolicy, Tally
 from bridge.stream.pipeline import Report
 
@@ -199,7 +200,8 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                                idle_timeout=args.idle_timeout, stop=stop,
                                commit_interval=popts.commit_interval or None, max_retries=popts.max_retries,
                                report=report, started=parts.append, subscriptions=args.subscription or (),
-                               subscription_client=sub_client, subscription_log=say)
+                               subscription_client=sub_client, subscription_log=say,
+                               fetch_process=args.fetch_process)
     except UnknownSubscription as err:
         raise UsageError(str(err)) from None
     finally:
@@ -304,7 +306,7 @@ class _SayWhereToStart:
 # the flags of the "--to dts" group, with their defaults: given to the forward sync they would be
 # ignored, so they are refused
 _TO_DTS_ONLY = (("since", None), ("transactional_id", None), ("no_transactions", False), ("partition_by", "table"),
-                ("subscription", None), ("accept_data_loss", False))
+                ("subscription", None), ("accept_data_loss", False), ("fetch_process", "auto"))
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -556,6 +558,11 @@ def register(commands) -> None:
                       "copy is counted and logged, never stopping the run. An unknown ID is a usage error")
     back.add_argument("--accept-data-loss", action="store_true", help="records past a topic's lifecycle (the "
                       "committed position is gone) are counted and skipped instead of stopping the run")
+    back.add_argument("--fetch-process", choices=FETCH_PROCESS, default="auto",
+                      help="how DataHub pages are fetched (Blob topics): auto (default): reader threads, then one "
+                      "fetch process after 32 pages; always: the fetch process from the first page; never: reader "
+                      "threads only. The process moves the HTTP requests, the CRC check and the parse off the "
+                      "loop's interpreter: worth it with a free core, else never")
     add_pipeline_flags(parser, ("workers", "max_buffered", "commit_interval", "retry_timeout"))
     parser.add_argument("--instance-id", metavar="ID",
                         help="a member of --group with a static identity (Kafka's group.instance.id): a restart with "

@@ -21,11 +21,15 @@ from dataclasses import dataclass, field
 from bridge.errors import OptionsError
 
 __all__ = ["PipelineOptions", "pipeline_option_specs", "spark_key", "cli_flag", "SCHEMA_CHANGE_POLICIES",
-           "TABLE_ERROR_POLICIES", "COMPRESSIONS"]
+           "TABLE_ERROR_POLICIES", "COMPRESSIONS", "FETCH_PROCESS"]
 
 SCHEMA_CHANGE_POLICIES = ("evolve", "lenient", "ignore", "fail")
 TABLE_ERROR_POLICIES = ("dlq", "halt-table", "halt-all")
 COMPRESSIONS = ("lz4", "deflate", "zlib", "none")
+# how `sync --to dts` fetches DataHub pages (`sync_to_dts(fetch_process=...)`, docs/kafka.md "Reading
+# DataHub"): auto: reader threads, then the fetch process after DataHubSource.process_after pages;
+# always: the fetch process from the first page; never: reader threads only
+FETCH_PROCESS = ("auto", "always", "never")
 
 
 def _opt(default, help: str, choices=None, minimum=None, faces=("cli", "spark")):

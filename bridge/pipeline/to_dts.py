@@ -25,6 +25,7 @@ from bridge.datahub.subscription import SubscriptionOffsets, find_subscriptions
 from bridge.kafka import DtsKafkaSink, FileOffsets, TailPositions, TransactionalPositions, transactional_id_for
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.pipeline import run
+from bridge.pipeline.options import FETCH_PROCESS
 from bridge.stream import ErrorPolicy
 from bridge.stream.pipeline import Report
 from bridge.stream.shards import DataHubAssembler, DataHubRecord
@@ -65,7 +66,7 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
                 max_retries: int = 12, settle: float = 1.0, report: Report | None = None,
                 started: Callable[[ToDts], None] | None = None, subscriptions: Sequence[str] = (),
                 subscription_client=None, subscription_log: Callable[[str], None] | None = None,
-                subscription_wait: float = 5.0) -> ToDts:
+                subscription_wait: float = 5.0, fetch_process: str = "auto") -> ToDts:
     """Read `datahub_topic` of `project` (a Blob topic, Tuple topics by list or `{db}_{table}`
     template) from the committed positions (else the oldest record with `from_beginning`, else
     `since_ms`, else the end), rebuild whole Entries and write them to `kafka_topic` as DTS
@@ -80,13 +81,21 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
     `UnknownSubscription`, before anything is written), to which every commit is copied through
     `subscription_client` (default `client`; give a client of its own: the copying runs on another
     thread), `subscription_log(text)` hearing its failures; at the end, up to `subscription_wait`
-    seconds go to sending the last positions."""
+    seconds go to sending the last positions.
+
+    `fetch_process` (FETCH_PROCESS): how the source fetches pages of a Blob topic. auto: reader
+    threads, then its fetch process once they fetched `DataHubSource.process_after` pages; always:
+    the fetch process from the first page (started as the source opens); never: reader threads only."""
+    if fetch_process not in FETCH_PROCESS:
+        raise ValueError(f"fetch_process must be one of {', '.join(FETCH_PROCESS)}, not {fetch_process!r}")
     name = datahub_topic if isinstance(datahub_topic, str) else ",".join(datahub_topic)
     tid = (transactional_id or transactional_id_for(project, name, kafka_topic)) if transactions else None
     assembler = DataHubAssembler(options, settle=settle)
     source = DataHubSource(client, project, datahub_topic, from_beginning=from_beginning, since_ms=since_ms,
                            fail_on_data_loss=fail_on_data_loss, max_retries=max_retries,
-                           wants_tick=assembler.waiting)
+                           wants_tick=assembler.waiting, processes=fetch_process != "never")
+    if fetch_process == "always":
+        source.process_after = 0
     mirror = None
     if subscriptions:
         sub_client = subscription_client if subscription_client is not None else client
