@@ -8,8 +8,9 @@ in: the Python path (`partner`, `pair`, `regroup`: protobuf messages) and the C 
 only while the Python state is empty, and hands what it holds over (`unassemble`) before the
 Python path takes a message, so at any time one of the two holds it all. One window
 (`max_pending` halves), one eviction path (`pair`: the lane leaves a full window to the Python
-path), one count of what waits (`pending`), and one report of what is lost (`evicted`, `lost`,
-`finish`).
+path), one count of what waits (`pending`: kept up to date wherever a message is taken or let go,
+as the stream layer asks for it after every record), and one report of what is lost (`evicted`,
+`lost`, `finish`).
 """
 from __future__ import annotations
 
@@ -63,12 +64,10 @@ class Pairing:
         # halves pushed out of the window and messages lost with a rejected one: errors for the caller
         self.evicted: list[ConversionError] = []
         self.completed = 0  # messages held before the one being read that its Entry completed (`lost`)
-
-    @property
-    def pending(self) -> int:
-        """Messages held: update halves and the rows of open events, wherever they wait."""
-        return (len(self.halves) + sum(e.messages for e in self.events.values())
-                + len(self.lane_halves) + sum(e[1] for e in self.lane_events.values()))
+        # messages held: update halves and the rows of open events, wherever they wait (the four
+        # containers above: `len(halves) + sum(e.messages for e in events.values()) + len(lane_halves)
+        # + sum(e[1] for e in lane_events.values())`), counted as they change rather than summed
+        self.pending = 0
 
     def finish(self) -> list[ConversionError]:
         """`evicted`, and an error for every update half or partial event still waiting; empties all."""
@@ -88,6 +87,7 @@ class Pairing:
             errors.append(err)
         self.halves.clear()
         self.events.clear()
+        self.pending = 0
         return errors
 
     def lost(self, seq, line) -> None:
@@ -139,18 +139,22 @@ class Pairing:
         """Join the two halves of an update (`row` already holds both images); returns (row,
         facts, complete). Without a partner the half waits (from `line`; `reserved`: its message's
         extension held reserved-prefix properties); a full window reports its oldest half."""
+        halves = self.halves
         if partner is None:
-            if len(self.halves) >= self.max_pending:
+            held = len(halves)
+            if held >= self.max_pending:
                 # the oldest waiting half is reported (see `evicted`), the current one waits
-                old_seq, (old, *_) = self.halves.popitem(last=False)
+                old_seq, (old, *_) = halves.popitem(last=False)
                 err = ConversionError(f"update half without its partner within {self.max_pending} messages",
                                       sequence_id=old_seq, line=old.line)
                 err.count = 1
                 self.evicted.append(err)
-            self.halves[seq] = (_Row(seq, row, {half}, line, unknown_key, reserved), facts, entry, columns_key)
+            halves[seq] = (_Row(seq, row, {half}, line, unknown_key, reserved), facts, entry, columns_key)
+            self.pending += len(halves) - held
             return row, facts, False
         _, other_facts, other_entry, _ = partner
-        del self.halves[seq]
+        del halves[seq]
+        self.pending -= 1
         self.completed = 1  # the waiting half, no longer held
         before_entry = other_entry if half == "after" else entry
         after_entry = entry if half == "after" else other_entry
@@ -182,12 +186,15 @@ class Pairing:
         if row_index in event.rows:  # (0 <= row_index < nrows: checked by the decoder)
             raise ConversionError(f"row {row_index} of {nrows} repeated", seq_id=entry.header.seqId)
         event.rows[row_index] = row
-        event.messages += 2 if key[1] == _UPDATE else 1
+        messages = 2 if key[1] == _UPDATE else 1
+        event.messages += messages
+        self.pending += messages
         event.reserved = event.reserved or reserved
         if len(event.rows) < nrows:
             return None
         del self.events[key]
-        self.completed += event.messages - (2 if key[1] == _UPDATE else 1)  # its other rows' messages
+        self.pending -= event.messages
+        self.completed += event.messages - messages  # its other rows' messages
         rows = event.rows
         event.entry.event.dmlEvent.rows.extend([rows[i] for i in range(nrows)])
         return event
@@ -213,6 +220,7 @@ class Pairing:
                 if len(halves) >= self.max_pending:
                     return self._hand_over()  # the Python path evicts
                 halves[seq] = (entry_bytes, row_bytes, half, columns_key, line)
+                self.pending += 1
                 return []
             if waiting[2] == half or waiting[0] != entry_bytes or waiting[3] != columns_key:
                 return self._hand_over()
@@ -220,6 +228,7 @@ class Pairing:
         if not grouped or nrows == 1:
             if half != "both":
                 del halves[seq]
+                self.pending -= 1
             return [_ENTRY_FROM(_WITH_ROWS(entry_bytes, [row_bytes]))]
         key = (entry_bytes, nrows, columns_key)
         event = self.lane_events.get(key)
@@ -229,12 +238,16 @@ class Pairing:
             return self._hand_over()  # a repeated row: Python's error
         rows = event[0]
         rows[row_index] = row_bytes
-        event[1] += 2 if update else 1
+        messages = 2 if update else 1
+        event[1] += messages
         if half != "both":  # (last: nothing above may leave the half neither waiting nor in its row)
             del halves[seq]
+            messages -= 1  # the waiting half, now in its row
         if len(rows) < nrows:
+            self.pending += messages
             return []
         del self.lane_events[key]
+        self.pending += messages - event[1]
         return [_ENTRY_FROM(_WITH_ROWS(entry_bytes, [rows[i] for i in range(nrows)]))]
 
     def _hand_over(self) -> None:
