@@ -40,7 +40,7 @@ from typing import Any
 
 from bridge.kafka.client import KafkaError, confluent, partitions_of
 from bridge.wire import subscribe_pb2 as pb
-from bridge.wire.framing import encode_varint, split_entries
+from bridge.wire.framing import encode_varint, envelope_values
 
 __all__ = ["DtsKafkaSink", "transactional_id_for", "murmur2", "POSITION_HEADER", "CONTROL_PARTITION",
            "default_source_of"]
@@ -284,7 +284,7 @@ class DtsKafkaSink:
         if pending is None or not pending.items:
             return
         self._begin()
-        envelopes = split_entries(b"".join(pending.items), self.max_message_bytes)
+        envelopes = envelope_values(pending.items, self.max_message_bytes)  # each Envelope encoded
         headers = None
         if self.position_headers and pending.marks:
             headers = [(POSITION_HEADER, json.dumps(pending.marks, separators=(",", ":")).encode())]
@@ -299,8 +299,8 @@ class DtsKafkaSink:
             first = cut[3]
         elif cut is not None:
             self.cut[partition] = cut
-        for env in envelopes[first:]:
-            self._produce(partition, env.SerializeToString(), headers)
+        for value in envelopes[first:]:
+            self._produce(partition, value, headers)
 
     def _produce(self, partition: int, value: bytes, headers) -> None:
         ck = confluent()

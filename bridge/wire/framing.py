@@ -44,6 +44,7 @@ __all__ = [
     "entry_to_json_line",
     "entry_from_json_line",
     "encode_varint",
+    "envelope_values",
 ]
 
 ENVELOPE_VERSION = 1
@@ -75,6 +76,23 @@ def split_entries(data: bytes, max_message_bytes: int = 1 << 20) -> list[pb.Enve
     total = -(-len(data) // chunk)
     return [pb.Envelope(version=ENVELOPE_VERSION, total=total, index=i, data=data[i * chunk:(i + 1) * chunk])
             for i in range(total)]
+
+
+# an Envelope's fields before its data when it is the only one: version, total 1 (index 0 is
+# left out), then the tag of data (field 4, length-delimited)
+_WHOLE_ENVELOPE = bytes((0x08, ENVELOPE_VERSION, 0x10, 1, 0x22))
+
+
+def envelope_values(parts: list[bytes], max_message_bytes: int = 1 << 20) -> list[bytes]:
+    """The encodings of `split_entries(b"".join(parts), max_message_bytes)`, byte for byte; when
+    one Envelope holds the data, written in one join (no Envelope built, no copy of the data but
+    the join's)."""
+    if max_message_bytes <= _ENVELOPE_OVERHEAD:
+        raise ValueError(f"max_message_bytes must exceed {_ENVELOPE_OVERHEAD}")
+    size = sum(map(len, parts))
+    if 0 < size <= max_message_bytes - _ENVELOPE_OVERHEAD:
+        return [b"".join([_WHOLE_ENVELOPE, encode_varint(size), *parts])]
+    return [env.SerializeToString() for env in split_entries(b"".join(parts), max_message_bytes)]
 
 
 def pack_entries(entries: Iterable[pb.Entry], max_message_bytes: int = 1 << 20) -> Iterator[pb.Envelope]:
