@@ -1,6 +1,6 @@
 """The wire's shortcuts give the bytes of the long way: `envelope_values` (what `DtsKafkaSink`
 produces: an Entries' items joined under one Envelope header) is the encoding of each Envelope
-`split_entries` builds."""
+`split_entries` builds, and `encode_varint`'s one- and two-byte cases are the general loop's."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge import pb
-from bridge.wire.framing import _ENVELOPE_OVERHEAD, envelope_values, split_entries
+from bridge.wire.framing import _ENVELOPE_OVERHEAD, encode_varint, envelope_values, split_entries
+
+
+def _varint(value: int) -> bytes:
+    """The general loop (what encode_varint did for every value)."""
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(bits | 0x80)
+        else:
+            out.append(bits)
+            return bytes(out)
 
 
 def _long_way(parts: list[bytes], max_message_bytes: int) -> list[bytes]:
@@ -39,3 +52,14 @@ def test_envelope_values_refuses_what_split_entries_refuses():
             envelope_values([b"x"], limit)
         with pytest.raises(ValueError):
             split_entries(b"x", limit)
+
+
+@given(st.one_of(st.integers(0, 0x4100), st.integers(0, 2**64), st.sampled_from([0, 127, 128, 16_383, 16_384])))
+def test_encode_varint_is_the_general_loop(value):
+    assert encode_varint(value) == _varint(value)
+    assert type(encode_varint(value)) is bytes
+
+
+def test_encode_varint_everywhere_below_three_bytes():
+    assert [encode_varint(v) for v in range(0x4000 + 2)] == [_varint(v) for v in range(0x4000 + 2)]
+    assert encode_varint(True) == _varint(True) == b"\x01" and encode_varint(False) == b"\x00"

@@ -54,7 +54,14 @@ _MAX_MESSAGE_BYTES = (1 << 31) - 1
 _READ_CHUNK = 1 << 20
 
 
+_VARINT_1 = tuple(bytes((i,)) for i in range(0x80))  # the one-byte varints
+
+
 def encode_varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _VARINT_1[value]
+    if 0x80 <= value < 0x4000:  # (an Entry's length, mostly)
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while True:
         bits = value & 0x7F
