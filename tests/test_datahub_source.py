@@ -27,10 +27,10 @@ from bridge.samples import build_sample_entries  # noqa: E402
 from bridge.stream import ErrorPolicy, blob_lines_to_entries  # noqa: E402
 from bridge.stream.pipeline import MemoryPositions  # noqa: E402
 from bridge.stream.shards import DataHubAssembler, ShardMark  # noqa: E402
-from support.merge_reference import ReferenceAssembler  # noqa: E402
 from bridge.tuple.decode import tuples_to_entries  # noqa: E402
 from support.datahub_standin import DataHubError as StandInError  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
+from support.merge_reference import ReferenceAssembler  # noqa: E402
 
 P = "proj"
 

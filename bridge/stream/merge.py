@@ -106,9 +106,7 @@ class PyMerge:
         rec = _Rec(shard, stream, order, float(read_at), float(system_ms), item)
         buf = self._buf[shard]
         if not buf:
-            if not self._in_order[shard]:
-                self._in_order[shard] = True
-                self._order.append(shard)
+            self.enlist(shard)
             self._dirty.add(shard)  # a new head
         buf.append(rec)
         waiting = self._waiting.get((shard, stream))
@@ -170,6 +168,12 @@ class PyMerge:
 
     def order(self) -> list:
         return list(self._order)
+
+    def enlist(self, shard: int) -> None:
+        """Put `shard` next in the passes' order (if it is not in it yet): a restore keeps the order."""
+        if not self._in_order[shard]:
+            self._in_order[shard] = True
+            self._order.append(shard)
 
     def seen(self) -> list:
         """[(shard, stream, order, whether the shard still holds records of the stream), ...]"""

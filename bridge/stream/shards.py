@@ -278,6 +278,7 @@ class DataHubAssembler:
         return {
             "shards": [(key, info.parents, info.finished, info.end_at, info.end_server_ms)
                        for key, info in self._shards.items()],
+            "order": [keys[shard] for shard in merge.order()],  # the merge's passes' order
             "buffered": buffered,
             "seen": seen,
             "streams": streams,
@@ -295,6 +296,8 @@ class DataHubAssembler:
             if server:
                 info.end_server_ms = server[0]
             merge.mark(info.index, info.finished, info.end_at, info.end_server_ms)
+        for key in snap.get("order", ()):  # (a snapshot of before had none: its buffered shards' order)
+            merge.enlist(self._info(key).index)
         for key, items in snap["buffered"]:
             info = self._info(key)
             for seq, rec in items:

@@ -110,14 +110,17 @@ static int add_stolen(PyObject *m, const char *name, PyObject *value) {
 }
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    if (PyType_Ready(&bridge_PlanType) < 0 || PyType_Ready(&bridge_SinkType) < 0) return NULL;
+    if (PyType_Ready(&bridge_PlanType) < 0 || PyType_Ready(&bridge_SinkType) < 0 || PyType_Ready(&bridge_MergeType) < 0)
+        return NULL;
     bridge_field_index();
     if (!bridge_names_init()) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&bridge_PlanType);
     Py_INCREF(&bridge_SinkType);
+    Py_INCREF(&bridge_MergeType);
     if (!add_stolen(m, "Plan", (PyObject *)&bridge_PlanType) || !add_stolen(m, "Sink", (PyObject *)&bridge_SinkType)
+        || !add_stolen(m, "Merge", (PyObject *)&bridge_MergeType)
         || !add_stolen(m, "CONTRACT", contract_dict()) || !add_stolen(m, "LAYOUTS", layouts_dict())
         || !add_stolen(m, "SCHEMA", bridge_schema())) {
         Py_DECREF(m);

@@ -24,6 +24,7 @@
  *   lines.c    Blob JSON lines (Plan.lines) and whole message dicts (Plan.messages)
  *   decode.c   Blob -> DTS: an image's values as RowChange Data on the wire (Plan.encode)
  *   sink.c     Spark's Sink: the output columns of whole Entries as Arrow buffers
+ *   merge.c    the shard merge's bookkeeping of `sync --to dts` (Merge; stream/merge.py's PyMerge is its reference)
  *   plan.c     the Plan type
  *   module.c   module init, CONTRACT, LAYOUTS and SCHEMA
  */
@@ -533,6 +534,8 @@ PyObject *bridge_encode_text(Col *c, Span cs, PyObject *text);
 
 /* sink.c */
 extern PyTypeObject bridge_SinkType;
+/* merge.c: the shard merge of `sync --to dts` (bridge/stream/merge.py) */
+extern PyTypeObject bridge_MergeType;
 PyObject *bridge_table_key(PyObject *module, PyObject *arg);
 
 /* plan.c */

@@ -1,0 +1,569 @@
+/* Merge: the shard merge's bookkeeping of `sync --to dts` (bridge/stream/merge.py says the rules;
+ * its PyMerge is the reference, and tests/test_shard_merge.py runs both on the same operations).
+ *
+ * Shards and streams are the small ints the assembler gives them. A shard keeps its buffered
+ * records in a list (shard order); each (shard, stream) pair keeps a slot in an open-addressing
+ * table: the records of that stream still waiting on that shard (a list threaded through the same
+ * items) and the order of the last one read. Orders are the Python tuples the assembler made and
+ * are compared with Python's own comparison, so what "later" means is exactly Python's. */
+#include "speedups.h"
+#include "structmember.h"
+
+typedef struct MItem {
+    struct MItem *next;      /* the next buffered record of its shard */
+    struct MItem *next_same; /* the next waiting record of the same (shard, stream) */
+    PyObject *order;
+    PyObject *item;
+    double read_at, system_ms;
+    Py_ssize_t stream;
+} MItem;
+
+typedef struct {
+    uint64_t key; /* (shard << 32 | stream) + 1; 0: an empty slot */
+    MItem *first, *last;
+    PyObject *seen; /* the order of the last record of the stream read on the shard, or NULL */
+} MSlot;
+
+typedef struct {
+    Py_ssize_t topic;
+    int finished;
+    double end_at, end_ms;
+    MItem *head, *tail;
+    char in_order, dirty;
+    Py_ssize_t blocker; /* the other shard that held the head back when last looked at, or -1 */
+    Py_ssize_t *others, n_others;
+    Py_ssize_t *ancestors, n_ancestors;
+} MShard;
+
+typedef struct {
+    PyObject_HEAD
+    double settle;
+    Py_ssize_t buffered;
+    MShard *shards;
+    Py_ssize_t n_shards, cap_shards;
+    Py_ssize_t *order; /* shards in the order they first buffered a record */
+    Py_ssize_t n_order, cap_order;
+    MSlot *slots;
+    size_t cap_slots, used_slots;
+    PyObject **released; /* stream -> the order of the last record handed on, or NULL */
+    Py_ssize_t cap_released;
+    Py_ssize_t n_dirty;
+    Py_ssize_t pos; /* the pass `next` is in (an index into order), or -1 between passes */
+    int draining, progress;
+} Merge;
+
+static uint64_t slot_key(Py_ssize_t shard, Py_ssize_t stream) {
+    return (((uint64_t)shard << 32) | (uint64_t)stream) + 1;
+}
+
+static size_t slot_hash(uint64_t key, size_t cap) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 17) & (cap - 1);
+}
+
+static MSlot *slot_find(Merge *m, Py_ssize_t shard, Py_ssize_t stream) {
+    if (m->cap_slots == 0) return NULL;
+    uint64_t key = slot_key(shard, stream);
+    for (size_t i = slot_hash(key, m->cap_slots);; i = (i + 1) & (m->cap_slots - 1)) {
+        if (m->slots[i].key == key) return &m->slots[i];
+        if (m->slots[i].key == 0) return NULL;
+    }
+}
+
+/* the slot of (shard, stream), made when missing; NULL (MemoryError set) on failure */
+static MSlot *slot_get(Merge *m, Py_ssize_t shard, Py_ssize_t stream) {
+    MSlot *found = slot_find(m, shard, stream);
+    if (found != NULL) return found;
+    if ((m->used_slots + 1) * 2 > m->cap_slots) {
+        size_t cap = m->cap_slots ? m->cap_slots * 2 : 64;
+        MSlot *slots = PyMem_Calloc(cap, sizeof(MSlot));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        for (size_t k = 0; k < m->cap_slots; k++) {
+            if (m->slots[k].key == 0) continue;
+            size_t i = slot_hash(m->slots[k].key, cap);
+            while (slots[i].key != 0) i = (i + 1) & (cap - 1);
+            slots[i] = m->slots[k];
+        }
+        PyMem_Free(m->slots);
+        m->slots = slots;
+        m->cap_slots = cap;
+    }
+    uint64_t key = slot_key(shard, stream);
+    size_t i = slot_hash(key, m->cap_slots);
+    while (m->slots[i].key != 0) i = (i + 1) & (m->cap_slots - 1);
+    m->slots[i].key = key;
+    m->used_slots++;
+    return &m->slots[i];
+}
+
+static void set_dirty(Merge *m, Py_ssize_t shard) {
+    if (!m->shards[shard].dirty) {
+        m->shards[shard].dirty = 1;
+        m->n_dirty++;
+    }
+}
+
+/* 1: shard `other` covers `head` (of shard `shard`), 0: it does not, -1: an error */
+static int covers(Merge *m, Py_ssize_t other, Py_ssize_t shard, MItem *head) {
+    MShard *o = &m->shards[other];
+    MSlot *slot = slot_find(m, other, head->stream);
+    if (slot != NULL && slot->first != NULL) return PyObject_RichCompareBool(slot->first->order, head->order, Py_GT);
+    if (o->finished) return 1;
+    if (slot != NULL && slot->seen != NULL) {
+        int later = PyObject_RichCompareBool(slot->seen, head->order, Py_GT);
+        if (later != 0) return later;
+    }
+    if (o->end_at >= head->read_at + m->settle) return 1;
+    if (o->end_ms >= head->system_ms + m->settle * 1000) return 1;
+    for (Py_ssize_t k = 0; k < o->n_ancestors; k++)
+        if (o->ancestors[k] == shard) return 1;
+    return 0;
+}
+
+/* the other shard that does not cover the head of `shard`, -1 when all do, -2 on error */
+static Py_ssize_t blocker(Merge *m, Py_ssize_t shard, MItem *head) {
+    MShard *sh = &m->shards[shard];
+    Py_ssize_t first = sh->blocker;
+    if (first >= 0) {
+        int c = covers(m, first, shard, head);
+        if (c < 0) return -2;
+        if (!c) return first;
+    }
+    for (Py_ssize_t k = 0; k < sh->n_others; k++) {
+        Py_ssize_t other = sh->others[k];
+        if (other == first) continue;
+        int c = covers(m, other, shard, head);
+        if (c < 0) return -2;
+        if (!c) {
+            sh->blocker = other;
+            return other;
+        }
+    }
+    return -1;
+}
+
+/* what `shard` holds of `stream` changed: the other shards whose head is of that stream and was
+ * held back by `shard` last time (or by none) are looked at again */
+static void touch(Merge *m, Py_ssize_t shard, Py_ssize_t stream) {
+    MShard *sh = &m->shards[shard];
+    for (Py_ssize_t k = 0; k < sh->n_others; k++) {
+        Py_ssize_t other = sh->others[k];
+        MShard *o = &m->shards[other];
+        if (!o->dirty && o->head != NULL && o->head->stream == stream && (o->blocker < 0 || o->blocker == shard))
+            set_dirty(m, other);
+    }
+}
+
+static int check_shard(Merge *m, Py_ssize_t shard) {
+    if (shard < 0 || shard >= m->n_shards) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_IndexError, "no shard %zd in the merge", shard);
+        return 0;
+    }
+    return 1;
+}
+
+static int check_stream(Py_ssize_t stream) {
+    if (stream < 0 || stream > 0x7fffffff) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_IndexError, "stream %zd out of range", stream);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *released_of(Merge *m, Py_ssize_t stream) {
+    return stream < m->cap_released ? m->released[stream] : NULL;
+}
+
+/* released[stream] = order (a new reference, stolen); 0 on error (the reference released) */
+static int set_released(Merge *m, Py_ssize_t stream, PyObject *order) {
+    if (stream >= m->cap_released) {
+        Py_ssize_t cap = m->cap_released ? m->cap_released : 16;
+        while (cap <= stream) cap *= 2;
+        PyObject **grown = PyMem_Realloc(m->released, (size_t)cap * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(order);
+            PyErr_NoMemory();
+            return 0;
+        }
+        memset(grown + m->cap_released, 0, (size_t)(cap - m->cap_released) * sizeof(PyObject *));
+        m->released = grown;
+        m->cap_released = cap;
+    }
+    Py_XSETREF(m->released[stream], order);
+    return 1;
+}
+
+/* ---- methods ------------------------------------------------------------------------------- */
+static PyObject *Merge_add_shard(Merge *m, PyObject *arg) {
+    Py_ssize_t topic = PyLong_AsSsize_t(arg);
+    if (topic == -1 && PyErr_Occurred()) return NULL;
+    if (m->n_shards == m->cap_shards) {
+        Py_ssize_t cap = m->cap_shards ? m->cap_shards * 2 : 8;
+        MShard *grown = PyMem_Realloc(m->shards, (size_t)cap * sizeof(MShard));
+        if (grown == NULL) return PyErr_NoMemory();
+        m->shards = grown;
+        m->cap_shards = cap;
+    }
+    Py_ssize_t shard = m->n_shards;
+    MShard *sh = &m->shards[shard];
+    memset(sh, 0, sizeof(MShard));
+    sh->topic = topic;
+    sh->end_at = sh->end_ms = -INFINITY;
+    sh->blocker = -1;
+    m->n_shards++;
+    /* the others of every shard of the topic, in shard order */
+    Py_ssize_t same = 0;
+    for (Py_ssize_t s = 0; s < m->n_shards; s++) same += m->shards[s].topic == topic;
+    for (Py_ssize_t s = 0; s < m->n_shards; s++) {
+        MShard *x = &m->shards[s];
+        if (x->topic != topic) continue;
+        Py_ssize_t *others = PyMem_Malloc((size_t)(same > 1 ? same - 1 : 1) * sizeof(Py_ssize_t));
+        if (others == NULL) return PyErr_NoMemory();
+        Py_ssize_t n = 0;
+        for (Py_ssize_t o = 0; o < m->n_shards; o++)
+            if (o != s && m->shards[o].topic == topic) others[n++] = o;
+        PyMem_Free(x->others);
+        x->others = others;
+        x->n_others = n;
+    }
+    return PyLong_FromSsize_t(shard);
+}
+
+static PyObject *Merge_set_ancestors(Merge *m, PyObject *args) {
+    Py_ssize_t shard;
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "nO:set_ancestors", &shard, &seq) || !check_shard(m, shard)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "ancestors must be a sequence of shards");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    Py_ssize_t *ancestors = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (ancestors == NULL) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        ancestors[k] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, k));
+        if (ancestors[k] == -1 && PyErr_Occurred()) {
+            PyMem_Free(ancestors);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    PyMem_Free(m->shards[shard].ancestors);
+    m->shards[shard].ancestors = ancestors;
+    m->shards[shard].n_ancestors = n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Merge_mark(Merge *m, PyObject *args) {
+    Py_ssize_t shard;
+    int finished;
+    double end_at, end_ms;
+    if (!PyArg_ParseTuple(args, "npdd:mark", &shard, &finished, &end_at, &end_ms) || !check_shard(m, shard))
+        return NULL;
+    MShard *sh = &m->shards[shard];
+    sh->finished = finished;
+    sh->end_at = end_at;
+    sh->end_ms = end_ms;
+    if (sh->head != NULL) set_dirty(m, shard);
+    for (Py_ssize_t k = 0; k < sh->n_others; k++)
+        if (m->shards[sh->others[k]].head != NULL) set_dirty(m, sh->others[k]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Merge_finish_all(Merge *m, PyObject *unused) {
+    for (Py_ssize_t s = 0; s < m->n_shards; s++) m->shards[s].end_at = m->shards[s].end_ms = INFINITY;
+    for (Py_ssize_t k = 0; k < m->n_order; k++) set_dirty(m, m->order[k]);
+    Py_RETURN_NONE;
+}
+
+/* the shard next in the passes' order, when it is not in it yet; 0 on error */
+static int enlist(Merge *m, Py_ssize_t shard) {
+    MShard *sh = &m->shards[shard];
+    if (sh->in_order) return 1;
+    if (m->n_order == m->cap_order) {
+        Py_ssize_t cap = m->cap_order ? m->cap_order * 2 : 8;
+        Py_ssize_t *grown = PyMem_Realloc(m->order, (size_t)cap * sizeof(Py_ssize_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        m->order = grown;
+        m->cap_order = cap;
+    }
+    m->order[m->n_order++] = shard;
+    sh->in_order = 1;
+    return 1;
+}
+
+static PyObject *Merge_enlist(Merge *m, PyObject *arg) {
+    Py_ssize_t shard = PyLong_AsSsize_t(arg);
+    if (!check_shard(m, shard) || !enlist(m, shard)) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* push(shard, stream, order, read_at, system_ms, item, check_late=True) -> bool */
+static PyObject *Merge_push(Merge *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "push(shard, stream, order, read_at, system_ms, item, check_late=True)");
+        return NULL;
+    }
+    Py_ssize_t shard = PyLong_AsSsize_t(args[0]);
+    if (!check_shard(m, shard)) return NULL;
+    Py_ssize_t stream = PyLong_AsSsize_t(args[1]);
+    if (!check_stream(stream)) return NULL;
+    PyObject *order = args[2];
+    double read_at = PyFloat_AsDouble(args[3]);
+    if (read_at == -1.0 && PyErr_Occurred()) return NULL;
+    double system_ms = PyFloat_AsDouble(args[4]);
+    if (system_ms == -1.0 && PyErr_Occurred()) return NULL;
+    int check_late = 1;
+    if (nargs == 7 && (check_late = PyObject_IsTrue(args[6])) < 0) return NULL;
+    if (check_late) {
+        PyObject *released = released_of(m, stream);
+        if (released != NULL) {
+            int early = PyObject_RichCompareBool(order, released, Py_LE);
+            if (early < 0) return NULL;
+            if (early) Py_RETURN_FALSE;
+        }
+    }
+    MSlot *slot = slot_get(m, shard, stream);
+    if (slot == NULL) return NULL;
+    int later = 1;
+    if (slot->seen != NULL && (later = PyObject_RichCompareBool(order, slot->seen, Py_GT)) < 0) return NULL;
+    MItem *it = PyMem_Malloc(sizeof(MItem));
+    if (it == NULL) return PyErr_NoMemory();
+    it->next = it->next_same = NULL;
+    it->order = Py_NewRef(order);
+    it->item = Py_NewRef(args[5]);
+    it->read_at = read_at;
+    it->system_ms = system_ms;
+    it->stream = stream;
+    MShard *sh = &m->shards[shard];
+    if (sh->head == NULL) {
+        if (!enlist(m, shard)) {
+            Py_DECREF(it->order);
+            Py_DECREF(it->item);
+            PyMem_Free(it);
+            return NULL;
+        }
+        set_dirty(m, shard); /* a new head */
+        sh->head = it;
+    } else {
+        sh->tail->next = it;
+    }
+    sh->tail = it;
+    int first = slot->first == NULL;
+    if (first) slot->first = it;
+    else slot->last->next_same = it;
+    slot->last = it;
+    if (later) Py_XSETREF(slot->seen, Py_NewRef(order));
+    m->buffered++;
+    if (first) touch(m, shard, stream);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Merge_next(Merge *m, PyObject *unused) {
+    for (;;) {
+        if (m->pos < 0) {
+            if (!(m->progress && m->buffered && m->n_dirty)) {
+                if (!m->buffered) {
+                    for (Py_ssize_t s = 0; s < m->n_shards; s++) m->shards[s].dirty = 0;
+                    m->n_dirty = 0;
+                }
+                m->progress = 1;
+                Py_RETURN_NONE;
+            }
+            m->progress = 0;
+            m->pos = 0;
+            m->draining = 0;
+        }
+        while (m->pos < m->n_order) {
+            Py_ssize_t shard = m->order[m->pos];
+            MShard *sh = &m->shards[shard];
+            if (!m->draining) {
+                if (!sh->dirty) {
+                    m->pos++;
+                    continue;
+                }
+                sh->dirty = 0;
+                m->n_dirty--;
+                m->draining = 1;
+            }
+            MItem *head = sh->head;
+            if (head != NULL) {
+                Py_ssize_t held = sh->n_others ? blocker(m, shard, head) : -1;
+                if (held == -2) return NULL;
+                if (held == -1) {
+                    sh->head = head->next;
+                    if (sh->head == NULL) sh->tail = NULL;
+                    MSlot *slot = slot_find(m, shard, head->stream);
+                    slot->first = head->next_same;
+                    if (slot->first == NULL) slot->last = NULL;
+                    m->buffered--;
+                    m->progress = 1;
+                    PyObject *item = head->item;
+                    Py_ssize_t stream = head->stream;
+                    int ok = set_released(m, stream, head->order);
+                    PyMem_Free(head);
+                    touch(m, shard, stream);
+                    if (!ok) {
+                        Py_DECREF(item);
+                        return NULL;
+                    }
+                    return item;
+                }
+            }
+            m->draining = 0;
+            m->pos++;
+        }
+        m->pos = -1;
+    }
+}
+
+static PyObject *Merge_head(Merge *m, PyObject *arg) {
+    Py_ssize_t shard = PyLong_AsSsize_t(arg);
+    if (shard == -1 && PyErr_Occurred()) return NULL;
+    if (shard < 0 || shard >= m->n_shards || m->shards[shard].head == NULL) Py_RETURN_NONE;
+    return Py_NewRef(m->shards[shard].head->item);
+}
+
+static PyObject *Merge_items(Merge *m, PyObject *arg) {
+    Py_ssize_t shard = PyLong_AsSsize_t(arg);
+    if (!check_shard(m, shard)) return NULL;
+    PyObject *out = PyList_New(0);
+    for (MItem *it = m->shards[shard].head; out != NULL && it != NULL; it = it->next)
+        if (PyList_Append(out, it->item) < 0) Py_CLEAR(out);
+    return out;
+}
+
+static PyObject *Merge_order(Merge *m, PyObject *unused) {
+    PyObject *out = PyList_New(m->n_order);
+    for (Py_ssize_t k = 0; out != NULL && k < m->n_order; k++) {
+        PyObject *v = PyLong_FromSsize_t(m->order[k]);
+        if (v == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, k, v);
+    }
+    return out;
+}
+
+static PyObject *Merge_seen(Merge *m, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    for (size_t i = 0; out != NULL && i < m->cap_slots; i++) {
+        MSlot *slot = &m->slots[i];
+        if (slot->key == 0 || slot->seen == NULL) continue;
+        uint64_t key = slot->key - 1;
+        PyObject *row = Py_BuildValue("nnOO", (Py_ssize_t)(key >> 32), (Py_ssize_t)(key & 0xffffffffu), slot->seen,
+                                      slot->first != NULL ? Py_True : Py_False);
+        if (row == NULL || PyList_Append(out, row) < 0) Py_CLEAR(out);
+        Py_XDECREF(row);
+    }
+    return out;
+}
+
+static PyObject *Merge_set_seen(Merge *m, PyObject *args) {
+    Py_ssize_t shard, stream;
+    PyObject *order;
+    if (!PyArg_ParseTuple(args, "nnO:set_seen", &shard, &stream, &order) || !check_shard(m, shard)
+        || !check_stream(stream))
+        return NULL;
+    MSlot *slot = slot_get(m, shard, stream);
+    if (slot == NULL) return NULL;
+    Py_XSETREF(slot->seen, Py_NewRef(order));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Merge_released(Merge *m, PyObject *arg) {
+    Py_ssize_t stream = PyLong_AsSsize_t(arg);
+    if (stream == -1 && PyErr_Occurred()) return NULL;
+    PyObject *order = stream >= 0 ? released_of(m, stream) : NULL;
+    return Py_NewRef(order != NULL ? order : Py_None);
+}
+
+static PyObject *Merge_set_released(Merge *m, PyObject *args) {
+    Py_ssize_t stream;
+    PyObject *order;
+    if (!PyArg_ParseTuple(args, "nO:set_released", &stream, &order) || !check_stream(stream)) return NULL;
+    if (!set_released(m, stream, Py_NewRef(order))) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- the type -------------------------------------------------------------------------------- */
+static int Merge_init(Merge *m, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"settle", NULL};
+    double settle;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "d:Merge", kwlist, &settle)) return -1;
+    if (m->n_shards || m->buffered) {
+        PyErr_SetString(PyExc_RuntimeError, "a Merge is initialised once");
+        return -1;
+    }
+    m->settle = settle;
+    m->pos = -1;
+    m->progress = 1;
+    return 0;
+}
+
+static void Merge_dealloc(Merge *m) {
+    for (Py_ssize_t s = 0; s < m->n_shards; s++) {
+        MItem *it = m->shards[s].head;
+        while (it != NULL) {
+            MItem *next = it->next;
+            Py_DECREF(it->order);
+            Py_DECREF(it->item);
+            PyMem_Free(it);
+            it = next;
+        }
+        PyMem_Free(m->shards[s].others);
+        PyMem_Free(m->shards[s].ancestors);
+    }
+    PyMem_Free(m->shards);
+    PyMem_Free(m->order);
+    for (size_t i = 0; i < m->cap_slots; i++) Py_XDECREF(m->slots[i].seen);
+    PyMem_Free(m->slots);
+    for (Py_ssize_t k = 0; k < m->cap_released; k++) Py_XDECREF(m->released[k]);
+    PyMem_Free(m->released);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyMethodDef Merge_methods[] = {
+    {"add_shard", (PyCFunction)Merge_add_shard, METH_O, "add_shard(topic) -> the new shard's number"},
+    {"set_ancestors", (PyCFunction)Merge_set_ancestors, METH_VARARGS,
+     "set_ancestors(shard, shards): the known shards `shard` descends from"},
+    {"mark", (PyCFunction)Merge_mark, METH_VARARGS,
+     "mark(shard, finished, end_at, end_ms): what is known of the shard now"},
+    {"finish_all", (PyCFunction)Merge_finish_all, METH_NOARGS, "finish_all(): every shard seen at its end for good"},
+    {"push", (PyCFunction)(void (*)(void))Merge_push, METH_FASTCALL,
+     "push(shard, stream, order, read_at, system_ms, item, check_late=True) -> False when late (nothing buffered)"},
+    {"next", (PyCFunction)Merge_next, METH_NOARGS, "next() -> the next item to hand on, or None"},
+    {"head", (PyCFunction)Merge_head, METH_O, "head(shard) -> the shard's first buffered item, or None"},
+    {"items", (PyCFunction)Merge_items, METH_O, "items(shard) -> its buffered items, in order"},
+    {"order", (PyCFunction)Merge_order, METH_NOARGS, "order() -> shards in the order they first buffered a record"},
+    {"enlist", (PyCFunction)Merge_enlist, METH_O, "enlist(shard): the shard next in the passes' order, if not in it"},
+    {"seen", (PyCFunction)Merge_seen, METH_NOARGS,
+     "seen() -> [(shard, stream, order of the last record read, whether records of it wait), ...]"},
+    {"set_seen", (PyCFunction)Merge_set_seen, METH_VARARGS, "set_seen(shard, stream, order)"},
+    {"released", (PyCFunction)Merge_released, METH_O, "released(stream) -> the order handed on up to, or None"},
+    {"set_released", (PyCFunction)Merge_set_released, METH_VARARGS, "set_released(stream, order)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Merge_members[] = {
+    {"buffered", T_PYSSIZET, offsetof(Merge, buffered), READONLY, "records read and not handed on"},
+    {"settle", T_DOUBLE, offsetof(Merge, settle), READONLY, "seconds a shard must be seen at its end"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject bridge_MergeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bridge.native._speedups.Merge",
+    .tp_basicsize = sizeof(Merge),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Merge(settle): the shard merge's bookkeeping (bridge/stream/merge.py's PyMerge is its reference)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Merge_init,
+    .tp_dealloc = (destructor)Merge_dealloc,
+    .tp_methods = Merge_methods,
+    .tp_members = Merge_members,
+};
