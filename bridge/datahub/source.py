@@ -449,7 +449,7 @@ class DataHubSource(Prefetch, Retrying):
             for seq, system_time, attributes, data in result.records:
                 if seq < next_:
                     continue  # (a cursor placed before the position: already handed on)
-                out.append((key, seq, record(topic, shard_id, seq, system_time, attributes, data=data, read_at=now),
+                out.append((key, seq, record(topic, shard_id, seq, system_time, attributes, data, None, None, now),
                             attributes))
             if out:
                 next_ = out[-1][1] + 1
