@@ -555,6 +555,7 @@ def test_usage_errors_exit_2(run, tmp_path, monkeypatch, argv, says):
     (["--since", "0", "--no-transactions"], "--since, --no-transactions"),
     (["--partition-by", "key", "--accept-data-loss"], "--partition-by, --accept-data-loss"),
     (["--transactional-id", "t"], "--transactional-id"),
+    (["--fetch-process", "never"], "--fetch-process"),
 ])
 def test_sync_refuses_the_to_dts_flags_in_the_forward_direction(run, flags, says):
     """Flags of `sync --to dts` would be ignored by sync --to blob / tuple: refused, before any
