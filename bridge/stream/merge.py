@@ -30,6 +30,13 @@ __all__ = ["PyMerge", "new_merge"]
 _INF = float("inf")
 
 
+def _order(order):
+    """An order is a tuple of ints (as the C merge insists: comparing two runs no Python code)."""
+    if type(order) is not tuple or any(type(v) is not int for v in order):
+        raise TypeError("an order is a tuple of ints")
+    return order
+
+
 class _Rec:
     __slots__ = ("shard", "stream", "order", "read_at", "system_ms", "item")
 
@@ -77,11 +84,25 @@ class PyMerge:
                         for s in range(len(topics))]
         return shard
 
+    def _shard(self, shard: int) -> int:
+        if not 0 <= shard < len(self._topic):
+            raise IndexError(f"no shard {shard} in the merge")
+        return shard
+
+    @staticmethod
+    def _stream(stream: int) -> int:
+        if not isinstance(stream, int):
+            raise TypeError(f"a stream is an int, not {stream!r}")
+        if not 0 <= stream <= 0x7FFFFFFF:
+            raise IndexError(f"stream {stream} out of range")
+        return stream
+
     def set_ancestors(self, shard: int, ancestors) -> None:
-        self._ancestors[shard] = frozenset(ancestors)
+        self._ancestors[self._shard(shard)] = frozenset(ancestors)
 
     def mark(self, shard: int, finished: bool, end_at: float, end_ms: float) -> None:
         """What is known of `shard` now; every shard of its topic holding records is looked at again."""
+        self._shard(shard)
         self._finished[shard] = bool(finished)
         self._end_at[shard] = float(end_at)
         self._end_ms[shard] = float(end_ms)
@@ -99,11 +120,15 @@ class PyMerge:
              check_late: bool = True) -> bool:
         """Buffer `item`, the next record of `shard`; False (nothing buffered) when `check_late` and
         a record of `stream` at or after `order` was handed on already."""
+        self._shard(shard), self._stream(stream), _order(order)
+        read_at, system_ms = float(read_at), float(system_ms)
         if check_late:
             released = self._released.get(stream)
             if released is not None and order <= released:
                 return False
-        rec = _Rec(shard, stream, order, float(read_at), float(system_ms), item)
+        seen = self._seen.get((shard, stream))
+        later = seen is None or order > seen
+        rec = _Rec(shard, stream, order, read_at, system_ms, item)
         buf = self._buf[shard]
         if not buf:
             self.enlist(shard)
@@ -114,8 +139,7 @@ class PyMerge:
             waiting = self._waiting[(shard, stream)] = deque()
         first = not waiting
         waiting.append(rec)
-        seen = self._seen.get((shard, stream))
-        if seen is None or order > seen:
+        if later:
             self._seen[(shard, stream)] = order
         self.buffered += 1
         if first:
@@ -160,18 +184,18 @@ class PyMerge:
 
     # -- what is held (snapshots, positions) ------------------------------------------------------
     def head(self, shard: int):
-        buf = self._buf[shard] if shard < len(self._buf) else None
+        buf = self._buf[shard] if 0 <= shard < len(self._buf) else None
         return buf[0].item if buf else None
 
     def items(self, shard: int) -> list:
-        return [rec.item for rec in self._buf[shard]]
+        return [rec.item for rec in self._buf[self._shard(shard)]]
 
     def order(self) -> list:
         return list(self._order)
 
     def enlist(self, shard: int) -> None:
         """Put `shard` next in the passes' order (if it is not in it yet): a restore keeps the order."""
-        if not self._in_order[shard]:
+        if not self._in_order[self._shard(shard)]:
             self._in_order[shard] = True
             self._order.append(shard)
 
@@ -180,13 +204,13 @@ class PyMerge:
         return [(s, stream, order, bool(self._waiting.get((s, stream)))) for (s, stream), order in self._seen.items()]
 
     def set_seen(self, shard: int, stream: int, order) -> None:
-        self._seen[(shard, stream)] = order
+        self._seen[(self._shard(shard), self._stream(stream))] = _order(order)
 
     def released(self, stream: int):
         return self._released.get(stream)
 
     def set_released(self, stream: int, order) -> None:
-        self._released[stream] = order
+        self._released[self._stream(stream)] = _order(order)
 
     # -- covering ---------------------------------------------------------------------------------
     def _covers(self, other: int, head: _Rec) -> bool:

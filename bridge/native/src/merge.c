@@ -164,6 +164,18 @@ static int check_shard(Merge *m, Py_ssize_t shard) {
     return 1;
 }
 
+/* An order is a tuple of ints (exactly those types): comparing two never runs Python code, so
+ * nothing can call back into the merge while it holds pointers into itself. 1 when it is. */
+static int check_order(PyObject *order) {
+    if (PyTuple_CheckExact(order)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(order), k = 0;
+        while (k < n && PyLong_CheckExact(PyTuple_GET_ITEM(order, k))) k++;
+        if (k == n) return 1;
+    }
+    PyErr_SetString(PyExc_TypeError, "an order is a tuple of ints");
+    return 0;
+}
+
 static int check_stream(Py_ssize_t stream) {
     if (stream < 0 || stream > 0x7fffffff) {
         if (!PyErr_Occurred()) PyErr_Format(PyExc_IndexError, "stream %zd out of range", stream);
@@ -176,20 +188,28 @@ static PyObject *released_of(Merge *m, Py_ssize_t stream) {
     return stream < m->cap_released ? m->released[stream] : NULL;
 }
 
-/* released[stream] = order (a new reference, stolen); 0 on error (the reference released) */
-static int set_released(Merge *m, Py_ssize_t stream, PyObject *order) {
+/* room for released[stream]; 0 on error (MemoryError set) */
+static int reserve_released(Merge *m, Py_ssize_t stream) {
     if (stream >= m->cap_released) {
         Py_ssize_t cap = m->cap_released ? m->cap_released : 16;
         while (cap <= stream) cap *= 2;
         PyObject **grown = PyMem_Realloc(m->released, (size_t)cap * sizeof(PyObject *));
         if (grown == NULL) {
-            Py_DECREF(order);
             PyErr_NoMemory();
             return 0;
         }
         memset(grown + m->cap_released, 0, (size_t)(cap - m->cap_released) * sizeof(PyObject *));
         m->released = grown;
         m->cap_released = cap;
+    }
+    return 1;
+}
+
+/* released[stream] = order (a new reference, stolen); 0 on error (the reference released) */
+static int set_released(Merge *m, Py_ssize_t stream, PyObject *order) {
+    if (!reserve_released(m, stream)) {
+        Py_DECREF(order);
+        return 0;
     }
     Py_XSETREF(m->released[stream], order);
     return 1;
@@ -308,7 +328,7 @@ static PyObject *Merge_enlist(Merge *m, PyObject *arg) {
 /* push(shard, stream, order, read_at, system_ms, item, check_late=True) -> bool */
 static PyObject *Merge_push(Merge *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 && nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "push(shard, stream, order, read_at, system_ms, item, check_late=True)");
+        PyErr_SetString(PyExc_TypeError, "push(shard, stream, order, read_at, system_ms, item[, check_late])");
         return NULL;
     }
     Py_ssize_t shard = PyLong_AsSsize_t(args[0]);
@@ -316,6 +336,7 @@ static PyObject *Merge_push(Merge *m, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t stream = PyLong_AsSsize_t(args[1]);
     if (!check_stream(stream)) return NULL;
     PyObject *order = args[2];
+    if (!check_order(order)) return NULL;
     double read_at = PyFloat_AsDouble(args[3]);
     if (read_at == -1.0 && PyErr_Occurred()) return NULL;
     double system_ms = PyFloat_AsDouble(args[4]);
@@ -330,6 +351,8 @@ static PyObject *Merge_push(Merge *m, PyObject *const *args, Py_ssize_t nargs) {
             if (early) Py_RETURN_FALSE;
         }
     }
+    /* room for what `next` records when it hands this on, so that it cannot fail there */
+    if (!reserve_released(m, stream)) return NULL;
     MSlot *slot = slot_get(m, shard, stream);
     if (slot == NULL) return NULL;
     int later = 1;
@@ -431,36 +454,72 @@ static PyObject *Merge_head(Merge *m, PyObject *arg) {
     return Py_NewRef(m->shards[shard].head->item);
 }
 
+/* The answers below are read out of the merge before any Python object is made (making one can run
+ * the garbage collector, and a finalizer could call back into the merge). */
 static PyObject *Merge_items(Merge *m, PyObject *arg) {
     Py_ssize_t shard = PyLong_AsSsize_t(arg);
     if (!check_shard(m, shard)) return NULL;
-    PyObject *out = PyList_New(0);
-    for (MItem *it = m->shards[shard].head; out != NULL && it != NULL; it = it->next)
-        if (PyList_Append(out, it->item) < 0) Py_CLEAR(out);
+    Py_ssize_t n = 0;
+    for (MItem *it = m->shards[shard].head; it != NULL; it = it->next) n++;
+    PyObject **items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
+    if (items == NULL) return PyErr_NoMemory();
+    n = 0;
+    for (MItem *it = m->shards[shard].head; it != NULL; it = it->next) items[n++] = Py_NewRef(it->item);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (out != NULL) PyList_SET_ITEM(out, k, items[k]);
+        else Py_DECREF(items[k]);
+    }
+    PyMem_Free(items);
     return out;
 }
 
 static PyObject *Merge_order(Merge *m, PyObject *unused) {
-    PyObject *out = PyList_New(m->n_order);
-    for (Py_ssize_t k = 0; out != NULL && k < m->n_order; k++) {
-        PyObject *v = PyLong_FromSsize_t(m->order[k]);
+    Py_ssize_t n = m->n_order;
+    Py_ssize_t *order = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (order == NULL) return PyErr_NoMemory();
+    if (n) memcpy(order, m->order, (size_t)n * sizeof(Py_ssize_t));
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
+        PyObject *v = PyLong_FromSsize_t(order[k]);
         if (v == NULL) Py_CLEAR(out);
         else PyList_SET_ITEM(out, k, v);
     }
+    PyMem_Free(order);
     return out;
 }
 
 static PyObject *Merge_seen(Merge *m, PyObject *unused) {
-    PyObject *out = PyList_New(0);
-    for (size_t i = 0; out != NULL && i < m->cap_slots; i++) {
+    typedef struct {
+        uint64_t key;
+        PyObject *seen;
+        int waiting;
+    } Row;
+    size_t n = 0;
+    for (size_t i = 0; i < m->cap_slots; i++) n += m->slots[i].key != 0 && m->slots[i].seen != NULL;
+    Row *rows = PyMem_Malloc((n ? n : 1) * sizeof(Row));
+    if (rows == NULL) return PyErr_NoMemory();
+    n = 0;
+    for (size_t i = 0; i < m->cap_slots; i++) {
         MSlot *slot = &m->slots[i];
         if (slot->key == 0 || slot->seen == NULL) continue;
-        uint64_t key = slot->key - 1;
-        PyObject *row = Py_BuildValue("nnOO", (Py_ssize_t)(key >> 32), (Py_ssize_t)(key & 0xffffffffu), slot->seen,
-                                      slot->first != NULL ? Py_True : Py_False);
-        if (row == NULL || PyList_Append(out, row) < 0) Py_CLEAR(out);
-        Py_XDECREF(row);
+        rows[n].key = slot->key - 1;
+        rows[n].seen = Py_NewRef(slot->seen);
+        rows[n].waiting = slot->first != NULL;
+        n++;
     }
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (size_t k = 0; k < n; k++) {
+        if (out != NULL) {
+            PyObject *row = Py_BuildValue("nnOO", (Py_ssize_t)(rows[k].key >> 32),
+                                          (Py_ssize_t)(rows[k].key & 0xffffffffu), rows[k].seen,
+                                          rows[k].waiting ? Py_True : Py_False);
+            if (row == NULL) Py_CLEAR(out);
+            else PyList_SET_ITEM(out, (Py_ssize_t)k, row);
+        }
+        Py_DECREF(rows[k].seen);
+    }
+    PyMem_Free(rows);
     return out;
 }
 
@@ -468,7 +527,7 @@ static PyObject *Merge_set_seen(Merge *m, PyObject *args) {
     Py_ssize_t shard, stream;
     PyObject *order;
     if (!PyArg_ParseTuple(args, "nnO:set_seen", &shard, &stream, &order) || !check_shard(m, shard)
-        || !check_stream(stream))
+        || !check_stream(stream) || !check_order(order))
         return NULL;
     MSlot *slot = slot_get(m, shard, stream);
     if (slot == NULL) return NULL;
@@ -486,7 +545,8 @@ static PyObject *Merge_released(Merge *m, PyObject *arg) {
 static PyObject *Merge_set_released(Merge *m, PyObject *args) {
     Py_ssize_t stream;
     PyObject *order;
-    if (!PyArg_ParseTuple(args, "nO:set_released", &stream, &order) || !check_stream(stream)) return NULL;
+    if (!PyArg_ParseTuple(args, "nO:set_released", &stream, &order) || !check_stream(stream) || !check_order(order))
+        return NULL;
     if (!set_released(m, stream, Py_NewRef(order))) return NULL;
     Py_RETURN_NONE;
 }
@@ -506,24 +566,52 @@ static int Merge_init(Merge *m, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-static void Merge_dealloc(Merge *m) {
+static int Merge_traverse(Merge *m, visitproc visit, void *arg) {
+    for (Py_ssize_t s = 0; s < m->n_shards; s++)
+        for (MItem *it = m->shards[s].head; it != NULL; it = it->next) {
+            Py_VISIT(it->order);
+            Py_VISIT(it->item);
+        }
+    for (size_t i = 0; i < m->cap_slots; i++) Py_VISIT(m->slots[i].seen);
+    for (Py_ssize_t k = 0; k < m->cap_released; k++) Py_VISIT(m->released[k]);
+    return 0;
+}
+
+/* lets go of every record and order (a cycle through an item is broken here); the merge is then
+ * empty, its shards known with nothing buffered */
+static int Merge_clear(Merge *m) {
     for (Py_ssize_t s = 0; s < m->n_shards; s++) {
         MItem *it = m->shards[s].head;
+        m->shards[s].head = m->shards[s].tail = NULL;
+        m->shards[s].dirty = 0;
         while (it != NULL) {
             MItem *next = it->next;
-            Py_DECREF(it->order);
-            Py_DECREF(it->item);
+            Py_CLEAR(it->order);
+            Py_CLEAR(it->item);
             PyMem_Free(it);
             it = next;
         }
+    }
+    m->buffered = 0;
+    m->n_dirty = 0;
+    for (size_t i = 0; i < m->cap_slots; i++) {
+        m->slots[i].first = m->slots[i].last = NULL;
+        Py_CLEAR(m->slots[i].seen);
+    }
+    for (Py_ssize_t k = 0; k < m->cap_released; k++) Py_CLEAR(m->released[k]);
+    return 0;
+}
+
+static void Merge_dealloc(Merge *m) {
+    PyObject_GC_UnTrack(m);
+    Merge_clear(m);
+    for (Py_ssize_t s = 0; s < m->n_shards; s++) {
         PyMem_Free(m->shards[s].others);
         PyMem_Free(m->shards[s].ancestors);
     }
     PyMem_Free(m->shards);
     PyMem_Free(m->order);
-    for (size_t i = 0; i < m->cap_slots; i++) Py_XDECREF(m->slots[i].seen);
     PyMem_Free(m->slots);
-    for (Py_ssize_t k = 0; k < m->cap_released; k++) Py_XDECREF(m->released[k]);
     PyMem_Free(m->released);
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
@@ -536,7 +624,8 @@ static PyMethodDef Merge_methods[] = {
      "mark(shard, finished, end_at, end_ms): what is known of the shard now"},
     {"finish_all", (PyCFunction)Merge_finish_all, METH_NOARGS, "finish_all(): every shard seen at its end for good"},
     {"push", (PyCFunction)(void (*)(void))Merge_push, METH_FASTCALL,
-     "push(shard, stream, order, read_at, system_ms, item, check_late=True) -> False when late (nothing buffered)"},
+     "push(shard, stream, order, read_at, system_ms, item[, check_late]) -> False when late (nothing buffered; "
+     "check_late defaults to True)"},
     {"next", (PyCFunction)Merge_next, METH_NOARGS, "next() -> the next item to hand on, or None"},
     {"head", (PyCFunction)Merge_head, METH_O, "head(shard) -> the shard's first buffered item, or None"},
     {"items", (PyCFunction)Merge_items, METH_O, "items(shard) -> its buffered items, in order"},
@@ -559,7 +648,9 @@ static PyMemberDef Merge_members[] = {
 PyTypeObject bridge_MergeType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "bridge.native._speedups.Merge",
     .tp_basicsize = sizeof(Merge),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Merge_traverse,
+    .tp_clear = (inquiry)Merge_clear,
     .tp_doc = "Merge(settle): the shard merge's bookkeeping (bridge/stream/merge.py's PyMerge is its reference)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Merge_init,
