@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 pytest.importorskip("datahub")
 pytestmark = pytest.mark.datahub
 
-from datahub.models import BlobRecord, FieldType, RecordSchema, TupleRecord  # noqa: E402
+from datahub.models import BlobRecord, CursorType, FieldType, RecordSchema, TupleRecord  # noqa: E402
 
 from bridge.blob.encode import BlobEncoder  # noqa: E402
 from bridge.datahub.calls import DataHubError, make_client  # noqa: E402
@@ -766,3 +766,34 @@ def test_the_fetch_process_starts_after_process_after_pages(server, client):
     for shard in ("0", "1"):
         assert [r[1] for r in got if r[0] == ("t", shard)] == list(range(sum(r[0] == ("t", shard) for r in got)))
     assert sorted(r[2].data for r in got) == sorted(lines)
+
+
+def test_the_frame_check_is_crc32c():
+    """The frame check's CRC-32C (google-crc32c's hardware one when installed) is crcmod's, the one
+    pydatahub uses, on every length; 0xE3069283 is CRC-32C's check value."""
+    import os
+
+    import crcmod.predefined
+
+    from bridge.datahub.prefetch import crc32c_function
+    ref, fn = crcmod.predefined.mkCrcFun("crc-32c"), crc32c_function()
+    assert fn(b"123456789") == 0xE3069283
+    for data in [b"", b"a", os.urandom(7), os.urandom(1000), os.urandom(1_500_001)]:
+        assert fn(data) & 0xFFFFFFFF == ref(data)
+
+
+def test_a_frame_whose_crc_does_not_match_is_refused(server, client, monkeypatch):
+    """A GetRecords answer whose frame's CRC-32C is not its bytes' is an error, never records."""
+    from datahub.exceptions import DatahubException
+
+    import support.datahub_standin as standin
+    from bridge.datahub.prefetch import _get_blob_frame
+    server.create_topic(P, "t", shard_count=1)
+    write_round_robin(client, "t", sample_lines("mixed")[:3], ["0"])
+    cursor = client.get_cursor(P, "t", "0", CursorType.OLDEST).cursor
+    pb, _ = _get_blob_frame(client, P, "t", "0", cursor, 10)
+    assert pb
+    wrap = standin._pb_wrap
+    monkeypatch.setattr(standin, "_pb_wrap", lambda pb: wrap(pb)[:4] + bytes(4) + wrap(pb)[8:])  # a CRC of 0
+    with pytest.raises(DatahubException, match="crc check error"):
+        _get_blob_frame(client, P, "t", "0", cursor, 10)

@@ -47,7 +47,7 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["Prefetch"]
+__all__ = ["Prefetch", "crc32c_function"]
 
 
 class _Page:
@@ -192,6 +192,20 @@ def _get_blob_page(client, project: str, topic: str, shard_id: str, cursor: str,
     return None if frame is None else _RowsPage(*_rows_of(*frame))
 
 
+def crc32c_function():
+    """The CRC-32C of bytes: google-crc32c's (SSE4.2 / ARMv8 CRC instructions, about 0.05 ms for a
+    1.5 MB page) when it is installed with its C extension, else crcmod's C table (about 3 ms),
+    which pydatahub itself uses."""
+    try:
+        import google_crc32c
+        if google_crc32c.implementation == "c":
+            return google_crc32c.value
+    except ImportError:
+        pass
+    import crcmod.predefined
+    return crcmod.predefined.mkCrcFun("crc-32c")
+
+
 def _get_blob_frame(client, project: str, topic: str, shard_id: str, cursor: str, limit: int):
     """(GetRecordsResponse bytes, Date header or None) of a Blob shard's GetRecords through
     pydatahub's protobuf client, its frame's CRC-32C checked; None when `client` is not pydatahub's
@@ -207,8 +221,7 @@ def _get_blob_frame(client, project: str, topic: str, shard_id: str, cursor: str
     content, headers = rest.post(Path.SHARD % (project, topic, shard_id), data=request.content(),
                            headers=request.extra_headers(None), compress_format=impl._compress_format)
     if not _CRC32C:
-        import crcmod.predefined
-        _CRC32C.append(crcmod.predefined.mkCrcFun("crc-32c"))
+        _CRC32C.append(crc32c_function())
     body = bytes(content)
     pb = body[12:]  # after "DHUB", the crc32c and the length, as pydatahub's unwrap_pb_frame reads it
     if int.from_bytes(body[4:8], "big") != _CRC32C[0](pb) & 0xFFFFFFFF:
