@@ -181,6 +181,21 @@ def _inputs(draw, twice=True):
     return out
 
 
+def _assemblers(settle, reference=True) -> list:
+    """DataHubAssembler with the C merge (when built) and with PyMerge, then the frozen reference."""
+    natives = [True, False] if speedups is not None and hasattr(speedups, "Merge") else [False]
+    out = [DataHubAssembler(settle=settle, native=n) for n in natives]
+    return out + [ReferenceAssembler(settle=settle)] if reference else out
+
+
+def _prefix(asm, records, cut):
+    """`asm` fed records[:cut] under a skip policy, its snapshot pickled, and the policy."""
+    policy = ErrorPolicy("skip")
+    for record in records[:cut]:
+        _step(asm, record, policy)
+    return pickle.dumps(asm.snapshot()), policy
+
+
 def _step(asm, record, policy):
     return [(w, e.SerializeToString()) for w, e in asm.entries([record], policy)]
 
@@ -196,8 +211,7 @@ def _counts(asm, policy):
 @settings(suppress_health_check=[HealthCheck.large_base_example, HealthCheck.too_slow])
 @given(_inputs(), st.sampled_from([0.0, 0.5, 1.0]))
 def test_assembler_hands_on_as_the_merge_of_before(records, settle):
-    natives = [True, False] if speedups is not None and hasattr(speedups, "Merge") else [False]
-    asms = [DataHubAssembler(settle=settle, native=n) for n in natives] + [ReferenceAssembler(settle=settle)]
+    asms = _assemblers(settle)
     policies = [ErrorPolicy("skip") for _ in asms]
     keys = sorted({r[0] for r in records})
     for record in records:
@@ -221,14 +235,10 @@ def test_a_snapshot_goes_on_in_either_merge(records, settle, data):
     (Records written twice are left out here: a second copy fed while its Entry is open cannot be
     restored; docs/kafka.md, "Reading DataHub: the merge".)"""
     cut = data.draw(st.integers(0, len(records)))
-    first, p0 = DataHubAssembler(settle=settle), ErrorPolicy("skip")
-    for record in records[:cut]:
-        _step(first, record, p0)
-    snap = pickle.dumps(first.snapshot())
-    natives = [True, False] if speedups is not None and hasattr(speedups, "Merge") else [False]
+    first = DataHubAssembler(settle=settle)
+    snap, p0 = _prefix(first, records, cut)
     again = []
-    for native in natives:
-        asm = DataHubAssembler(settle=settle, native=native)
+    for asm in _assemblers(settle, reference=False):
         asm.restore(pickle.loads(snap))
         again.append((asm, ErrorPolicy("skip")))
     again.append((first, p0))
@@ -336,12 +346,8 @@ def test_an_old_snapshot_restores_into_either_merge(records, settle, data):
     """A snapshot the merge of before wrote (no "order") restores into either merge, and both go on
     as the old assembler restored from it does."""
     cut = data.draw(st.integers(0, len(records)))
-    old, p0 = ReferenceAssembler(settle=settle), ErrorPolicy("skip")
-    for record in records[:cut]:
-        _step(old, record, p0)
-    snap = pickle.dumps(old.snapshot())
-    natives = [True, False] if speedups is not None and hasattr(speedups, "Merge") else [False]
-    again = [DataHubAssembler(settle=settle, native=n) for n in natives] + [ReferenceAssembler(settle=settle)]
+    snap, _ = _prefix(ReferenceAssembler(settle=settle), records, cut)
+    again = _assemblers(settle)
     for asm in again:
         asm.restore(pickle.loads(snap))
     policies = [ErrorPolicy("skip") for _ in again]
@@ -376,8 +382,7 @@ def test_two_topics_wait_only_on_their_own_shards(first, second, settle, data):
         else:
             mixed.append(second[j])
             j += 1
-    natives = [True, False] if speedups is not None and hasattr(speedups, "Merge") else [False]
-    asms = [DataHubAssembler(settle=settle, native=n) for n in natives] + [ReferenceAssembler(settle=settle)]
+    asms = _assemblers(settle)
     policies = [ErrorPolicy("skip") for _ in asms]
     for record in mixed:
         outs = [_step(a, record, p) for a, p in zip(asms, policies)]
