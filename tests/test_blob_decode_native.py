@@ -24,6 +24,7 @@ from bridge import pb
 from bridge.blob import rows as blob_rows
 from bridge.samples import build_sample_entries
 from bridge.samples.values import realistic_entries
+from support.blob_strategies import event_messages
 from support.native_paths import assert_outcomes
 from support.native_paths import outcome as _outcome
 
@@ -359,27 +360,6 @@ def _reordered(draw, messages: list[dict]) -> list[dict]:
     return out
 
 
-def _event_messages(seed: int) -> list[dict]:
-    """One table's lines: events of 1 to 3 rows, INSERT, UPDATE (two halves a row) and DELETE."""
-    encoder = bridge.BlobEncoder(bridge.DEFAULT_OPTIONS)
-    out = []
-    for i, raw in enumerate(realistic_entries(3, seed=seed, rows_per_entry=1 + seed % 2)
-                            + realistic_entries(9, seed=seed + 1, rows_per_entry=3)):
-        entry = pb.Entry.FromString(raw)
-        entry.header.seqId += 100 * (i // 3)  # (the two parts' seqIds apart)
-        dml = entry.event.dmlEvent
-        if i % 3:
-            dml.dmlEventType = pb.UPDATE if i % 3 == 1 else pb.DELETE
-            for row in dml.rows:
-                row.oldColumns.extend(row.newColumns)
-                if i % 3 == 2:
-                    del row.newColumns[:]
-                else:
-                    row.newColumns[0].CopyFrom(row.newColumns[-1])
-        out += [orjson.loads(line) for line in encoder.convert_lines(entry, entry.SerializeToString())]
-    return out
-
-
 def _decode_lines(messages: list[dict], options, native: bool, max_pending: int) -> list:
     decoder = bridge.BlobDecoder(options, max_pending=max_pending)
     decoder._native = native
@@ -400,7 +380,7 @@ def test_the_lane_assembles_halves_and_events_as_python_does(seed, options, max_
     """Halves and event rows the lane meets on bytes, and what it hands to Python when a line goes
     the Python way, a half has no partner or the pairing window is full: line by line the same
     Entries (in order), errors, counters (pending included) and evictions as the Python path."""
-    messages = data.draw(_reordered(_event_messages(seed)))
+    messages = data.draw(_reordered(event_messages(seed)))
     got, expected = (_decode_lines(messages, options, native, max_pending) for native in (True, False))
     for index, (g, e) in enumerate(zip(got, expected)):
         assert_outcomes(g, e, f"step {index}")
@@ -471,7 +451,7 @@ def test_the_lane_assembles_every_single_edit_as_python_does(seed, max_pending):
     """Every one-line edit at every line of a table's events (rows of 1 to 3, updates' halves):
     the lane, holding rows and halves on bytes, and the Python path give the same outcome line by
     line (a repeated row and a second half of a kind are errors, a dropped one an open event)."""
-    messages = _event_messages(seed)
+    messages = event_messages(seed)
     for i in range(len(messages)):
         for what, edited in _edits(messages, i):
             got, expected = (_decode_lines(edited, bridge.DEFAULT_OPTIONS, native, max_pending)
@@ -486,7 +466,7 @@ def test_the_lane_writes_the_header_canonically():
     in number order, defaults left out), whatever the order of dts.header's keys and whether a
     default is spelt out: the bytes the lane groups rows and pairs halves by are equal exactly
     when the Headers are (`_event_key` compares them serialized)."""
-    messages = _event_messages(2)
+    messages = event_messages(2)
     seen = []
     for variant in range(3):
         decoder = bridge.BlobDecoder(bridge.DEFAULT_OPTIONS)
@@ -511,7 +491,7 @@ def test_the_lane_holds_what_came_not_what_a_line_announces():
     """A line announcing 2**31 - 1 rows (found by review: the lane made a slot per announced row,
     about 16 GiB, and lost the waiting half when that failed) holds one row and reports the open
     event at the end, as the Python path does; an update half joins first."""
-    messages = _event_messages(0)
+    messages = event_messages(0)
     index = next(i for i, m in enumerate(messages) if m["payload"]["op"] == "UPDATE_AFTER" and i > 4)
     before, after = copy.deepcopy(messages[index - 1]), copy.deepcopy(messages[index])
     for msg in (before, after):

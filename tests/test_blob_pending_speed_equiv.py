@@ -18,36 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bridge
-from bridge import pb
 from bridge.errors import BridgeError
-from bridge.samples.values import realistic_entries
+from support.blob_strategies import event_messages
 
 
 def _scan(pairing) -> int:
     """What `Pairing.pending` summed before it was a counter."""
     return (len(pairing.halves) + sum(e.messages for e in pairing.events.values())
             + len(pairing.lane_halves) + sum(e[1] for e in pairing.lane_events.values()))
-
-
-def _messages(seed: int) -> list[dict]:
-    encoder = bridge.BlobEncoder(bridge.DEFAULT_OPTIONS)
-    out = []
-    raws = realistic_entries(3, seed=seed, rows_per_entry=1 + seed % 2) + realistic_entries(
-        6, seed=seed + 1, rows_per_entry=3)
-    for i, raw in enumerate(raws):
-        entry = pb.Entry.FromString(raw)
-        entry.header.seqId += 100 * (i // 3)
-        dml = entry.event.dmlEvent
-        if i % 3:
-            dml.dmlEventType = pb.UPDATE if i % 3 == 1 else pb.DELETE
-            for row in dml.rows:
-                row.oldColumns.extend(row.newColumns)
-                if i % 3 == 2:
-                    del row.newColumns[:]
-                else:
-                    row.newColumns[0].CopyFrom(row.newColumns[-1])
-        out += [orjson.loads(line) for line in encoder.convert_lines(entry, entry.SerializeToString())]
-    return out
 
 
 @st.composite
@@ -88,7 +66,7 @@ def _steps(draw, messages: list[dict]) -> list[tuple[str, dict | None]]:
        options=st.sampled_from([bridge.DEFAULT_OPTIONS, bridge.Options(strict=True)]),
        data=st.data())
 def test_pending_counts_what_the_pairing_holds(seed, native, max_pending, options, data):
-    steps = data.draw(_steps(_messages(seed)))
+    steps = data.draw(_steps(event_messages(seed, events=6)))
     decoder = bridge.BlobDecoder(options, max_pending=max_pending)
     decoder._native = native
     for number, (how, msg) in enumerate(steps):
@@ -110,7 +88,7 @@ def test_pending_counts_the_lanes_and_the_python_paths_holdings():
     """A fixed run through both ways of holding (no hypothesis): rows and halves the lane holds on
     bytes, a line that hands them to the Python state, an evicted half; the counter and the scan
     agree after every line, and both were above one somewhere."""
-    messages = _messages(1)
+    messages = event_messages(1, events=6)
     odd = copy.deepcopy(messages[5])
     odd.setdefault("dts", {})["rowProperties"] = []
     decoder = bridge.BlobDecoder(max_pending=2)

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import base64
 
+import orjson
 from hypothesis import strategies as st
 
+import bridge
+from bridge.samples.values import realistic_entries
 from bridge.wire import subscribe_pb2 as pb
 from support.strategies import ddl_statements, dml_entries, entries
 
 __all__ = [
-    "MIN_TIMESTAMP", "MAX_TIMESTAMP", "blob_time", "blob_entries", "blob_dml_entries", "blob_entry_streams",
+    "event_messages", "MIN_TIMESTAMP", "MAX_TIMESTAMP", "blob_time", "blob_entries", "blob_dml_entries", "blob_entry_streams",
     "FOREIGN_VALUES", "foreign_columns", "foreign_messages", "foreign_streams", "DDL_OPS_FOREIGN",
 ]
 
@@ -217,3 +220,26 @@ def foreign_streams(draw, max_size: int = 6) -> list[dict]:
     """A stream of foreign messages with distinct sequenceIds; update pairs stay adjacent."""
     seqs = draw(st.lists(_sequence_ids(), max_size=max_size, unique=True))
     return [msg for seq in seqs for msg in draw(foreign_messages(sequence_id=seq))]
+
+
+def event_messages(seed: int, events: int = 9) -> list[dict]:
+    """One table's Blob messages (the bridge's lossless lines, parsed): 3 events of 1 or 2 rows,
+    then `events` of 3 rows, each third one an INSERT, an UPDATE (two halves a row) or a DELETE,
+    with the two parts' seqIds apart."""
+    encoder = bridge.BlobEncoder(bridge.DEFAULT_OPTIONS)
+    out = []
+    for i, raw in enumerate(realistic_entries(3, seed=seed, rows_per_entry=1 + seed % 2)
+                            + realistic_entries(events, seed=seed + 1, rows_per_entry=3)):
+        entry = pb.Entry.FromString(raw)
+        entry.header.seqId += 100 * (i // 3)  # (the two parts' seqIds apart)
+        dml = entry.event.dmlEvent
+        if i % 3:
+            dml.dmlEventType = pb.UPDATE if i % 3 == 1 else pb.DELETE
+            for row in dml.rows:
+                row.oldColumns.extend(row.newColumns)
+                if i % 3 == 2:
+                    del row.newColumns[:]
+                else:
+                    row.newColumns[0].CopyFrom(row.newColumns[-1])
+        out += [orjson.loads(line) for line in encoder.convert_lines(entry, entry.SerializeToString())]
+    return out
