@@ -14,9 +14,9 @@ Reader processes (`processes`, the default): the readers' requests run in a fetc
 per source, started with `subprocess` (not a fork: the process has confluent-kafka's threads) once
 the readers have fetched `process_after` (32) pages' worth of records themselves, so a short read
 does not pay its start, and a reader goes on fetching itself until the process says it is ready.
-The HTTP request through pydatahub (requests, signing), the frame's CRC-32C (crcmod's C extension,
-its function made once), the lz4 decompression and the protobuf parse are then its CPU, not the
-loop's interpreter's. Each reader thread has a socket of its own to it and waits on it with the GIL
+The HTTP request through pydatahub (requests, signing), the frame's CRC-32C (`crc32c_function`:
+google-crc32c's, else crcmod's, made once), the lz4 decompression and the protobuf parse are then
+its CPU, not the loop's interpreter's. Each reader thread has a socket of its own to it and waits on it with the GIL
 released; a page comes back as (sequence, system time, attributes, data) tuples that the reader
 thread makes records of. The scheduling, the bounds, the order and what an answer means are the
 reader threads' as without it, and so are the retries (an error comes back as the exception
