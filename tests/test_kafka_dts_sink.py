@@ -117,10 +117,13 @@ print("done", flush=True)
 def _written(bootstrap: str, topic: str) -> int:
     """Records on the topic's partitions, committed or not (the sum of the high watermarks)."""
     from confluent_kafka import Consumer, TopicPartition
+
+    from bridge.kafka.client import retrying
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "count"})
     try:
         parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
+        return sum(retrying(lambda p=p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
+                            f"the watermarks of {topic} partition {p}", 30)[1] for p in parts)
     finally:
         c.close()
 

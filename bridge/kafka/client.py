@@ -108,7 +108,8 @@ def produce_file(path, config: dict, topic: str, partition: int | None = None, t
 
 def retrying(call: Callable[[], Any], what: str, timeout: float):
     """`call()`, again while the broker answers with a retriable error (a group coordinator that is
-    still loading or moving, as on a fresh broker) for up to `timeout` seconds."""
+    still loading or moving, as on a fresh broker; a partition whose leader is not ready yet, as
+    just after the topic was created or while leadership moves) for up to `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -118,7 +119,8 @@ def retrying(call: Callable[[], Any], what: str, timeout: float):
             ck = confluent()
             moving = getattr(err, "code", lambda: None)() in (  # librdkafka does not flag these retriable
                 ck.KafkaError.NOT_COORDINATOR, ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                ck.KafkaError.COORDINATOR_NOT_AVAILABLE, ck.KafkaError._WAIT_COORD)
+                ck.KafkaError.COORDINATOR_NOT_AVAILABLE, ck.KafkaError._WAIT_COORD,
+                ck.KafkaError.NOT_LEADER_FOR_PARTITION, ck.KafkaError.LEADER_NOT_AVAILABLE)
             if (moving or getattr(err, "retriable", lambda: False)()) and time.monotonic() < deadline:
                 time.sleep(0.2)
                 continue

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bridge.kafka.client import KafkaError, confluent, partitions_of
+from bridge.kafka.client import KafkaError, confluent, partitions_of, retrying
 from bridge.wire import subscribe_pb2 as pb
 from bridge.wire.framing import encode_varint, envelope_values
 
@@ -476,7 +476,8 @@ class DtsKafkaSink:
     def _look_back(self, consumer, partition: int, floor: dict, chunk: int) -> None:
         ck = confluent()
         tp = ck.TopicPartition(self.topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False)
+        low, high = retrying(lambda: consumer.get_watermark_offsets(tp, timeout=self.timeout, cached=False),
+                             f"the watermarks of {self.topic} partition {partition}", self.timeout)
         end, first = high, True
         while end > low:
             start = max(low, end - chunk)

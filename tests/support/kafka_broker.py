@@ -266,7 +266,10 @@ class KafkaBroker:
     def create_topic(self, name: str, partitions: int = 1, config: dict | None = None,
                      timeout: float = 30.0) -> str:
         """Create `name` with `partitions` partitions (one replica) and wait until every partition
-        has a leader; returns the name."""
+        has a leader and that leader answers for it (the metadata names a leader a moment before the
+        broker has loaded the partition: ListOffsets then answers NOT_LEADER_FOR_PARTITION); returns
+        the name."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
         from confluent_kafka.admin import NewTopic
         admin = self.admin()
         for future in admin.create_topics([NewTopic(name, partitions, 1, config=dict(config or {}))]).values():
@@ -276,10 +279,25 @@ class KafkaBroker:
             topic = admin.list_topics(name, timeout=5).topics.get(name)
             if (topic is not None and topic.error is None and len(topic.partitions) == partitions
                     and all(p.leader >= 0 and p.error is None for p in topic.partitions.values())):
-                return name
+                break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topic {name}: partitions without a leader after {timeout} s")
             time.sleep(0.05)
+        probe = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "create-topic-probe"})
+        try:
+            for p in range(partitions):
+                while True:
+                    try:
+                        probe.get_watermark_offsets(TopicPartition(name, p), timeout=5, cached=False)
+                        break
+                    except KafkaException as exc:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"topic {name} partition {p}: no offsets after {timeout} s: "
+                                               f"{exc}") from None
+                        time.sleep(0.05)
+        finally:
+            probe.close()
+        return name
 
     # ---- stop ----------------------------------------------------------------------------
 
