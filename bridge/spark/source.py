@@ -201,9 +201,10 @@ def _positions(topic: str, document: dict | None) -> dict[int, int]:
 
 def _watermarks(config: dict, topic: str, partitions: tuple | None, consumer=None) -> dict[int, tuple[int, int]]:
     """{partition: (low, high)} as the broker has them now (through `consumer`, else a new one)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     from bridge.kafka import partitions_of
+    from bridge.kafka.client import retrying
     own = consumer is None
     consumer = Consumer(config) if own else consumer
     try:
@@ -213,10 +214,9 @@ def _watermarks(config: dict, topic: str, partitions: tuple | None, consumer=Non
         if missing:
             raise OptionsError(f"option 'partitions': topic {topic!r} has no partition {missing[0]} "
                                f"(it has {known})", value=",".join(map(str, ids)))
-        try:
-            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(ids)}
-        except KafkaException as exc:
-            raise KafkaError(f"{NAME}: cannot read the watermarks of topic {topic!r}: {exc.args[0]}") from None
+        return {p: retrying(lambda p=p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
+                            f"{NAME}: cannot read the watermarks of topic {topic!r} partition {p}", 30)
+                for p in sorted(ids)}
     finally:
         if own:
             consumer.close()
