@@ -185,11 +185,35 @@ _CRC32C: list = []
 
 def _get_blob_page(client, project: str, topic: str, shard_id: str, cursor: str, limit: int):
     """GetRecords of a Blob shard through pydatahub's protobuf client (its request, signing,
-    compression and errors), the answer parsed by `_pb_response_class` into a `_RowsPage`, as a fetch
-    process answers it; None when `client` is not pydatahub's protobuf client (then its own
-    `get_blob_records` is called)."""
+    compression and errors), the answer as `page_of_frame` makes it; None when `client` is not
+    pydatahub's protobuf client (then its own `get_blob_records` is called)."""
     frame = _get_blob_frame(client, project, topic, shard_id, cursor, limit)
-    return None if frame is None else _RowsPage(*_rows_of(*frame))
+    return None if frame is None else page_of_frame(*frame)
+
+
+NATIVE_PAGES = True  # False: every page through `_rows_of` (the reference), as without the C extension
+_BLOB_PAGE: list = []
+
+
+def _blob_page_function():
+    """The C extension's `blob_page` (bridge/native/src/pages.c), else None (not built, or
+    NATIVE_PAGES off). Imported here, not at the top: a fetch process runs this file without the
+    bridge package."""
+    if not NATIVE_PAGES:
+        return None
+    if not _BLOB_PAGE:
+        try:
+            from bridge.native import _speedups
+            _BLOB_PAGE.append(getattr(_speedups, "blob_page", None))
+        except ImportError:
+            _BLOB_PAGE.append(None)
+    return _BLOB_PAGE[0]
+
+
+def page_of_frame(pb: bytes, date: str | None):
+    """A Blob GetRecords answer's bytes as a page: a `_RawPage` (its records made in C when they are
+    taken) with the C extension, else a `_RowsPage` parsed by `_rows_of`."""
+    return _RawPage(pb, date) if _blob_page_function() is not None else _RowsPage(*_rows_of(pb, date))
 
 
 def crc32c_function():
@@ -306,6 +330,31 @@ class _RowsPage:
         self.records, self.next_cursor, self.date = records, next_cursor, date
 
 
+class _RawPage:
+    """A Blob GetRecords answer still in its bytes (`raw`, the GetRecordsResponse; `date` its Date
+    header), as a fetch process or `_get_blob_frame` gives it: `take` makes the source's records of
+    it in one C pass (bridge/native/src/pages.c), and sets `records` (how many the answer held) and
+    `next_cursor`; where C is not sure (malformed bytes, text that is not UTF-8, ...), `records`
+    and `next_cursor` become `_rows_of`'s, the reference, which the caller then reads as from a
+    `_RowsPage` (and which raises what protobuf raises)."""
+    __slots__ = ("raw", "date", "records", "next_cursor")
+
+    def __init__(self, raw: bytes, date: str | None) -> None:
+        self.raw, self.date = raw, date
+        self.records = self.next_cursor = None
+
+    def take(self, key, topic: str, shard_id: str, next_: int, now: float, record):
+        """(records, position after them) as DataHubSource._records_of gives them, or None: then
+        `records` holds `_rows_of`'s rows."""
+        fast = _blob_page_function()
+        got = fast(self.raw, key, topic, shard_id, next_, now, record) if fast is not None else None
+        if got is None:
+            self.records, self.next_cursor, _ = _rows_of(self.raw, self.date)
+            return None
+        out, self.next_cursor, self.records = got
+        return out, (out[-1][1] + 1 if out else next_)
+
+
 def _serve_channel(client_bytes: bytes, fd: int) -> None:
     """A fetch process's thread: answer one reader thread's requests until its socket closes."""
     from multiprocessing.connection import Connection
@@ -330,6 +379,8 @@ def _serve_channel(client_bytes: bytes, fd: int) -> None:
                                                               sequence).cursor), protocol=5)
             elif op == "page":
                 reply = pickle.dumps(("ok", _rows_of(*_get_blob_frame(client, *args))), protocol=5)
+            elif op == "frame":  # the answer's bytes: the parent makes its records (`_RawPage`)
+                reply = pickle.dumps(("ok", _get_blob_frame(client, *args)), protocol=5)
             else:
                 raise ValueError(f"no request {op!r}")
         except BaseException as exc:

@@ -48,7 +48,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.datahub.calls import DataHubError, Retrying, pydatahub, shard_state, sort_shard_id
-from bridge.datahub.prefetch import Prefetch, _Channel, _get_blob_page, _RowsPage, server_clock_at
+from bridge.datahub.prefetch import (
+    Prefetch,
+    _blob_page_function,
+    _Channel,
+    _get_blob_page,
+    _RawPage,
+    _RowsPage,
+    server_clock_at,
+)
 from bridge.stream.shards import DataHubRecord, ShardMark
 
 __all__ = ["DataHubSource", "DataHubRecord", "ShardMark", "DataLossError", "key_text", "parse_key",
@@ -423,8 +431,12 @@ class DataHubSource(Prefetch, Retrying):
             if cursor is None:
                 cursor = self.call(lambda: client.request("cursor", self.project, topic, shard_id, next_),
                                    "GetCursor", raw=True)
-            result = self.call(lambda: _RowsPage(*client.request("page", self.project, topic, shard_id, cursor,
-                                                                 limit)), "GetRecords", raw=True)
+            if _blob_page_function() is not None:  # the answer's bytes; its records made in C (_records_of)
+                result = self.call(lambda: _RawPage(*client.request("frame", self.project, topic, shard_id, cursor,
+                                                                    limit)), "GetRecords", raw=True)
+            else:
+                result = self.call(lambda: _RowsPage(*client.request("page", self.project, topic, shard_id, cursor,
+                                                                     limit)), "GetRecords", raw=True)
             return cursor, result
         from datahub.models import CursorType
         if cursor is None:
@@ -444,7 +456,11 @@ class DataHubSource(Prefetch, Retrying):
         and the position after them."""
         key = (topic, shard_id)
         out = []
-        if type(result) is _RowsPage:
+        if type(result) is _RawPage:
+            got = result.take(key, topic, shard_id, next_, now, DataHubRecord)
+            if got is not None:
+                return got
+        if type(result) is _RowsPage or type(result) is _RawPage:  # (a _RawPage C was not sure of: its rows)
             record = DataHubRecord
             for seq, system_time, attributes, data in result.records:
                 if seq < next_:

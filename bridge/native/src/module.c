@@ -90,6 +90,9 @@ static PyMethodDef module_methods[] = {
      "check)"},
     {"with_rows", (PyCFunction)(void (*)(void))bridge_with_rows, METH_FASTCALL,
      "with_rows(entry_bytes, rows) -> entry_bytes and the rows (RowChange bytes) appended to its DMLEvent"},
+    {"blob_page", (PyCFunction)(void (*)(void))bridge_blob_page, METH_FASTCALL,
+     "blob_page(pb, key, topic, shard, next, now, record) -> (records, next_cursor, count) of a Blob GetRecords "
+     "answer, or None when not sure (bridge/native/src/pages.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,6 +24,7 @@
  *   lines.c    Blob JSON lines (Plan.lines) and whole message dicts (Plan.messages)
  *   decode.c   Blob -> DTS: an image's values as RowChange Data on the wire (Plan.encode)
  *   sink.c     Spark's Sink: the output columns of whole Entries as Arrow buffers
+ *   pages.c    a DataHub Blob GetRecords answer's records (blob_page), for `sync --to dts`'s source
  *   merge.c    the shard merge's bookkeeping of `sync --to dts` (Merge; stream/merge.py's PyMerge is its reference)
  *   plan.c     the Plan type
  *   module.c   module init, CONTRACT, LAYOUTS and SCHEMA
@@ -516,6 +517,10 @@ int bridge_put_varint(Buf *b, uint64_t v);
 PyObject *bridge_Plan_encode(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *bridge_Plan_lane(PlanObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *bridge_with_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+/* pages.c */
+PyObject *bridge_blob_page(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 /* The Header fields dts.header holds, in field-number order (lines.c): bridge/blob/encode.py's
  * wire_ext_header, every scalar field but those the envelope and schema.source say (messageType,
  * timestamp, seqId, sourceType, schemaName, tableName). Plan.messages reads them off the Header;
