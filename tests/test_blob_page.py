@@ -232,3 +232,50 @@ def test_arguments_are_checked():
         blob_page("not bytes", KEY, TOPIC, SHARD, 0, 1.0, DataHubRecord)
     with pytest.raises(TypeError):
         blob_page(b"", KEY, TOPIC, SHARD, "0", 1.0, DataHubRecord)
+
+
+# -- a record's stream from its dts.pos in C (`pos_stream`, bridge/stream/shards.py's stream_of) ----
+
+pos_part = st.one_of(st.integers(0, 10**20).map(str), st.integers(-5, 5).map(str),
+                     st.sampled_from(["", "007", "-0", "--1", "²", "١٢", "1_0", " 1", "+1", "0x1", "1.5"]))
+pos_text = st.one_of(st.lists(pos_part, min_size=1, max_size=5).map(":".join), st.text(max_size=12))
+
+
+def _stream_or_error(rec):
+    from bridge.stream.shards import stream_of
+    try:
+        return stream_of(rec)
+    except Exception as exc:  # noqa: BLE001 (the reference's own outcome)
+        return ("error", type(exc))
+
+
+@settings(max_examples=500)
+@given(pos_text, st.one_of(st.just("bench-dts"), st.text(max_size=4)), st.booleans())
+def test_pos_stream_gives_stream_ofs_tuples(pos, source_topic, with_topic):
+    from bridge.stream import shards
+    attrs = {"dts.pos": pos, **({"dts.topic": source_topic} if with_topic else {})}
+    rec = DataHubRecord(TOPIC, SHARD, 5, 0, attrs, data=b"{}")
+    got = speedups.pos_stream(pos, TOPIC, attrs.get("dts.topic", ""))
+    fast = _stream_or_error(rec)
+    saved = shards._POS_STREAM
+    shards._POS_STREAM = None
+    try:
+        slow = _stream_or_error(rec)
+    finally:
+        shards._POS_STREAM = saved
+    assert fast == slow
+    if fast[0] != "error":
+        assert [type(x) for t in fast for x in t] == [type(x) for t in slow for x in t]
+    if got is not None:
+        assert got == slow
+    if pos.count(":") == 3 and all(p.isascii() and p.isdigit() and len(p) <= 18 for p in pos.split(":")):
+        assert got is not None  # the plain shape is read in C
+
+
+def test_pos_stream_refuses_what_is_not_a_plain_str():
+    class S(str):
+        pass
+    for pos in (b"1:2:3:4", S("1:2:3:4"), 1234, None):
+        assert speedups.pos_stream(pos, TOPIC, "") is None
+    with pytest.raises(TypeError):
+        speedups.pos_stream("1:2:3:4", TOPIC)

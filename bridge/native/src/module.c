@@ -93,6 +93,8 @@ static PyMethodDef module_methods[] = {
     {"blob_page", (PyCFunction)(void (*)(void))bridge_blob_page, METH_FASTCALL,
      "blob_page(pb, key, topic, shard, next, now, record) -> (records, next_cursor, count) of a Blob GetRecords "
      "answer, or None when not sure (bridge/native/src/pages.c)"},
+    {"pos_stream", (PyCFunction)(void (*)(void))bridge_pos_stream, METH_FASTCALL,
+     "pos_stream(pos, topic, source_topic) -> (stream, order, group) of a plain dts.pos, or None (pages.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -308,3 +308,54 @@ done:
     PyBuffer_Release(&view);
     return result;
 }
+
+/* pos_stream(pos, topic, source_topic) -> (stream, order, group) of a record whose dts.pos is
+ * "p:o:e:r" in ASCII digits (each 1 to 18 of them), as bridge/stream/shards.py's `stream_of` makes
+ * them: (("pos", topic, source_topic, p), (o, e, r), (o, e)); None for anything else (not a str,
+ * another shape, a sign, other digits, longer numbers), which `stream_of` then reads itself. */
+static PyObject *POS_TEXT = NULL;
+
+PyObject *bridge_pos_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "pos_stream(pos, topic, source_topic) takes 3 arguments");
+        return NULL;
+    }
+    if (!PyUnicode_CheckExact(args[0]) || !PyUnicode_IS_ASCII(args[0])) Py_RETURN_NONE;
+    const char *p = (const char *)PyUnicode_DATA(args[0]);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(args[0]);
+    long long v[4];
+    int k = 0;
+    Py_ssize_t i = 0;
+    for (; k < 4; k++) {
+        Py_ssize_t digits = 0;
+        long long x = 0;
+        while (i < n && p[i] >= '0' && p[i] <= '9') {
+            if (++digits > 18) Py_RETURN_NONE;
+            x = x * 10 + (p[i] - '0');
+            i++;
+        }
+        if (digits == 0) Py_RETURN_NONE;
+        v[k] = x;
+        if (k < 3) {
+            if (i >= n || p[i] != ':') Py_RETURN_NONE;
+            i++;
+        }
+    }
+    if (i != n) Py_RETURN_NONE;
+    if (POS_TEXT == NULL && (POS_TEXT = PyUnicode_InternFromString("pos")) == NULL) return NULL;
+    PyObject *ints[4] = {NULL, NULL, NULL, NULL};
+    PyObject *stream = NULL, *order = NULL, *group = NULL, *out = NULL;
+    for (k = 0; k < 4; k++)
+        if ((ints[k] = PyLong_FromLongLong(v[k])) == NULL) goto done;
+    stream = PyTuple_Pack(4, POS_TEXT, args[1], args[2], ints[0]);
+    order = PyTuple_Pack(3, ints[1], ints[2], ints[3]);
+    group = PyTuple_Pack(2, ints[1], ints[2]);
+    if (stream != NULL && order != NULL && group != NULL) out = PyTuple_Pack(3, stream, order, group);
+done:
+    for (k = 0; k < 4; k++) Py_XDECREF(ints[k]);
+    Py_XDECREF(stream);
+    Py_XDECREF(order);
+    Py_XDECREF(group);
+    return out;
+}

@@ -520,6 +520,7 @@ PyObject *bridge_with_rows(PyObject *module, PyObject *const *args, Py_ssize_t n
 
 /* pages.c */
 PyObject *bridge_blob_page(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *bridge_pos_stream(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* The Header fields dts.header holds, in field-number order (lines.c): bridge/blob/encode.py's
  * wire_ext_header, every scalar field but those the envelope and schema.source say (messageType,
