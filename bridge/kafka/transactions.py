@@ -34,7 +34,7 @@ from typing import Any
 from bridge.kafka.client import KafkaError, confluent, partitions_of
 
 __all__ = ["TransactionalPositions", "TailPositions", "DEFAULT_OFFSETS_TOPIC", "ensure_offsets_topic",
-           "read_offsets_topic"]
+           "read_offsets_topic", "offsets_clients"]
 
 DEFAULT_OFFSETS_TOPIC = "dts-bridge-offsets"
 _CONSUMER_ONLY_DROP = ("linger", "acks", "batch", "compression", "message.", "queue.", "enable.idem", "transaction",
@@ -45,12 +45,31 @@ def _client_config(config: dict) -> dict:
     return {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY_DROP)}
 
 
+def offsets_clients(config: dict) -> tuple:
+    """(AdminClient, read_committed Consumer) for `ensure_offsets_topic` and `read_offsets_topic`,
+    made together: a librdkafka client sets up its connection in the background, about 55 ms on
+    loopback, so clients made side by side (and beside the sink's producer starting) pay it once,
+    not once each. The caller closes the consumer."""
+    ck = confluent()
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient(_client_config(config))
+    # fetch.wait.max.ms: a fetch at the end is answered at once (with librdkafka's default the broker
+    # holds it 500 ms, and the partition EOF that ends the read comes only with that answer)
+    consumer = ck.Consumer({**_client_config(config), "group.id": f"dts-bridge-offsets-{uuid.uuid4().hex}",
+                            "enable.auto.commit": False, "enable.partition.eof": True,
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                            "fetch.wait.max.ms": 10})
+    return admin, consumer
+
+
 def ensure_offsets_topic(config: dict, topic: str, *, partitions: int = 1, replication_factor: int = -1,
-                         timeout: float = 30.0) -> None:
-    """Create `topic` (compacted) unless it exists; wait until every partition has a leader."""
+                         timeout: float = 30.0, admin=None) -> None:
+    """Create `topic` (compacted) unless it exists; wait until every partition has a leader.
+    `admin`: an AdminClient to use (else one of its own)."""
     ck = confluent()
     from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient(_client_config(config))
+    if admin is None:
+        admin = AdminClient(_client_config(config))
     meta = admin.list_topics(timeout=timeout)
     if topic not in meta.topics:
         futures = admin.create_topics([NewTopic(topic, partitions, replication_factor,
@@ -72,14 +91,15 @@ def ensure_offsets_topic(config: dict, topic: str, *, partitions: int = 1, repli
         time.sleep(0.1)
 
 
-def _settled(config: dict, topic: str, partitions: list[int], wait: float) -> dict:
+def _settled(config: dict, topic: str, partitions: list[int], wait: float, admin=None) -> dict:
     """Wait until the last stable offset of every partition reaches the high watermark seen now:
     a transaction still open there (another pipeline's) would hide the records after it from a
     read_committed reader, ours among them. Returns each partition's [low watermark, last stable
     offset) range: where a read_committed reader starts and where it ends."""
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
-    admin = AdminClient(_client_config(config))
+    if admin is None:
+        admin = AdminClient(_client_config(config))
 
     def ends(level, spec=OffsetSpec.latest) -> dict:
         request = {TopicPartition(topic, p): spec() for p in partitions}
@@ -99,24 +119,21 @@ def _settled(config: dict, topic: str, partitions: list[int], wait: float) -> di
         time.sleep(0.2)
 
 
-def read_offsets_topic(config: dict, topic: str, *, timeout: float = 30.0, settle: float = 120.0) -> dict:
+def read_offsets_topic(config: dict, topic: str, *, timeout: float = 30.0, settle: float = 120.0,
+                       clients: tuple | None = None) -> dict:
     """The latest value of every key of `topic`, read to its end as a read_committed consumer:
     {key bytes: value bytes}; a key whose latest record is a tombstone is left out.
 
     Its end is the last stable offset each partition had once no transaction was open on it
     (`_settled`): a partition with nothing below it is not read at all, the others until partition
     EOF (the reader's own end) or a record at or past that offset, in short `consume` waits (one
-    long wait for a full batch was half a second of every start)."""
+    long wait for a full batch was half a second of every start). `clients`: `offsets_clients`'
+    pair to use (the caller closes them), else its own."""
     ck = confluent()
-    # fetch.wait.max.ms: a fetch at the end is answered at once (with librdkafka's default the broker
-    # holds it 500 ms, and the partition EOF that ends the read comes only with that answer)
-    consumer = ck.Consumer({**_client_config(config), "group.id": f"dts-bridge-offsets-{uuid.uuid4().hex}",
-                            "enable.auto.commit": False, "enable.partition.eof": True,
-                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                            "fetch.wait.max.ms": 10})
+    admin, consumer = clients if clients is not None else offsets_clients(config)
     try:
         partitions = partitions_of(consumer, topic, timeout)
-        ranges = _settled(config, topic, partitions, settle)
+        ranges = _settled(config, topic, partitions, settle, admin=admin)
         open_ = {p for p in partitions if ranges[p][1] > max(ranges[p][0], 0)}
         latest: dict = {}
         if not open_:
@@ -141,7 +158,8 @@ def read_offsets_topic(config: dict, topic: str, *, timeout: float = 30.0, settl
                 raise KafkaError(f"the offsets topic {topic!r} was not read to its end in time")
         return latest
     finally:
-        consumer.close()
+        if clients is None:
+            consumer.close()
 
 
 class TransactionalPositions:
@@ -168,12 +186,20 @@ class TransactionalPositions:
     def _record_key(self, text: str) -> bytes:
         return json.dumps([self.source_id, text], separators=(",", ":")).encode()
 
-    def stored(self) -> dict:
-        """Everything this pipeline committed: {parsed key: (position, read)}."""
+    def stored(self, clients: tuple | None = None) -> dict:
+        """Everything this pipeline committed: {parsed key: (position, read)}. `clients`: an
+        `offsets_clients` pair to read with (the caller closes them)."""
+        if clients is None:
+            clients = offsets_clients(self.sink.config)
+            try:
+                return self.stored(clients)
+            finally:
+                clients[1].close()
         if self.create:
             ensure_offsets_topic(self.sink.config, self.offsets_topic, partitions=self.partitions,
-                                 replication_factor=self.replication_factor, timeout=self.timeout)
-        raw = read_offsets_topic(self.sink.config, self.offsets_topic, timeout=self.timeout, settle=self.settle)
+                                 replication_factor=self.replication_factor, timeout=self.timeout, admin=clients[0])
+        raw = read_offsets_topic(self.sink.config, self.offsets_topic, timeout=self.timeout, settle=self.settle,
+                                 clients=clients)
         out = {}
         for key, value in raw.items():
             try:
@@ -190,8 +216,12 @@ class TransactionalPositions:
         return out
 
     def load(self, keys: list) -> dict:
-        self.sink.start()  # init_transactions first: our own zombie's transaction is aborted by it
-        stored = self.stored()
+        clients = offsets_clients(self.sink.config)  # (connecting while the sink starts)
+        try:
+            self.sink.start()  # init_transactions first: our own zombie's transaction is aborted by it
+            stored = self.stored(clients)
+        finally:
+            clients[1].close()
         by_text = {self.key_text(k): v for k, v in stored.items()}
         got = {k: stored.get(k, by_text.get(self.key_text(k), (None, None))) for k in keys}
         if not self.sink.transactions:
