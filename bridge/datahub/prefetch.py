@@ -12,7 +12,7 @@ with `close()` (or after 10 s without work); `read_range` reads in the caller's 
 
 Reader processes (`processes`, the default): the readers' requests run in a fetch process, one
 per source, started with `subprocess` (not a fork: the process has confluent-kafka's threads) once
-the readers have fetched `process_after` (32) pages' worth of records themselves, so a short read
+the readers have fetched `process_after` (8) pages' worth of records themselves, so a short read
 does not pay its start, and a reader goes on fetching itself until the process says it is ready.
 The HTTP request through pydatahub (requests, signing), the frame's CRC-32C (`crc32c_function`:
 google-crc32c's, else crcmod's, made once), the lz4 decompression and the protobuf parse are then
@@ -527,8 +527,10 @@ class Prefetch:
     # full pages' worth of records (`page` each) the readers fetch themselves before the fetch
     # process is started: its start (pydatahub's imports, about 0.35 CPU s of its own) pays only
     # over a longer read (issue 32, third round: a 20,000-row run, 25 pages, lost by it; shards
-    # asked again at their end do not count, so a short run's idle end does not start it)
-    process_after = 32
+    # asked again at their end do not count, so a short run's idle end does not start it). 32 until
+    # the pages' records were made in C (pages.c); since then 8 (fifth round, docs/performance.md:
+    # 100,000 rows 2.90-3.01 s against 3.03-3.09 s, 20,000 rows 0.72-0.77 s against 0.72-0.82 s)
+    process_after = 8
 
     _PREFETCH_STATE = ("_cond", "_feeds", "_ready", "_later", "_tick", "_threads", "_held", "_arrivals",
                        "_polled_at", "_stopping", "_fetchers", "_client_bytes", "_fetched")

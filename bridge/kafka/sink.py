@@ -131,6 +131,7 @@ class DtsKafkaSink:
         self.transactions, self.transactional_id = transactions, transactional_id if transactions else None
         self.partition_by, self.max_message_bytes = partition_by, max_message_bytes
         self.key_text, self.source_of, self.timeout = key_text, source_of, timeout
+        self._key_texts: dict = {}  # source key -> key_text(key), made once per key
         self.transaction_timeout_ms = transaction_timeout_ms
         self.position_headers = position_headers or not transactions  # the tail look needs them
         self.producer = None
@@ -249,7 +250,13 @@ class DtsKafkaSink:
         source = self.source_of(where)
         mark = None
         if source is not None:
-            mark = (self.key_text(source[0]), list(source[1]))
+            texts = self._key_texts
+            text = texts.get(source[0])
+            if text is None:
+                if len(texts) >= 4096:
+                    texts.clear()
+                text = texts[source[0]] = self.key_text(source[0])
+            mark = (text, list(source[1]))
             if self.landed or self.cut:
                 if self._landed(partition, mark):
                     self.skipped += 1

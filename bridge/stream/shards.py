@@ -208,7 +208,7 @@ class DataHubAssembler:
 
     # -- the Assembler protocol -----------------------------------------------------------------
     def entries(self, records: Iterable[tuple], policy: ErrorPolicy) -> Iterator[tuple]:
-        take, feed, shards = self._merge.next, self._feed, self._shards
+        take, feed, shards, tally = self._merge.next, self._feed, self._shards, policy.tally
         for record in records:
             key, seq, value = record[0], record[1], record[2]
             if type(value) is ShardMark:
@@ -219,7 +219,7 @@ class DataHubAssembler:
             while item is not None:
                 where, out = feed(item, policy)
                 for entry in out:
-                    policy.tally.input += 1
+                    tally.input += 1
                     yield where, entry
                 item = take()
 
