@@ -203,10 +203,10 @@ def _blob_page_function():
         return None
     if not _BLOB_PAGE:
         try:
-            from bridge.native import _speedups
-            _BLOB_PAGE.append(getattr(_speedups, "blob_page", None))
+            from bridge.native import speedups
         except ImportError:
-            _BLOB_PAGE.append(None)
+            speedups = None
+        _BLOB_PAGE.append(getattr(speedups, "blob_page", None) if speedups is not None else None)
     return _BLOB_PAGE[0]
 
 
