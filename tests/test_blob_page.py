@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from bridge.datahub.prefetch import _pb_response_class, _RawPage, _rows_of
 from bridge.stream.shards import DataHubRecord
+from bridge.wire.framing import encode_varint
 
 speedups = pytest.importorskip("bridge.native._speedups")
 blob_page = speedups.blob_page
@@ -25,16 +26,7 @@ KEY, TOPIC, SHARD = ("blobs", "1"), "blobs", "1"
 
 
 def varint(v: int) -> bytes:
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return encode_varint(v & ((1 << 64) - 1))  # (a negative int64 as protobuf writes it: 10 bytes)
 
 
 def tag(field: int, wt: int) -> bytes:
