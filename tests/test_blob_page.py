@@ -271,3 +271,18 @@ def test_pos_stream_refuses_what_is_not_a_plain_str():
         assert speedups.pos_stream(pos, TOPIC, "") is None
     with pytest.raises(TypeError):
         speedups.pos_stream("1:2:3:4", TOPIC)
+
+
+def test_positions_outside_int64_and_other_buffers_go_the_reference_way():
+    """(review of pages.c) A position past int64 (after a record at sequence 2**63 - 1) is compared
+    as Python compares ints, by the reference; a buffer other than bytes could change while
+    `record` runs, so it is the reference's too."""
+    pb = _served()
+    for next_ in (2**63, 2**70, -(2**63) - 1):
+        assert blob_page(pb, KEY, TOPIC, SHARD, next_, 1.0, DataHubRecord) is None
+        page = _RawPage(pb, None)
+        assert page.take(KEY, TOPIC, SHARD, next_, 1.0, DataHubRecord) is None and page.records
+        want = reference(pb, next_, 1.0)
+        assert [r[1] for r in want[0]] == ([] if next_ > 0 else [100, 101, 102])
+    for other in (bytearray(pb), memoryview(pb)):
+        assert blob_page(other, KEY, TOPIC, SHARD, 0, 1.0, DataHubRecord) is None

@@ -68,3 +68,11 @@ def test_a_threshold_changed_during_the_run_is_not_overwritten():
     with gc_spaced():
         gc.set_threshold(1234, 10, 10)  # the user's own, while the run goes
     assert gc.get_threshold() == (1234, 10, 10)
+
+
+def test_the_older_generations_thresholds_set_during_the_run_are_kept():
+    """(review) Only the first threshold is the run's: the others, changed while it goes, stay."""
+    gc.set_threshold(700, 10, 10)
+    with gc_spaced():
+        gc.set_threshold(GC_THRESHOLD0, 3, 4)
+    assert gc.get_threshold() == (700, 3, 4)

@@ -56,9 +56,9 @@ def gc_spaced():
         with _gc_lock:
             _gc_runs[0] -= 1
             if _gc_runs[0] == 0:
-                before = _gc_runs[1]
-                if gc.get_threshold()[0] == GC_THRESHOLD0 and 0 < before[0] < GC_THRESHOLD0:
-                    gc.set_threshold(*before)
+                before, now = _gc_runs[1], gc.get_threshold()
+                if now[0] == GC_THRESHOLD0 and 0 < before[0] < GC_THRESHOLD0:
+                    gc.set_threshold(before[0], *now[1:])  # (the others as they are now: the user's)
 
 
 def run(source: Source, positions: Positions, assembler: Assembler, convert: Callable, sink: Sink,

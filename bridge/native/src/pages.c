@@ -115,63 +115,56 @@ static int read_pair(Span m, Seen *seen, PyObject *attrs) {
     return rc < 0 ? -1 : 1;
 }
 
+/* The next field 1 (length-delimited) of a message into *s, any other field skipped: 1, 0 at the
+ * message's end, -1 malformed or a group (not sure) */
+static int next_one(const uint8_t **pp, const uint8_t *end, Span *s) {
+    while (*pp < end) {
+        uint64_t tag;
+        if (!read_tag(pp, end, &tag)) return -1;
+        int wt = TAG_WT(tag);
+        if (TAG_FIELD(tag) == 1 && wt == WT_LEN) return read_span(pp, end, s) ? 1 : -1;
+        if (!skip(pp, end, wt)) return -1;
+    }
+    return 0;
+}
+
 /* A RecordAttributes message's pairs into attrs, in order: 1, 0 not sure, -1 error */
 static int read_attributes(Span m, Seen *seen, PyObject *attrs) {
     const uint8_t *p = m.p, *end = m.p + m.n;
-    while (p < end) {
-        uint64_t tag;
-        if (!read_tag(&p, end, &tag)) return 0;
-        int wt = TAG_WT(tag);
-        if (TAG_FIELD(tag) == 1 && wt == WT_LEN) {
-            Span pair;
-            if (!read_span(&p, end, &pair)) return 0;
-            int got = read_pair(pair, seen, attrs);
-            if (got <= 0) return got;
-        } else if (!skip(&p, end, wt)) {
-            return 0;
-        }
+    Span pair;
+    int more;
+    while ((more = next_one(&p, end, &pair)) == 1) {
+        int got = read_pair(pair, seen, attrs);
+        if (got <= 0) return got;
     }
-    return 1;
+    return more == 0;
 }
 
 /* A FieldData's value (last-wins, empty when absent): 1, 0 not sure */
 static int read_field_data(Span m, Span *value) {
     const uint8_t *p = m.p, *end = m.p + m.n;
+    Span s;
+    int more;
     value->p = (const uint8_t *)"";
     value->n = 0;
-    while (p < end) {
-        uint64_t tag;
-        if (!read_tag(&p, end, &tag)) return 0;
-        int wt = TAG_WT(tag);
-        if (TAG_FIELD(tag) == 1 && wt == WT_LEN) {
-            if (!read_span(&p, end, value)) return 0;
-        } else if (!skip(&p, end, wt)) {
-            return 0;
-        }
-    }
-    return 1;
+    while ((more = next_one(&p, end, &s)) == 1) *value = s;
+    return more == 0;
 }
 
 /* A RecordData message: the first FieldData's value into *data unless *have (then set *have);
  * every FieldData is still checked. 1, 0 not sure */
 static int read_record_data(Span m, Span *data, int *have) {
     const uint8_t *p = m.p, *end = m.p + m.n;
-    while (p < end) {
-        uint64_t tag;
-        if (!read_tag(&p, end, &tag)) return 0;
-        int wt = TAG_WT(tag);
-        if (TAG_FIELD(tag) == 1 && wt == WT_LEN) {
-            Span fd, value;
-            if (!read_span(&p, end, &fd) || !read_field_data(fd, &value)) return 0;
-            if (!*have) {
-                *data = value;
-                *have = 1;
-            }
-        } else if (!skip(&p, end, wt)) {
-            return 0;
+    Span fd, value;
+    int more;
+    while ((more = next_one(&p, end, &fd)) == 1) {
+        if (!read_field_data(fd, &value)) return 0;
+        if (!*have) {
+            *data = value;
+            *have = 1;
         }
     }
-    return 1;
+    return more == 0;
 }
 
 /* One RecordEntry: *seq, *time, the attributes dict (a new reference in *attrs) and the data
@@ -222,13 +215,17 @@ PyObject *bridge_blob_page(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "blob_page(pb, key, topic, shard, next, now, record) takes 7 arguments");
         return NULL;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    long long next = PyLong_AsLongLong(args[4]);
-    if (next == -1 && PyErr_Occurred()) {
-        PyBuffer_Release(&view);
+    if (!PyBytes_CheckExact(args[0])) { /* (bytes cannot change while `record` runs; other buffers: the reference) */
+        if (PyObject_CheckBuffer(args[0])) Py_RETURN_NONE;
+        PyErr_SetString(PyExc_TypeError, "blob_page: pb must be bytes");
         return NULL;
     }
+    int overflow = 0;
+    long long next = PyLong_AsLongLongAndOverflow(args[4], &overflow);
+    if (next == -1 && PyErr_Occurred()) return NULL;
+    if (overflow) Py_RETURN_NONE; /* a position outside int64: the reference compares Python ints */
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *key = args[1], *topic = args[2], *shard = args[3], *now = args[5], *record = args[6];
     const uint8_t *start = (const uint8_t *)view.buf, *end = start + view.len, *p = start;
     Span cursor = {(const uint8_t *)"", 0};
@@ -259,14 +256,14 @@ PyObject *bridge_blob_page(PyObject *self, PyObject *const *args, Py_ssize_t nar
     p = start;
     while (p < end) {
         uint64_t tag = 0;
-        read_tag(&p, end, &tag); /* (read above) */
+        if (!read_tag(&p, end, &tag)) goto unsure; /* (read in the first pass: cannot fail) */
         int wt = TAG_WT(tag);
         if (TAG_FIELD(tag) != 4 || wt != WT_LEN) {
-            skip(&p, end, wt);
+            if (!skip(&p, end, wt)) goto unsure;
             continue;
         }
         Span m = {(const uint8_t *)"", 0};
-        read_span(&p, end, &m);
+        if (!read_span(&p, end, &m)) goto unsure;
         int64_t seq, time;
         PyObject *attrs = NULL;
         Span data = {(const uint8_t *)"", 0};
