@@ -55,6 +55,11 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
                                          ">=", 0.8, "target"),
     "spark_streaming_tuple_running_vs_floor": ("(f2) the same for streaming dts_to_tuple / the streaming floor",
                                                ">=", 0.8, "target"),
+    "spark_streaming_ceiling_vs_floor": ("(f2) the ceiling: the floor's shuffle with the batch job's dts_to_blob "
+                                         "function in its mapInArrow, no state (what no exact streaming design "
+                                         "can beat) / the streaming floor", None, None, "info"),
+    "spark_streaming_tuple_ceiling_vs_floor": ("(f2) the same ceiling with dts_to_tuple's batch function / the "
+                                               "streaming floor", None, None, "info"),
     "spark_streaming_vs_floor": ("(f2) the whole streaming dts_to_blob query (4 micro-batches, query start "
                                  "included) / the whole floor query", None, None, "info"),
     "spark_streaming_vs_batch": ("(f2) Spark streaming dts_to_blob (4 micro-batches, query start included) / the "
@@ -65,6 +70,8 @@ TARGETS: dict[str, tuple[str, str, float | None, str]] = {
                                 "convert of the same Blob lines to .pb", ">=", 0.5, "target"),
     "reverse_sync_cli_vs_convert": ("(i) the dts-bridge sync --to dts process / the dts-bridge convert process",
                                     None, None, "info"),
+    "reverse_sync_vs_convert_cpu": ("(i) the same as reverse_sync_vs_convert in CPU seconds (convert_cli's / "
+                                    "sync_to_dts'): what a busy machine moves less", None, None, "info"),
     "cli_rss_growth": ("(g) CLI peak RSS, largest / smallest stream", "<=", 1.2, "target"),
     "cli_rss_largest_mib": ("(g) CLI peak RSS of the largest stream, MiB", "<", 200, "target"),
     "cli_vs_single_process": ("(g) CLI rows/s (smallest stream) / in-process (b)", None, None, "info"),
@@ -136,10 +143,13 @@ def compute_ratios(results: dict) -> dict:
         values["spark_streaming_tuple_running_vs_floor"] = [streaming.get("streaming_tuple_running_vs_floor")]
         values["spark_streaming_vs_floor"] = [streaming.get("streaming_vs_floor")]
         values["spark_streaming_running_vs_batch"] = [streaming.get("streaming_running_vs_batch")]
+        values["spark_streaming_ceiling_vs_floor"] = [streaming.get("ceiling_running_vs_floor")]
+        values["spark_streaming_tuple_ceiling_vs_floor"] = [streaming.get("ceiling_tuple_running_vs_floor")]
     reverse = results.get("reverse") or {}
     if "ratios" in reverse:
         values["reverse_sync_vs_convert"] = [reverse["ratios"].get("sync_to_dts_vs_convert_cli")]
         values["reverse_sync_cli_vs_convert"] = [reverse["ratios"].get("sync_cli_vs_convert_cli")]
+        values["reverse_sync_vs_convert_cpu"] = [reverse["ratios"].get("sync_to_dts_vs_convert_cli_cpu")]
     cli = results.get("cli") or {}
     if "streams" in cli:
         streams = sorted(cli["streams"].values(), key=lambda s: s["bytes"])
