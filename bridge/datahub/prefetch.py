@@ -202,11 +202,8 @@ def _blob_page_function():
     if not NATIVE_PAGES:
         return None
     if not _BLOB_PAGE:
-        try:
-            from bridge.native import speedups
-        except ImportError:
-            speedups = None
-        _BLOB_PAGE.append(getattr(speedups, "blob_page", None) if speedups is not None else None)
+        from bridge.native import speedups  # (None without the extension)
+        _BLOB_PAGE.append(getattr(speedups, "blob_page", None))
     return _BLOB_PAGE[0]
 
 

@@ -41,6 +41,7 @@ import orjson
 
 from bridge.blob.decode import BlobDecoder
 from bridge.errors import BridgeError, ConversionError
+from bridge.native import speedups
 from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.stream import ErrorPolicy
 from bridge.stream.merge import new_merge
@@ -98,12 +99,7 @@ class OutOfOrderError(ConversionError):
     """A record came after a later record of its stream was handed on."""
 
 
-def _pos_stream_function():
-    from bridge.native import speedups
-    return getattr(speedups, "pos_stream", None) if speedups is not None else None
-
-
-_POS_STREAM = _pos_stream_function()
+_POS_STREAM = getattr(speedups, "pos_stream", None)  # (speedups is None without the extension)
 
 
 def stream_of(rec: DataHubRecord) -> tuple[tuple, tuple, tuple]:
