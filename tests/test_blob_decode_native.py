@@ -24,7 +24,7 @@ from bridge import pb
 from bridge.blob import rows as blob_rows
 from bridge.samples import build_sample_entries
 from bridge.samples.values import realistic_entries
-from support.blob_strategies import event_messages
+from support.blob_strategies import event_messages, shuffled_windows
 from support.native_paths import assert_outcomes
 from support.native_paths import outcome as _outcome
 
@@ -328,12 +328,7 @@ def _reordered(draw, messages: list[dict]) -> list[dict]:
     left open), a row taking a part the lane leaves to Python (rowProperties: Python's way in the
     middle of an event the lane holds), dts.header in another key order or with a default spelt out
     (the same Header: still one event), an update half a second later (halves that join with a fact)."""
-    out = copy.deepcopy(messages)
-    for _ in range(draw(st.integers(0, 3))):
-        i = draw(st.integers(0, len(out) - 2))
-        j = min(len(out), i + draw(st.integers(2, 7)))
-        window = out[i:j]
-        out[i:j] = draw(st.permutations(window))
+    out = shuffled_windows(draw, messages)
     for msg in out:
         if msg["payload"]["op"] not in ("INSERT", "DELETE", "UPDATE_BEFOR", "UPDATE_AFTER") or draw(st.integers(0, 5)):
             continue

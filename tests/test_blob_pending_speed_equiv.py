@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import bridge
 from bridge.errors import BridgeError
-from support.blob_strategies import event_messages
+from support.blob_strategies import event_messages, shuffled_windows
 
 
 def _scan(pairing) -> int:
@@ -30,11 +30,7 @@ def _scan(pairing) -> int:
 
 @st.composite
 def _steps(draw, messages: list[dict]) -> list[tuple[str, dict | None]]:
-    out = copy.deepcopy(messages)
-    for _ in range(draw(st.integers(0, 3))):
-        i = draw(st.integers(0, len(out) - 2))
-        j = min(len(out), i + draw(st.integers(2, 7)))
-        out[i:j] = draw(st.permutations(out[i:j]))
+    out = shuffled_windows(draw, messages)
     for msg in out:
         if msg["payload"]["op"] not in ("INSERT", "DELETE", "UPDATE_BEFOR", "UPDATE_AFTER") or draw(st.integers(0, 4)):
             continue

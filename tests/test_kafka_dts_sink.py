@@ -46,6 +46,7 @@ from support.dts_kafka import (  # noqa: E402
     make_sink,
     parse_key,
     read_back,
+    records_on,
     run_once,
 )
 from support.dts_kafka import unique_name as _name  # noqa: E402
@@ -114,20 +115,6 @@ print("done", flush=True)
 """
 
 
-def _written(bootstrap: str, topic: str) -> int:
-    """Records on the topic's partitions, committed or not (the sum of the high watermarks)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from bridge.kafka.client import retrying
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "count"})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(retrying(lambda p=p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
-                            f"the watermarks of {topic} partition {p}", 30)[1] for p in parts)
-    finally:
-        c.close()
-
-
 def _kill_rounds(kafka_broker, records, topic: str, tid: str | None, rounds: int, seed: int, **extra) -> list:
     """Start the child `rounds` times, each killed (SIGKILL) at a random moment of its run (once it
     loaded its positions and started reading); returns where each round started reading."""
@@ -139,14 +126,14 @@ def _kill_rounds(kafka_broker, records, topic: str, tid: str | None, rounds: int
                 "store": extra.get("store"), "interval": rnd.choice([0.02, 0.1, 0.3])}
         proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(args)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=ROOT)
-        before = _written(kafka_broker.bootstrap, topic)
+        before = records_on(kafka_broker.bootstrap, topic)
         line = proc.stdout.readline().decode()
         assert line.startswith("open"), (line, proc.stderr.read().decode()[-3000:])
         starts.append(json.loads(line.split(" ", 1)[1]))
         # the kill comes at a random moment once the child wrote (under load its first write can
         # take longer than the whole random window: no round then moved the start on)
         waited = time.monotonic() + 30
-        while proc.poll() is None and _written(kafka_broker.bootstrap, topic) <= before and time.monotonic() < waited:
+        while proc.poll() is None and records_on(kafka_broker.bootstrap, topic) <= before and time.monotonic() < waited:
             time.sleep(0.02)
         time.sleep(rnd.uniform(0.05, 0.6))
         os.kill(proc.pid, signal.SIGKILL)

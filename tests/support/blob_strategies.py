@@ -20,6 +20,7 @@ Two things live here:
 from __future__ import annotations
 
 import base64
+import copy
 
 import orjson
 from hypothesis import strategies as st
@@ -30,7 +31,7 @@ from bridge.wire import subscribe_pb2 as pb
 from support.strategies import ddl_statements, dml_entries, entries
 
 __all__ = [
-    "event_messages", "MIN_TIMESTAMP", "MAX_TIMESTAMP", "blob_time", "blob_entries", "blob_dml_entries", "blob_entry_streams",
+    "event_messages", "shuffled_windows", "MIN_TIMESTAMP", "MAX_TIMESTAMP", "blob_time", "blob_entries", "blob_dml_entries", "blob_entry_streams",
     "FOREIGN_VALUES", "foreign_columns", "foreign_messages", "foreign_streams", "DDL_OPS_FOREIGN",
 ]
 
@@ -242,4 +243,15 @@ def event_messages(seed: int, events: int = 9) -> list[dict]:
                 else:
                     row.newColumns[0].CopyFrom(row.newColumns[-1])
         out += [orjson.loads(line) for line in encoder.convert_lines(entry, entry.SerializeToString())]
+    return out
+
+
+def shuffled_windows(draw, messages: list[dict]) -> list[dict]:
+    """A deep copy of `messages` with up to 3 windows of 2 to 7 messages each in another order
+    (`draw`: a composite strategy's), the start of the tests' disturbed message streams."""
+    out = copy.deepcopy(messages)
+    for _ in range(draw(st.integers(0, 3))):
+        i = draw(st.integers(0, len(out) - 2))
+        j = min(len(out), i + draw(st.integers(2, 7)))
+        out[i:j] = draw(st.permutations(out[i:j]))
     return out

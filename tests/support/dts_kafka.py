@@ -182,6 +182,21 @@ def read_back(bootstrap: str, topic: str, isolation: str = "read_committed") -> 
     return out
 
 
+def records_on(bootstrap: str, topic: str) -> int:
+    """Records on the topic's partitions, committed or not (the sum of the high watermarks), a
+    partition whose leader is not ready yet waited for (bridge.kafka.client.retrying)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from bridge.kafka.client import retrying
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "count"})
+    try:
+        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(retrying(lambda p=p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
+                            f"the watermarks of {topic} partition {p}", 30)[1] for p in parts)
+    finally:
+        c.close()
+
+
 def entry_id(entry: pb.Entry) -> str:
     return next(p.value for p in entry.header.properties if p.key == TEST_ID)
 

@@ -23,7 +23,7 @@ from bridge.options import Options
 from bridge.samples import build_sample_entries
 from bridge.stream import ErrorPolicy, blob_lines_to_entries
 from bridge.wire import subscribe_pb2 as pb
-from support.dts_kafka import expected_partition, read_back
+from support.dts_kafka import expected_partition, read_back, records_on
 from support.pipeline import ENV, ROOT
 
 P = "proj"
@@ -92,21 +92,6 @@ def _killpg(proc) -> None:
     proc.wait()
 
 
-def _output_records(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "count"})
-    try:
-        for _ in range(50):
-            try:
-                parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-                return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts)
-            except KafkaException:  # a topic just created: no leader yet
-                time.sleep(0.2)
-        raise AssertionError(f"no watermarks of {topic}")
-    finally:
-        c.close()
-
-
 def _cuts_inside_entries(server, topic: str, checkpoint) -> list[int]:
     """The micro-batches whose end falls inside an Entry (some of its rows read, some not): from the
     checkpoint's offset log ({topic: {shard: next sequence}} on each entry's last line) and where
@@ -168,10 +153,10 @@ def kill_run(server, client, kafka_broker, tmp_path, *, kills: int, seed: int, c
     log = [f"{'standalone cluster ' + cluster.master if cluster else 'local[2]'}, seed {seed}, samples {samples}, "
            f"maxRecordsPerTrigger {max_records}; driver logs in {tmp_path}"]
     for run in range(1, kills + 1):
-        before_run = _output_records(kafka_broker.bootstrap, out)
+        before_run = records_on(kafka_broker.bootstrap, out)
         proc, path = _start(tmp_path, run, cfg, "200 milliseconds")
         started = time.monotonic()
-        while proc.poll() is None and _output_records(kafka_broker.bootstrap, out) <= before_run \
+        while proc.poll() is None and records_on(kafka_broker.bootstrap, out) <= before_run \
                 and time.monotonic() - started < 120:
             time.sleep(0.1)
         time.sleep(rng.uniform(0.0, 1.5))
@@ -180,7 +165,7 @@ def kill_run(server, client, kafka_broker, tmp_path, *, kills: int, seed: int, c
         text = path.read_text(errors="replace")
         assert alive, f"run {run} ended by itself:\n{text[-4000:]}"
         assert "Traceback" not in text, text[-4000:]
-        at = _output_records(kafka_broker.bootstrap, out)
+        at = records_on(kafka_broker.bootstrap, out)
         log.append(f"run {run}: SIGKILL after {time.monotonic() - started:.1f} s, {at} Kafka records "
                    f"({at - before_run} in the run), micro-batches planned {len(_offset_log(checkpoint, topic))}, "
                    f"committed {_committed(checkpoint)}")
@@ -201,7 +186,7 @@ def kill_run(server, client, kafka_broker, tmp_path, *, kills: int, seed: int, c
     text = path.read_text(errors="replace")
     assert code == 0 and "finished" in text, text[-4000:]
     log.append(f"run {kills + 1}: availableNow to the end in {time.monotonic() - started:.1f} s, "
-               f"{_output_records(kafka_broker.bootstrap, out)} Kafka records")
+               f"{records_on(kafka_broker.bootstrap, out)} Kafka records")
     context = "\n  ".join(log)
     got = read_back(kafka_broker.bootstrap, out)  # read_committed
     want = convert(lines)
