@@ -24,6 +24,7 @@ pytest.importorskip("pandas")
 
 import bridge.spark as bs  # noqa: E402
 from bridge.spark import streaming as st  # noqa: E402
+from bridge.spark import tails  # noqa: E402
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "samples")
 TOPIC = "dts"
@@ -95,6 +96,13 @@ def spark():
     session.sparkContext.setLogLevel("OFF")
     session.conf.set(st.PROVIDER_CONF, st.ROCKSDB)  # a session made before local_session set it
     return session
+
+
+@pytest.fixture(params=["spark-state", "state-location"])
+def state(request, tmp_path):
+    """Where the open tails live between micro-batches: Spark's state store (the default) or
+    `state_location`'s files (bridge/spark/tails.py); every query test runs on both."""
+    return {} if request.param == "spark-state" else {"state_location": str(tmp_path / "tails")}
 
 
 def read_stream(spark, folder):
@@ -214,13 +222,13 @@ def _blob_reference(spark, folder, mode):
 
 @pytest.mark.spark
 @pytest.mark.parametrize("mode", ["FAILFAST", "PERMISSIVE", "DROPMALFORMED"])
-def test_blob_stream_across_micro_batches_equals_batch(spark, tmp_path, mode):
+def test_blob_stream_across_micro_batches_equals_batch(spark, tmp_path, mode, state):
     stream = CLEAN if mode == "FAILFAST" else DIRTY
     folder = str(tmp_path / "in")
     write_files(folder, stream)
     tally = bs.SparkTally(spark)
     sink = Sink()
-    run(bs.dts_to_blob(read_stream(spark, folder), mode=mode, tally=tally), sink, str(tmp_path / "ck"))
+    run(bs.dts_to_blob(read_stream(spark, folder), mode=mode, tally=tally, **state), sink, str(tmp_path / "ck"))
     assert sorted(sink.batches) == list(range(len(stream[1][0]) - 1))  # one micro-batch per file
     expected, expected_tally = _blob_reference(spark, folder, mode)
     got = per_partition(sink.rows())
@@ -237,7 +245,7 @@ def test_blob_stream_across_micro_batches_equals_batch(spark, tmp_path, mode):
 
 @pytest.mark.spark
 @pytest.mark.parametrize("mode", ["FAILFAST", "PERMISSIVE", "DROPMALFORMED"])
-def test_tuple_stream_across_micro_batches_equals_batch(spark, tmp_path, mode):
+def test_tuple_stream_across_micro_batches_equals_batch(spark, tmp_path, mode, state):
     stream = CLEAN if mode == "FAILFAST" else DIRTY
     folder = str(tmp_path / "in")
     write_files(folder, stream)
@@ -247,7 +255,7 @@ def test_tuple_stream_across_micro_batches_equals_batch(spark, tmp_path, mode):
     tally = bs.SparkTally(spark)
     sink = Sink()
     out = bs.dts_to_tuple(read_stream(spark, folder), table, columns=columns, mode=mode, positions=True,
-                          tally=tally)
+                          tally=tally, **state)
     run(out, sink, str(tmp_path / "ck"))
     reference = bs.SparkTally(spark)
     expected = bs.dts_to_tuple(batch, table, columns=columns, mode=mode, positions=True, tally=reference).collect()
@@ -265,7 +273,7 @@ EVERY_CUT = ({p: _large for p in range(20)}, {p: [0, p + 1, min(p + 4, len(_larg
 
 
 @pytest.mark.spark
-def test_micro_batches_cut_at_every_position_equal_batch(spark, tmp_path):
+def test_micro_batches_cut_at_every_position_equal_batch(spark, tmp_path, state):
     """Twenty Kafka partitions (about ten a task, so several keys share one) cut inside and between
     Entries at every offset: each partition's rows, in the order the sink got them, equal the batch
     conversion's, and each micro-batch gives exactly the Entries it completes."""
@@ -275,7 +283,7 @@ def test_micro_batches_cut_at_every_position_equal_batch(spark, tmp_path):
     parts, cuts = EVERY_CUT
     assert [(first, last) for first, last in splits(_large) if first < 7 and 10 <= last] == [(6, 11)]
     sink = Sink()
-    run(bs.dts_to_blob(read_stream(spark, folder)), sink, str(tmp_path / "ck"))
+    run(bs.dts_to_blob(read_stream(spark, folder), **state), sink, str(tmp_path / "ck"))
     assert sorted(sink.batches) == [0, 1, 2]
     expected, _ = _blob_reference(spark, folder, "FAILFAST")
     got = per_partition(sink.rows())
@@ -291,7 +299,7 @@ def test_micro_batches_cut_at_every_position_equal_batch(spark, tmp_path):
 
 
 @pytest.mark.spark
-def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
+def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path, state):
     """The query stops with an Entries open in state (availableNow over the first three files), a
     restart fails one micro-batch in the sink (Spark replays it from the checkpoint), and a third
     start reads the rest: the sink's rows equal the batch conversion of all files."""
@@ -302,7 +310,7 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
     sink = Sink(fail_at=3)
 
     def start():
-        run(bs.dts_to_blob(read_stream(spark, folder)), sink, checkpoint)
+        run(bs.dts_to_blob(read_stream(spark, folder), **state), sink, checkpoint)
     start()
     assert sorted(sink.batches) == [0, 1, 2]
     write_files(folder, CLEAN, files=range(3, 5))
@@ -360,7 +368,7 @@ DEAD_CUTS = [0, 3, 6, 10]
                                          ("DROPMALFORMED", {"max_open_offsets": 4}),
                                          ("PERMISSIVE", {"max_open_seconds": 0.001})],
                          ids=["FAILFAST", "PERMISSIVE", "DROPMALFORMED", "PERMISSIVE-seconds"])
-def test_an_entries_open_too_long_is_a_dead_letter(spark, tmp_path, mode, limit):
+def test_an_entries_open_too_long_is_a_dead_letter(spark, tmp_path, mode, limit, state):
     """The open Entries goes at the end of the first micro-batch past the limit (the second), under
     the mode; the Entries held behind it go on, in order, as the batch conversion gives them."""
     folder = str(tmp_path / "in")
@@ -368,7 +376,7 @@ def test_an_entries_open_too_long_is_a_dead_letter(spark, tmp_path, mode, limit)
     stream = spark.readStream.schema(HEADERS_SCHEMA).option("maxFilesPerTrigger", 1).parquet(folder)
     tally = bs.SparkTally(spark)
     sink = Sink()
-    out = bs.dts_to_blob(stream, mode=mode, tally=tally, **limit)
+    out = bs.dts_to_blob(stream, mode=mode, tally=tally, **limit, **state)
     if mode == "FAILFAST":
         with pytest.raises(Exception) as caught:
             run(out, sink, str(tmp_path / "ck"))
@@ -428,6 +436,128 @@ def test_streaming_needs_the_rocksdb_state_store(spark, tmp_path):
         spark.conf.set(st.PROVIDER_CONF, st.ROCKSDB)
     with pytest.raises(bridge.OptionsError, match="schema= or columns="):
         bs.dts_to_tuple(read_stream(spark, folder), "shop.orders")
+
+
+# ---- state_location: the tail files (bridge/spark/tails.py) ------------------------------------------
+# The query tests above run on both backends (the `state` fixture); here the file format, which tail
+# a micro-batch reads (never its own from an earlier attempt, never a later one), retention, and
+# what goes wrong loudly.
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("records", [
+    [(0, n, raw, None) for n, raw in enumerate(_large)],
+    _tdsql_records(),
+], ids=["plain", "tdsql"])
+def test_a_tail_through_its_file_is_invisible(records, lazy):
+    """Cut the records anywhere, carry the Reassembler through a tail file's bytes: the same Entries
+    (and errors) as one Reassembler fed everything; the file gives back the state it was given."""
+    whole = _summary(_feed_all(Reassembler(lazy=lazy), records))
+    partition = records[0][0]
+    for cut in range(1, len(records)):
+        first = Reassembler(lazy=lazy)
+        got = _feed_all(first, records[:cut])
+        state = st.dump_state(first, partition, {}, 1_700_000_000_000 + cut)
+        data = tails.encode_state(state)
+        assert tails.decode_state(data, "x") == state
+        second, opened = st.load_state(tails.decode_state(data, "x"), partition, lazy)
+        assert set(opened.values()) <= {1_700_000_000_000 + cut}
+        got += _feed_all(second, records[cut:])
+        assert _summary(got) == whole, cut
+
+
+def _store(tmp_path, topic="dts", partition=0):
+    fs, root = tails.open_location(str(tmp_path / "tails"))
+    return tails.TailStore(fs, root, "query-1", topic, partition)
+
+
+def _state(last):
+    return (last, False, [], [(None, 3, last - 1, 2, 5, [b"a" * 10, b"b"])], [])
+
+
+def test_a_micro_batch_reads_the_newest_tail_before_it(tmp_path):
+    store = _store(tmp_path)
+    assert store.load(0) == (None, [])
+    for batch in (0, 1, 4):
+        store.save(batch, _state(10 * batch), store.load(batch)[1])
+    assert store.load(1)[0] == _state(0)
+    assert store.load(4)[0] == _state(10)  # a partition without rows in 2 and 3: still 1's tail
+    assert store.load(5)[0] == _state(40)
+    # micro-batch 4 re-run after a crash: the tail before it, not the one its first attempt wrote
+    assert store.load(4)[0] == _state(10)
+    store.save(4, _state(41), store.load(4)[1])
+    assert store.load(5)[0] == _state(41)
+    # other partitions, topics and queries have their own
+    assert _store(tmp_path, partition=1).load(9) == (None, [])
+    assert _store(tmp_path, topic=None).load(9) == (None, [])
+    assert _store(tmp_path, topic="dts/../x").load(9) == (None, [])
+    assert sorted(os.listdir(tmp_path / "tails" / "query-1")) == ["tdts"]
+
+
+def test_tails_older_than_retain_go_but_the_newest_of_them_stays(tmp_path, monkeypatch):
+    monkeypatch.setattr(tails, "RETAIN", 3)
+    store = _store(tmp_path)
+    for batch in (0, 1, 2, 7, 8, 9, 10, 11):
+        store.save(batch, _state(batch + 100), store.load(batch)[1])
+    assert store._ids() == [7, 8, 9, 10, 11]
+    monkeypatch.setattr(tails, "RETAIN", 100)
+    store.save(30, _state(130), store.load(30)[1])
+    assert store._ids() == [7, 8, 9, 10, 11, 30]
+    store.save(200, _state(300), store.load(200)[1])
+    assert store._ids() == [30, 200]  # 30 is what a re-run of 101..200 starts from
+    assert store.load(150)[0] == _state(130)
+    assert not [n for n in os.listdir(store.dir) if n.endswith(".tmp")]
+
+
+def test_a_damaged_tail_is_named(tmp_path):
+    store = _store(tmp_path)
+    store.save(0, _state(5), [])
+    path = os.path.join(store.dir, f"{0:020d}.arrow")
+    with open(path, "r+b") as fh:
+        fh.truncate(40)
+    with pytest.raises(bridge.OptionsError, match="00000000000000000000.arrow is not a tail file"):
+        store.load(1)
+
+
+def test_state_location_options(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    with pytest.raises(bridge.OptionsError, match="state_location"):
+        tails.open_location("")
+    with pytest.raises(bridge.OptionsError, match="state_location"):
+        tails.open_location("nosuchscheme://x/y")
+    fs, root = tails.open_location(str(blocked / "under"))
+    with pytest.raises(OSError):
+        fs.create_dir(root, recursive=True)
+    from pyarrow import fs as pafs
+    assert isinstance(tails.open_location("relative/dir")[0], pafs.LocalFileSystem)
+
+
+@pytest.mark.spark
+def test_state_location_is_for_streams_and_must_be_writable(spark, tmp_path):
+    folder = str(tmp_path / "in")
+    write_files(folder, CLEAN, files=[0])
+    with pytest.raises(bridge.OptionsError, match="a batch DataFrame has none"):
+        bs.dts_to_blob(spark.read.parquet(folder), state_location=str(tmp_path / "t"))
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    with pytest.raises(bridge.OptionsError, match="cannot be written"):
+        bs.dts_to_blob(read_stream(spark, folder), state_location=str(blocked / "t"))
+
+
+@pytest.mark.spark
+def test_tails_lost_between_micro_batches_are_not_silent(spark, tmp_path):
+    """The tail files deleted while the query is stopped with an Entries open: the rest of that
+    Entries comes without its beginning, and FAILFAST names where (never a silent gap)."""
+    folder, checkpoint, location = str(tmp_path / "in"), str(tmp_path / "ck"), str(tmp_path / "tails")
+    write_files(folder, CLEAN, files=range(3))
+    sink = Sink()
+    run(bs.dts_to_blob(read_stream(spark, folder), state_location=location), sink, checkpoint)
+    assert sorted(sink.batches) == [0, 1, 2] and os.listdir(location)
+    shutil.rmtree(location)
+    write_files(folder, CLEAN, files=[3])
+    with pytest.raises(Exception) as caught:
+        run(bs.dts_to_blob(read_stream(spark, folder), state_location=location), sink, checkpoint)
+    text = str(caught.value)
+    assert "FramingError" in text and "partition 0, offset 16" in text, text[-3000:]
 
 
 # ---- dts-kafka on a real broker ------------------------------------------------------------------

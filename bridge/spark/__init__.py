@@ -107,11 +107,22 @@ def _dts_input(df, ordered: bool = False):
     return columns if ordered else kafka_order(columns)
 
 
-def _streaming(df, make_job, output_ddl: str, tally, max_open_offsets, max_open_seconds):
-    """A streaming DataFrame: reassembly per Kafka (topic, partition) kept in Spark state across
-    micro-batches (bridge/spark/streaming.py; docs/spark.md, "Streaming")."""
+def _streaming(df, make_job, output_ddl: str, tally, max_open_offsets, max_open_seconds, state_location):
+    """A streaming DataFrame: reassembly per Kafka (topic, partition) kept across micro-batches, in
+    Spark state (bridge/spark/streaming.py) or, with `state_location`, in tail files beside the
+    query (bridge/spark/tails.py; docs/spark.md, "Streaming")."""
+    if state_location is not None:
+        from bridge.spark.tails import tail_transform
+        return tail_transform(_dts_columns(df), make_job, output_ddl, tally, max_open_offsets, max_open_seconds,
+                              state_location)
     from bridge.spark.streaming import stream_transform
     return stream_transform(_dts_columns(df), make_job, output_ddl, tally, max_open_offsets, max_open_seconds)
+
+
+def _batch_only(df, state_location) -> None:
+    if state_location is not None and not df.isStreaming:
+        raise OptionsError("option 'state_location' keeps a streaming query's open Entries between micro-batches; "
+                           "a batch DataFrame has none", value=state_location)
 
 
 def dts_to_blob_batches(options: Options | None = None, mode: str = "FAILFAST", *,
@@ -125,7 +136,8 @@ def dts_to_blob_batches(options: Options | None = None, mode: str = "FAILFAST", 
 
 def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
                 tally: SparkTally | None = None, ordered: bool = False,
-                max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None):
+                max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None,
+                state_location: str | None = None):
     """Kafka-shaped DTS DataFrame -> one row per Blob message (`blob_schema(mode)`).
 
     `offset` is the first segment of the Entries, `entry` the Entry's index in it and `row` the
@@ -140,29 +152,36 @@ def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
     by a micro-batch boundary is emitted whole, once, when it completes; one left open more than
     `max_open_offsets` offsets (or `max_open_seconds`) behind its partition is a dead letter
     under `mode` (docs/spark.md, "Streaming"). A batch read reports what is unfinished at its end.
+    `state_location` (a path or URI every executor reaches, kept with the query's checkpoint) keeps
+    those open tails in small files there instead of Spark's state store: the same output, at
+    about the pace of a stateless pass (bridge/spark/tails.py).
     """
     options = options or DEFAULT_OPTIONS
+    _batch_only(df, state_location)
     if df.isStreaming:
         _policy_name(mode)
         return _streaming(df, lambda: _DtsToBlob(options, mode), blob_schema(mode), tally,
-                          max_open_offsets, max_open_seconds)
+                          max_open_offsets, max_open_seconds, state_location)
     fn = dts_to_blob_batches(options, mode, tally=tally, arrow=True)
     return _dts_input(df, ordered).mapInArrow(fn, blob_schema(mode))
 
 
 def dts_entries(df, mode: str = "FAILFAST", *, tally: SparkTally | None = None, ordered: bool = False,
-                max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None):
+                max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None,
+                state_location: str | None = None):
     """Kafka-shaped DTS DataFrame -> one row per complete Entry (`entries_schema(mode)`): topic,
     partition, offset (the first segment of its Entries), entry (its index there) and `dts`, the
     Entry's bytes. Every Entry of every table and type, in stream order per Kafka partition: the
     input of `format("datahub")` for a whole database (docs/spark.md, "A whole database"), where
     each task converts the Entries as `dts-bridge sync` does, whatever DDL changes mid-stream.
-    Reassembly, `ordered`, the streaming state and its limits are those of `dts_to_blob`.
+    Reassembly, `ordered`, the streaming state (and `state_location`) and its limits are those of
+    `dts_to_blob`.
     """
     _policy_name(mode)
+    _batch_only(df, state_location)
     if df.isStreaming:
         return _streaming(df, lambda: _DtsToEntries(mode), entries_schema(mode), tally, max_open_offsets,
-                          max_open_seconds)
+                          max_open_seconds, state_location)
     fn = _batch_function(lambda: _DtsToEntries(mode), True, tally)
     return _dts_input(df, ordered).mapInArrow(fn, entries_schema(mode))
 
@@ -205,7 +224,8 @@ def table_columns(df, table: str, *, ordered: bool = False, options: Options | N
 
 def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mode: str = "FAILFAST", *,
                  columns=None, positions: bool = False, tally: SparkTally | None = None, ordered: bool = False,
-                 max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None):
+                 max_open_offsets: int | None = DEFAULT_MAX_OPEN_OFFSETS, max_open_seconds: float | None = None,
+                 state_location: str | None = None):
     """Kafka-shaped DTS DataFrame -> typed Tuple rows of one table ("db.table").
 
     `schema` is the DataHub RecordSchema (dict, JSON text or pydatahub RecordSchema); without it,
@@ -213,9 +233,11 @@ def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mo
     table)` (one more Spark job; a streaming DataFrame needs `schema` or `columns`). Entries of
     other tables and non-DML entries give no rows and count as not emitted. `positions=True` adds
     topic, partition, offset, entry, row in front. `ordered=True` skips the shuffle into Kafka
-    order, and a streaming DataFrame keeps unfinished Entries in state, as in `dts_to_blob`.
+    order, and a streaming DataFrame keeps unfinished Entries in state (or in `state_location`), as
+    in `dts_to_blob`.
     """
     options = options or DEFAULT_OPTIONS
+    _batch_only(df, state_location)
     if schema is None:
         from bridge.tuple import record_schema
         if columns is None and df.isStreaming:
@@ -227,7 +249,7 @@ def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mo
         fields = _tuple_fields(schema, columns)
         output = tuple_schema(schema, columns, mode, positions)
         return _streaming(df, lambda: _DtsToTuple(options, mode, table, fields, positions), output, tally,
-                          max_open_offsets, max_open_seconds)
+                          max_open_offsets, max_open_seconds, state_location)
     fn = dts_to_tuple_batches(table, schema, options, mode, columns=columns, positions=positions,
                               tally=tally, arrow=True)
     return _dts_input(df, ordered).mapInArrow(fn, tuple_schema(schema, columns, mode, positions))

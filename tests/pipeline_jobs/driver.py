@@ -45,15 +45,17 @@ def main() -> None:
                           batchSize=cfg.get("batchSize", 5), maxRetries=cfg.get("maxRetries", 30),
                           commitLog=cfg["commitLog"])
     kind = cfg.get("kind", "blob")
+    # the open tails in Spark's state store, or in files beside the checkpoint (bridge/spark/tails.py)
+    state = {"state_location": cfg["state_location"]} if cfg.get("state_location") else {}
     if kind == "blob":
-        out = bs.dts_to_blob(stream)
+        out = bs.dts_to_blob(stream, **state)
     elif kind == "database":
-        out = bs.dts_entries(stream)
+        out = bs.dts_entries(stream, **state)
         writer_options.update(cfg["options"])
     else:
         # the table's DTS columns from a batch read of the same topic, as docs/spark.md shows
         columns = bs.table_columns(kafka_reader(spark, cfg, streaming=False), cfg["table"])
-        out = bs.dts_to_tuple(stream, cfg["table"], columns=columns, positions=True)
+        out = bs.dts_to_tuple(stream, cfg["table"], columns=columns, positions=True, **state)
         writer_options.update(table=cfg["table"], keyColumns=",".join(c.name for c in columns if c.isKey),
                               createTopics="true", shards=cfg.get("shards", 2))
     writer = out.writeStream.format("datahub").option("checkpointLocation", cfg["checkpoint"])

@@ -1,0 +1,229 @@
+"""The streaming side of `dts_to_blob` / `dts_to_tuple` / `dts_entries` with `state_location`: each
+Kafka partition's open tail kept in files beside the query instead of in Spark's state store.
+
+The stream is shuffled by Kafka (topic, partition), as Spark's own streaming floor is, and one
+`mapInArrow` converts each Kafka partition's rows of the micro-batch with the same per-partition
+job as a batch read, in offset order. What a partition leaves open at the end of a micro-batch
+(the segments of an unfinished Entries, TDSQL's complete Entries waiting behind one, the last
+offset and `ps`: `streaming.STATE_SCHEMA`, the same value the Spark-state path keeps) is written
+to one small Arrow file per (query, Kafka partition, micro-batch):
+
+    <state_location>/<query id>/<topic>/<partition>/<micro-batch id, 20 digits>.arrow
+
+and micro-batch B of a partition starts from the newest file of a micro-batch before B. The query
+id (the checkpoint's, kept across restarts) and the micro-batch id come from the task's local
+properties, which Spark's micro-batch execution sets for every task; a micro-batch re-run after a
+crash has the same id and the same offsets, so it reads the same tail and writes the same one (a
+file is written under a temporary name and moved into place; two attempts of one task write the
+same state). Files of a partition older than `RETAIN` micro-batches behind the newest are removed,
+except the newest of those (it is still the state of a partition that had no rows since).
+
+Why: Spark's transformWithStateInPandas sorts every row of the micro-batch into groups, converts
+them to pandas and back, and keeps a RocksDB store per shuffle partition; on the streaming bench
+that cost as much as the conversion itself (docs/performance.md, "Spark streaming at Spark's own
+pace"). Here every row crosses into Python once, as Arrow, and the state is one small file read
+and one written per Kafka partition and micro-batch. The price: `state_location` is part of the
+query's checkpoint, on a file system every executor reaches (a local path on one machine, a
+shared mount, or a URI pyarrow.fs opens: s3://, hdfs://, gs://; OSS and COS through S3's API),
+kept, moved and deleted with the checkpoint (docs/spark.md, "Streaming").
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from urllib.parse import quote
+
+from bridge.errors import BridgeError, OptionsError
+from bridge.spark.jobs import SparkTally, _arrow_column, _arrow_type, _FromDts
+from bridge.spark.streaming import OpenLimits, check_limits, dump_state, load_state
+
+QUERY_ID = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY: the checkpoint's query id
+BATCH_ID = "streaming.sql.batchId"  # MicroBatchExecution.BATCH_ID_KEY
+RETAIN = 100  # micro-batches of tails kept behind the newest, as spark.sql.streaming.minBatchesToRetain
+FORMAT = b"bridge-tail/1"
+_NAME = re.compile(r"^(\d{20})\.arrow$")
+
+
+def _state_type():
+    import pyarrow as pa
+    return pa.schema([
+        ("last_offset", pa.int64()), ("sharded", pa.bool_()),
+        ("ps", pa.list_(pa.struct([("shard", pa.string()), ("ps", pa.int64())]))),
+        ("open", pa.list_(pa.struct([("shard", pa.string()), ("total", pa.int64()), ("first_offset", pa.int64()),
+                                     ("next_index", pa.int64()), ("opened_ms", pa.int64()),
+                                     ("chunks", pa.list_(pa.large_binary()))]))),
+        ("waiting", pa.list_(pa.struct([("first_offset", pa.int64()), ("last_offset", pa.int64()),
+                                        ("segments", pa.int64()), ("data", pa.large_binary())]))),
+    ], metadata={b"format": FORMAT})
+
+
+_OPEN = ("shard", "total", "first_offset", "next_index", "opened_ms", "chunks")
+_WAITING = ("first_offset", "last_offset", "segments", "data")
+
+
+def encode_state(state: tuple) -> bytes:
+    """`dump_state`'s value as an Arrow IPC file of one row."""
+    import pyarrow as pa
+    last, sharded, ps, open_, waiting = state
+    row = {"last_offset": last, "sharded": sharded,
+           "ps": [{"shard": shard, "ps": seq} for shard, seq in ps],
+           "open": [dict(zip(_OPEN, item)) for item in open_],
+           "waiting": [dict(zip(_WAITING, item)) for item in waiting]}
+    schema = _state_type()
+    table = pa.Table.from_pylist([row], schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_state(data: bytes, where: str) -> tuple:
+    """The inverse of `encode_state`: the tuple `load_state` takes."""
+    import pyarrow as pa
+    try:
+        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise OptionsError(f"state_location: {where} is not a tail file ({exc})") from None
+    if (table.schema.metadata or {}).get(b"format") != FORMAT or table.num_rows != 1:
+        raise OptionsError(f"state_location: {where} is not a tail file of this version ({FORMAT.decode()})")
+    row = table.to_pylist()[0]
+    return (row["last_offset"], row["sharded"],
+            [(p["shard"], p["ps"]) for p in row["ps"]],
+            [tuple(item[k] for k in _OPEN) for item in row["open"]],
+            [tuple(item[k] for k in _WAITING) for item in row["waiting"]])
+
+
+def open_location(location: str):
+    """(pyarrow FileSystem, root path) of `state_location`: a URI pyarrow.fs opens, or an absolute path."""
+    from pyarrow import fs as pafs
+    if not isinstance(location, str) or not location:
+        raise OptionsError("option 'state_location' must be a path or a URI", value=location)
+    try:
+        return pafs.FileSystem.from_uri(location if "://" in location else os.path.abspath(location))
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise OptionsError(f"option 'state_location' cannot be opened: {exc}", value=location) from None
+
+
+class TailStore:
+    """The tail files of one Kafka partition of one query."""
+
+    def __init__(self, fs, root: str, query: str, topic, partition: int) -> None:
+        self.fs = fs
+        self.dir = "/".join((root.rstrip("/"), quote(query, safe=""),
+                             "-" if topic is None else "t" + quote(topic, safe=""), str(partition)))
+
+    def _ids(self) -> list[int]:
+        from pyarrow import fs as pafs
+        infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        return sorted(int(m.group(1)) for info in infos if (m := _NAME.match(info.base_name)))
+
+    def _path(self, batch: int) -> str:
+        return f"{self.dir}/{batch:020d}.arrow"
+
+    def load(self, batch: int) -> tuple[tuple | None, list[int]]:
+        """(the state after the newest micro-batch before `batch`, or None; the ids present)."""
+        ids = self._ids()
+        before = [i for i in ids if i < batch]
+        if not before:
+            return None, ids
+        path = self._path(before[-1])
+        with self.fs.open_input_stream(path) as fh:
+            data = fh.read()
+        return decode_state(data, path), ids
+
+    def save(self, batch: int, state: tuple, ids: list[int]) -> None:
+        """The state after `batch`, moved into place whole; tails past RETAIN removed."""
+        self.fs.create_dir(self.dir, recursive=True)
+        tmp = f"{self.dir}/.{batch:020d}.{uuid.uuid4().hex}.tmp"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(encode_state(state))
+        self.fs.move(tmp, self._path(batch))
+        old = [i for i in ids if i < batch - RETAIN]
+        for i in old[:-1]:  # the newest of them is the state of anything re-run from RETAIN back
+            self.fs.delete_file(self._path(i))
+
+
+def _partitions(table) -> Iterator[tuple]:
+    """(topic or None, partition, its rows in offset order) of a micro-batch's rows in one task."""
+    import pyarrow.compute as pc
+    names = table.schema.names
+    keys = [n for n in ("topic", "partition") if n in names]
+    if table.num_rows == 0:
+        return
+    groups = table.select(keys).group_by(keys, use_threads=False).aggregate([]).to_pylist()
+    groups.sort(key=lambda g: (g.get("topic") is not None, g.get("topic") or "", g["partition"] is not None,
+                               g["partition"] or 0))
+    for group in groups:
+        part = table
+        if len(groups) > 1:
+            mask = None
+            for k in keys:
+                col = table.column(k)
+                test = pc.is_null(col) if group[k] is None else pc.equal(col, group[k])
+                mask = test if mask is None else pc.and_(mask, test)
+            part = table.filter(mask)
+        offsets = part.column("offset")
+        if part.num_rows > 1 and not pc.all(pc.greater(offsets.slice(1), offsets.slice(0, part.num_rows - 1))).as_py():
+            part = part.sort_by([("offset", "ascending")])
+        yield group.get("topic"), group["partition"], part
+
+
+def _tail_function(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTally | None, location: str):
+    def run(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        query = ctx.getLocalProperty(QUERY_ID) if ctx is not None else None
+        batch_id = ctx.getLocalProperty(BATCH_ID) if ctx is not None else None
+        if query is None or batch_id is None:
+            raise OptionsError("state_location keeps a streaming query's tails per micro-batch: this task "
+                               "runs outside a micro-batch (a continuous trigger?)")
+        batch_id = int(batch_id)
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        fs, root = open_location(location)
+        job = make_job()
+        job.streaming = OpenLimits(*limits)
+        schema = pa.schema([(name, _arrow_type(kind)) for name, kind in job.columns])
+        now_ms = int(time.time() * 1000)
+        for topic, partition, part in _partitions(table):
+            if partition is None:
+                raise OptionsError("a DTS DataFrame's `partition` must not be null", value=None)
+            store = TailStore(fs, root, query, topic, partition)
+            state, ids = store.load(batch_id)
+            try:
+                reassembler, opened = load_state(state, partition, job.lazy)
+            except BridgeError as exc:
+                raise OptionsError(f"state_location: the tail of {store.dir} before micro-batch {batch_id} "
+                                   f"does not restore: {exc}") from None
+            job.reassemblers = {topic: reassembler}
+            job.streaming.now_ms, job.streaming.opened = now_ms, opened
+            wanted = job.inputs(part.schema.names)
+            records = zip(*[_arrow_column(part, n) if n else itertools.repeat(topic) for n in wanted])
+            for columns in job.chunks(records):
+                yield columns if isinstance(columns, pa.RecordBatch) else job.batch(columns, schema)
+            store.save(batch_id, dump_state(reassembler, partition, opened, now_ms), ids)
+        if tally is not None:
+            tally.add(job.policy.tally)
+    return run
+
+
+def tail_transform(df, make_job: Callable[[], _FromDts], output_ddl: str, tally: SparkTally | None,
+                   max_open_offsets: int | None, max_open_seconds: float | None, location: str):
+    """A streaming Kafka-shaped DataFrame through `make_job`'s conversion, open tails in `location`."""
+    check_limits(max_open_offsets, max_open_seconds)
+    fs, root = open_location(location)
+    uri = location if "://" in location else os.path.abspath(location)
+    try:
+        fs.create_dir(root, recursive=True)
+    except OSError as exc:
+        raise OptionsError(f"option 'state_location' cannot be written: {exc}", value=location) from None
+    keys = [c for c in ("topic", "partition") if c in df.columns]
+    fn = _tail_function(make_job, (max_open_offsets, max_open_seconds), tally, uri)
+    return df.repartition(*keys).mapInArrow(fn, output_ddl)
