@@ -16,7 +16,9 @@ rounds', and `running_vs_floor_per_round` each round's, whose passes ran side by
 what no exact streaming design can beat: the floor's shuffle with the batch job's per-partition
 function (`dts_to_blob_batches`, DROPMALFORMED) in its `mapInArrow`, no state at all, so each
 micro-batch's Entries cut by its ends are rejected instead of kept (a few fewer output rows, an upper
-bound); `ceiling_tuple` the same with `dts_to_tuple_batches`. The batch pass is
+bound); `ceiling_tuple` the same with `dts_to_tuple_batches`. `tails` and `tails_tuple` are the streaming
+transforms with `state_location` (the open tails in files beside the query, bridge/spark/tails.py),
+`streaming` and `streaming_tuple` with Spark's state store (the default). The batch pass is
 `dts_to_blob(spark.read.parquet(...))` of the same files (it shuffles into Kafka order, as the
 streaming job groups by Kafka partition) into `noop`. Both are warmed up once; the best of
 `repeat` alternating rounds counts.
@@ -187,6 +189,11 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
               "streaming": lambda: stream_pass("streaming", folder, bs.dts_to_blob),
               "streaming_tuple": lambda: stream_pass("streaming_tuple", folder,
                                                      lambda s: bs.dts_to_tuple(s, table, schema, columns=columns)),
+              # the open tails in state_location's files instead of the state store (bridge/spark/tails.py)
+              "tails": lambda: stream_pass("tails", folder, lambda s: bs.dts_to_blob(
+                  s, state_location=os.path.join(checkpoints, "tails"))),
+              "tails_tuple": lambda: stream_pass("tails_tuple", folder, lambda s: bs.dts_to_tuple(
+                  s, table, schema, columns=columns, state_location=os.path.join(checkpoints, "tails"))),
               "streaming_one_micro_batch": lambda: stream_pass("one", whole, bs.dts_to_blob)}
     try:
         shutil.rmtree(checkpoints, ignore_errors=True)
@@ -208,7 +215,7 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         spark.stop()
         shutil.rmtree(checkpoints, ignore_errors=True)
     best = {name: min(t) for name, t in times.items()}
-    for name in ("floor", "ceiling", "ceiling_tuple", "streaming", "streaming_tuple"):
+    for name in ("floor", "ceiling", "ceiling_tuple", "streaming", "streaming_tuple", "tails", "tails_tuple"):
         share, seconds = min(steady[name], key=lambda x: x[1] / x[0])
         best[f"{name}_running"] = seconds / share  # the whole input at the running query's best pace
     best["streaming_one_micro_batch_add_batch"] = min(add_batch)
@@ -222,13 +229,16 @@ def run(entries: list, rows: int, work_dir: str, repeat: int, log: Callable[[str
         "streaming_running_vs_batch": round(best["batch"] / best["streaming_running"], 3),
         "streaming_running_vs_floor": round(best["floor_running"] / best["streaming_running"], 3),
         "streaming_tuple_running_vs_floor": round(best["floor_running"] / best["streaming_tuple_running"], 3),
+        # the same transforms with state_location (the issue-33 targets: docs/performance.md)
+        "tails_running_vs_floor": round(best["floor_running"] / best["tails_running"], 3),
+        "tails_tuple_running_vs_floor": round(best["floor_running"] / best["tails_tuple_running"], 3),
         "ceiling_running_vs_floor": round(best["floor_running"] / best["ceiling_running"], 3),
         "ceiling_tuple_running_vs_floor": round(best["floor_running"] / best["ceiling_tuple_running"], 3),
         # per round, each pass's running pace over the floor's of the same round
         "running_vs_floor_per_round": {
             name: [round(floor_s / floor_share * share / seconds, 3)
                    for (floor_share, floor_s), (share, seconds) in zip(steady["floor"], steady[name])]
-            for name in ("ceiling", "ceiling_tuple", "streaming", "streaming_tuple")},
+            for name in ("ceiling", "ceiling_tuple", "streaming", "streaming_tuple", "tails", "tails_tuple")},
         "streaming_vs_floor": round(best["floor"] / best["streaming"], 3),
         # the per-partition functions alone, in process CPU (`_job_cpu`): how far the Tuple job is
         # from the Blob one before Spark's share

@@ -15,6 +15,8 @@ and the executors' logs show tasks run on both workers.
 
 - test_blob_on_the_cluster_killed_and_restarted: 1 kill (make test).
 - test_blob_on_the_cluster_killed_and_restarted_deep: 4 kills (make test-deep).
+- the same two with `state_location` (the open tails in files the executors write, bridge/spark/tails.py,
+  instead of the state store): 1 kill (make test), 4 kills (make test-deep).
 
 The reverse stream on the same cluster (`kill_run`, tests/support/reverse_stream.py, as
 tests/test_spark_datahub_reverse.py runs it on local[2]): DataHub (3 shards, an Entry's rows and an
@@ -112,7 +114,7 @@ def _convert_blob(path: pathlib.Path, tmp_path: pathlib.Path) -> list[bytes]:
     return out.read_bytes().splitlines()
 
 
-def _cluster_pipeline(tmp_path, broker, cluster, topic, *, kills: int, seed: int) -> None:
+def _cluster_pipeline(tmp_path, broker, cluster, topic, *, kills: int, seed: int, tails: bool = False) -> None:
     began = time.monotonic()
     name, records, files = topic
     expected: dict = collections.defaultdict(list)
@@ -130,7 +132,8 @@ def _cluster_pipeline(tmp_path, broker, cluster, topic, *, kills: int, seed: int
         chaos(server, seed)
         driver = Driver(tmp_path, source="dts-kafka", bootstrap=broker.bootstrap, topic=name,
                         maxOffsetsPerTrigger=MAX_OFFSETS, endpoint=server.endpoint, project=PROJECT,
-                        datahub_topic="blob", batchSize=5, maxRetries=30, jars="", kind="blob", conf=conf)
+                        datahub_topic="blob", batchSize=5, maxRetries=30, jars="", kind="blob", conf=conf,
+                        state_location=str(tmp_path / "tails") if tails else None)
         killed = kill_loop(driver, _landed_count(server, "blob"), kills=kills, total=total, seed=seed, log=log,
                            timeout=600)
         server.faults.clear()
@@ -144,6 +147,9 @@ def _cluster_pipeline(tmp_path, broker, cluster, topic, *, kills: int, seed: int
     cuts = checkpoint_cuts(driver.checkpoint, name)
     inside = straddling_cuts(cuts, {p: _split_ranges(raws) for p, raws in records.items()})
     assert inside, f"no micro-batch ended inside a split Entries: cuts {dict(cuts)}"
+    if tails:  # the open tails were in state_location's files, written by the executors, per Kafka partition
+        written = sorted(p.parent.name for p in (tmp_path / "tails").glob("*/*/*/*.arrow"))
+        assert set(written) == {"0", "1"}, written
     # every run was an application of the cluster; the tasks ran in executors on both workers
     tasks = {n: {app: count for app, count in apps.items() if app not in before[n]}
              for n, apps in cluster.task_logs().items()}
@@ -152,7 +158,7 @@ def _cluster_pipeline(tmp_path, broker, cluster, topic, *, kills: int, seed: int
     final = max(runs)
     assert all(tasks[n].get(final, 0) > 0 for n in tasks), \
         f"the last run's tasks did not run on both workers: {tasks}\n{context}"
-    print(f"\n[standalone cluster, dts-kafka -> Blob -> datahub, seed {seed}: {len(killed)} kills in {driver.runs} "
+    print(f"\n[standalone cluster, dts-kafka -> Blob -> datahub ({'state_location' if tails else 'Spark state'}), seed {seed}: {len(killed)} kills in {driver.runs} "
           f"runs, {compared} records compared, {len(cuts[0])} micro-batches, {len(inside)} ends inside split "
           f"Entries, tasks per worker and application {tasks}, faults {faults}, {time.monotonic() - began:.1f} s]\n  "
           + "\n  ".join(log))
@@ -165,6 +171,18 @@ def test_blob_on_the_cluster_killed_and_restarted(kafka_broker, spark_cluster, c
 @pytest.mark.deep
 def test_blob_on_the_cluster_killed_and_restarted_deep(kafka_broker, spark_cluster, cluster_topic, tmp_path):
     _cluster_pipeline(tmp_path, kafka_broker, spark_cluster, cluster_topic, kills=4, seed=SEED + 1)
+
+
+def test_blob_with_state_location_on_the_cluster_killed_and_restarted(kafka_broker, spark_cluster, cluster_topic,
+                                                                      tmp_path):
+    """The open tails in state_location's files (bridge/spark/tails.py), written by the executors."""
+    _cluster_pipeline(tmp_path, kafka_broker, spark_cluster, cluster_topic, kills=1, seed=SEED + 2, tails=True)
+
+
+@pytest.mark.deep
+def test_blob_with_state_location_on_the_cluster_killed_and_restarted_deep(kafka_broker, spark_cluster,
+                                                                           cluster_topic, tmp_path):
+    _cluster_pipeline(tmp_path, kafka_broker, spark_cluster, cluster_topic, kills=4, seed=SEED + 3, tails=True)
 
 
 # ---- the reverse stream: DataHub -> blob_to_dts -> dts-kafka -------------------------------------

@@ -190,7 +190,8 @@ def convert_tuple(path: pathlib.Path, tmp_path: pathlib.Path, table: str) -> tup
     return json.loads(side.read_text()), rows
 
 
-def _blob_pipeline(tmp_path, broker, topic: Topic, *, source: str, kills: int, seed: int) -> None:
+def _blob_pipeline(tmp_path, broker, topic: Topic, *, source: str, kills: int, seed: int,
+                   tails: bool = False) -> None:
     _java()
     began = time.monotonic()
     jars = _need_spark_kafka_jars() if source == "kafka" else ""
@@ -207,7 +208,8 @@ def _blob_pipeline(tmp_path, broker, topic: Topic, *, source: str, kills: int, s
         chaos(server, seed)
         driver = Driver(tmp_path, source=source, bootstrap=broker.bootstrap, topic=topic.name,
                         maxOffsetsPerTrigger=MAX_OFFSETS, endpoint=server.endpoint, project=PROJECT,
-                        datahub_topic="blob", batchSize=5, maxRetries=30, jars=jars, kind="blob")
+                        datahub_topic="blob", batchSize=5, maxRetries=30, jars=jars, kind="blob",
+                        state_location=str(tmp_path / "tails") if tails else None)
         count = _landed_count(server, "blob")
         killed = kill_loop(driver, count, kills=kills, total=total, seed=seed, log=log)
         server.faults.clear()
@@ -221,9 +223,11 @@ def _blob_pipeline(tmp_path, broker, topic: Topic, *, source: str, kills: int, s
         cuts = checkpoint_cuts(driver.checkpoint, topic.name)
         inside = straddling_cuts(cuts, topic.splits())
         assert inside, f"no micro-batch ended inside a split Entries: cuts {dict(cuts)}, splits {topic.splits()}"
+        if tails:  # the open tails were in state_location's files, per Kafka partition
+            assert {p.parent.name for p in (tmp_path / "tails").glob("*/*/*/*.arrow")} == {"0", "1"}
         summaries = commits(driver.commit_log)
         skipped = sum(s.get("skipped", 0) for s in summaries if s["outcome"] == "commit")
-        print(f"\n[{source} -> Blob -> datahub, seed {seed}: {len(killed)} kills in {driver.runs} runs, {compared} "
+        print(f"\n[{source} -> Blob -> datahub ({'state_location' if tails else 'Spark state'}), seed {seed}: {len(killed)} kills in {driver.runs} runs, {compared} "
               f"records compared over {len(expected)} (shard, partition) pairs, {len(cuts[0])} micro-batches, "
               f"{len(inside)} micro-batch ends inside split Entries, {skipped} records found already landed by "
               f"replays, faults {faults}, {time.monotonic() - began:.1f} s]\n  " + "\n  ".join(log))
@@ -238,6 +242,16 @@ def test_blob_dts_kafka_killed_and_restarted(kafka_broker, clean_topic, tmp_path
 @pytest.mark.deep
 def test_blob_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="dts-kafka", kills=6, seed=SEED + 1)
+
+
+def test_blob_dts_kafka_with_state_location_killed_and_restarted(kafka_broker, clean_topic, tmp_path):
+    """The open tails in state_location's files (bridge/spark/tails.py) instead of the state store."""
+    _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="dts-kafka", kills=1, seed=SEED + 6, tails=True)
+
+
+@pytest.mark.deep
+def test_blob_dts_kafka_with_state_location_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):
+    _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="dts-kafka", kills=6, seed=SEED + 7, tails=True)
 
 
 # ---- 2. Spark's own kafka source -> Blob -> datahub ----------------------------------------------------
