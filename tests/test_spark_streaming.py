@@ -265,6 +265,19 @@ def test_tuple_stream_across_micro_batches_equals_batch(spark, tmp_path, mode, s
     assert tally.value == reference.value and tally.value.balanced()
 
 
+@pytest.mark.spark
+def test_entries_stream_across_micro_batches_equals_batch(spark, tmp_path, state):
+    """`dts_entries` (the whole-database input of format("datahub")): each complete Entry once, in
+    the micro-batch that completes it, equal to the batch read's per Kafka partition."""
+    folder = str(tmp_path / "in")
+    write_files(folder, CLEAN)
+    sink = Sink()
+    run(bs.dts_entries(read_stream(spark, folder), **state), sink, str(tmp_path / "ck"))
+    expected = bs.dts_entries(spark.read.parquet(folder)).collect()
+    got = per_partition(sink.rows())
+    assert got == per_partition(expected) and len(got[0]) > 10 and len(got[1]) > 10
+
+
 # Every cut position at once: Kafka partition p carries large.pb (21 Envelopes, split 1-4, 6-11,
 # 15-18) cut into three micro-batches at offsets p+1 and p+4 (the third empty where that passes the
 # end), so the first cut falls at each offset 1..20 and the second at 4..20; partitions 6 and 7's
