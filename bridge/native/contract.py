@@ -16,8 +16,9 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-__all__ = ["Kind", "TEMPORAL_KINDS", "Out", "CharsetMode", "SinkOp", "DmlType", "WireType", "MT_DML", "NIL", "NA", "TUPLE_TS_HI",
+__all__ = ["Kind", "TEMPORAL_KINDS", "Out", "CharsetMode", "SinkOp", "TupleStorage", "TupleWriter", "DmlType", "WireType", "MT_DML", "NIL", "NA", "TUPLE_TS_HI",
            "PROTO_FIELDS", "PlanColumn", "CharsetEntry", "SinkTable", "Scanned", "SinkEntries", "SinkTaken",
+           "TupleSinkField", "TupleSinkTable", "TupleSinkTaken",
            "LAYOUTS", "c_constants"]
 
 
@@ -66,6 +67,36 @@ class SinkOp(IntEnum):
     UPDATE_BEFOR = 1
     UPDATE_AFTER = 2
     DELETE = 3
+
+
+class TupleStorage(IntEnum):
+    """How `TupleSink` stores an output column (C `TS_*`): the Arrow layout of the field's Spark type."""
+
+    BOOL = 0        # bits
+    INT8 = 1
+    INT16 = 2
+    INT32 = 3
+    INT64 = 4       # bigint, and timestamp's microseconds
+    FLOAT32 = 5
+    FLOAT64 = 6
+    DECIMAL128 = 7  # the unscaled value, 16 bytes
+    STRING = 8      # int32 offsets and UTF-8 bytes
+
+
+class TupleWriter(IntEnum):
+    """What writes an output field's values in `TupleSink` for one column set (C `W_*`)."""
+
+    NULL = 0        # the column set has no such column: null
+    INT = 1         # a Kind.LONG column's int within [lo, hi]
+    MICROS = 2      # a temporal column's epoch microseconds (Out.MICROS) within [lo, hi]
+    DOUBLE = 3      # a Kind.DOUBLE column's finite double
+    FLOAT32 = 4     # a Kind.DOUBLE column's float32 (Out.FLOAT32)
+    BOOL = 5        # a Kind.BOOL column's bool
+    DECIMAL = 6     # an Out.DECIMAL column's value at scale `hi`, at most `lo` digits
+    STRING = 7      # a text, json or base64 column's str (Out.SAME or Out.HEX)
+    SEQ = 8         # _sequence_id_
+    TIME = 9        # _execute_time_
+    IMAGE_TEXT = 10  # a text per DmlType and image: (insert's, (update's before, after), delete's)
 
 
 class DmlType(IntEnum):
@@ -187,10 +218,41 @@ class SinkTaken(NamedTuple):
     event_time: bytes  # int64 microseconds
 
 
-LAYOUTS: dict[str, tuple[str, ...]] = {cls.__name__: cls._fields for cls in
-                                       (PlanColumn, CharsetEntry, SinkTable, Scanned, SinkEntries, SinkTaken)}
+class TupleSinkField(NamedTuple):
+    """One output field of a `TupleSinkTable`: how `TupleSink` writes its values for a column set."""
 
-_PREFIXES = ((Kind, "K_"), (Out, "O_"), (CharsetMode, "CS_"), (SinkOp, "OP_"), (DmlType, "DML_"), (WireType, "WT_"))
+    writer: int      # TupleWriter
+    column: int      # the Plan column a column writer reads (-1: none)
+    lo: int          # INT, MICROS: the range of the value; DECIMAL: the precision
+    hi: int          # ... DECIMAL: the scale
+    text: Any        # IMAGE_TEXT: a tuple per DmlType of bytes per image; else None
+
+
+class TupleSinkTable(NamedTuple):
+    """A table record of `TupleSink.entries(..., tables, ...)` (bridge/spark/to_datahub.py's `_DtsToTuple`)."""
+
+    plan: Any        # the column set's Tuple Plan
+    fields: tuple    # a TupleSinkField per output value field
+
+
+class TupleSinkTaken(NamedTuple):
+    """What `TupleSink.take()` gives: positions as int32 / int64 bytes, then per output value field
+    (validity bits, null count, int32 offsets or None, data)."""
+
+    rows: int
+    entry: bytes
+    row: bytes
+    partition: bytes
+    offset: bytes
+    columns: tuple
+
+
+LAYOUTS: dict[str, tuple[str, ...]] = {cls.__name__: cls._fields for cls in
+                                       (PlanColumn, CharsetEntry, SinkTable, Scanned, SinkEntries, SinkTaken,
+                                        TupleSinkField, TupleSinkTable, TupleSinkTaken)}
+
+_PREFIXES = ((Kind, "K_"), (Out, "O_"), (CharsetMode, "CS_"), (SinkOp, "OP_"), (TupleStorage, "TS_"),
+             (TupleWriter, "W_"), (DmlType, "DML_"), (WireType, "WT_"))
 
 
 def c_constants() -> dict[str, int]:

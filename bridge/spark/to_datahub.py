@@ -17,7 +17,17 @@ from typing import Any
 from bridge.blob.encode import FORMAT_VERSION, BlobEncoder
 from bridge.errors import BridgeError, ConversionError, OptionsError, TupleFormatError
 from bridge.native import speedups
-from bridge.native.contract import SinkTaken
+from bridge.native.contract import (
+    DmlType,
+    Kind,
+    Out,
+    SinkTaken,
+    TupleSinkField,
+    TupleSinkTable,
+    TupleSinkTaken,
+    TupleStorage,
+    TupleWriter,
+)
 from bridge.options import Options
 from bridge.spark.jobs_base import (
     _OUT_ROWS,
@@ -157,29 +167,36 @@ class _FromDts(_Job):
             column.append(value)
 
 
-class _DtsToBlob(_FromDts):
-    """Plain DML Entries (`BlobEncoder.sink_table`) go through `_speedups.Sink`, which writes their
-    output columns as Arrow buffers in C, a whole Entries at a time; every other Entry, and the first
-    of each table, through `convert_columns`. Both give the same rows (tests/test_spark_sink.py)."""
+class _Sunk(_FromDts):
+    """A job whose plain DML Entries a C sink writes as Arrow buffers, a whole Entries at a time; every
+    other Entry, and the first of each table, through `_outputs()` (and its table then registered for
+    the sink). Both give the same rows: the sink leaves to Python every Entry it is not sure of."""
 
     raw = True
-    utf8_bytes = frozenset({"blob"})
     use_sink = True  # the C sink when the extension is there (tests turn it off to compare)
 
-    def __init__(self, options: Options, mode: str) -> None:
-        super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
-        self.encoder = BlobEncoder(options)
-        self.options = options
-        self.sink = speedups.Sink() if speedups is not None and self.use_sink and not options.system_time else None
-        self.lazy = self.sink is not None  # the sink reads each Entry's bytes, parsed only when it cannot
-        self.tables: dict[bytes, tuple] = {}  # Sink table key -> BlobEncoder.sink_table record
+    def __init__(self, mode: str, value_columns) -> None:
+        super().__init__(mode, value_columns)
+        self.sink: Any = None  # set by the subclass when it has one; then `lazy` too
+        self.tables: dict[bytes, Any] = {}  # the sink's table key -> its record
         self._pieces: list = []  # output batches not yet given, in order
-        self._held = 0  # their rows
+        self._pieces_rows = 0  # their rows
         self.sunk = 0  # Entries the sink wrote
 
-    def convert_columns(self, entry, raw=None):
-        seqs, ops, dbs, tables, shards, times, lines = self.encoder.convert_columns(entry, raw)
-        return len(lines), (seqs, ops, dbs, tables, shards, [t * 1000 for t in times], lines)
+    def _sink_entries(self, raws: list, index: int, partition: int, offset: int) -> tuple[int, int, int]:
+        """The sink's `entries(...)` from raws[index]: (next, Entries that gave rows, rows)."""
+        raise NotImplementedError
+
+    def _counted(self, entries: int, rows: int) -> None:
+        """The encoder's counts of what the sink wrote."""
+
+    def _sink_batch(self, topic):
+        """An output batch of the sink's rows (`take()`)."""
+        raise NotImplementedError
+
+    def _register(self, entry: pb.Entry, raw: bytes) -> None:
+        """After `_outputs()` took an Entry, its table's record for the sink, if C can take it."""
+        raise NotImplementedError
 
     def chunks(self, records):
         if self.sink is None:
@@ -187,15 +204,15 @@ class _DtsToBlob(_FromDts):
             return
         import pyarrow as pa
         self._schema = pa.schema([(name, _arrow_type(kind)) for name, kind in self.columns])
-        self._out = [[] for _ in range(self.width)]
+        self._reset()
         for topic, items in self._topics(records):
             yield from self._assembled(topic, items)
         self._hold_rows()
         yield from self._give()
 
     def _assembled(self, topic, items) -> Iterator:
-        tally, encoder, sink, tables = self.policy.tally, self.encoder, self.sink, self.tables
-        lossless = self.options.lossless
+        tally, sink = self.policy.tally, self.sink
+        outputs = self._outputs()
         try:
             for item in items:
                 if self.policy.errors:  # framing errors before this Entries
@@ -208,28 +225,27 @@ class _DtsToBlob(_FromDts):
                 index = 0
                 while index < n:
                     if plain:
-                        if self._out[0]:
-                            self._hold_rows()
-                        index, done, messages = sink.entries(raws, index, tables, partition, offset, lossless,
-                                                             _VERSION)
-                        tally.input += done
-                        tally.converted += done
-                        tally.outputs += messages
-                        encoder.entries += done
-                        encoder.emitted += messages
-                        self.sunk += done
+                        self._hold_rows()
+                        start = index
+                        index, converted, rows = self._sink_entries(raws, index, partition, offset)
+                        tally.input += index - start
+                        tally.converted += converted
+                        tally.not_emitted += index - start - converted
+                        tally.outputs += rows
+                        self._counted(converted, rows)
+                        self.sunk += index - start
                         if index >= n:
                             break
                     raw = raws[index] if raws is not None else None
                     self._hold_sink(topic)
                     tally.input += 1
                     where = {"partition": partition, "offset": offset, "entry": index}
-                    convert = self._convert_and_register if plain else self.convert_columns
+                    convert = self._convert_and_register if plain else outputs
                     for at, found in entries_to_outputs([(where, entries[index], raw)], convert, self.policy,
                                                         size=itemgetter(0)):
                         self._add(topic, at, found)
                     index += 1
-                if self._held + sink.rows() + len(self._out[0]) >= _OUT_ROWS:
+                if self._pieces_rows + sink.rows() + self._held_rows() >= _OUT_ROWS:
                     self._hold_sink(topic)
                     self._hold_rows()
                     yield from self._give()
@@ -239,10 +255,10 @@ class _DtsToBlob(_FromDts):
             raise err.located(topic=topic)
 
     def _convert_and_register(self, entry: pb.Entry, raw: bytes) -> tuple[int, Any]:
-        """`convert_columns`, then the Entry's table registered for the sink: one step under the
-        error policy, so an Entry the policy rejects registers nothing, and a table the sink cannot
-        be told of rejects its Entry instead of ending the task."""
-        found = self.convert_columns(entry, raw)
+        """`_outputs()`, then the Entry's table registered for the sink: one step under the error
+        policy, so an Entry the policy rejects registers nothing, and a table the sink cannot be
+        told of rejects its Entry instead of ending the task."""
+        found = self._outputs()(entry, raw)
         try:
             self._register(entry, raw)
         except BridgeError as err:
@@ -251,41 +267,71 @@ class _DtsToBlob(_FromDts):
             raise err.located(seq_id=h.seqId, table=f"{h.schemaName}.{h.tableName}" if named else None)
         return found
 
-    def _register(self, entry: pb.Entry, raw: bytes) -> None:
-        """After `convert_columns` took an Entry, its table's record for the sink, if C can take it."""
-        key = speedups.table_key(raw)
-        if key is None or key in self.tables:
-            return
-        record = self.encoder.sink_table(entry, raw)
-        if record is not None:
-            if len(self.tables) >= 4096:
-                self.tables.clear()
-            self.tables[key] = record
+    def _remember(self, key: bytes, record) -> None:
+        if len(self.tables) >= 4096:
+            self.tables.clear()
+        self.tables[key] = record
 
     def _hold_sink(self, topic) -> None:
         """The sink's rows become the next output batch (the rows before them are held already)."""
         if self.sink.rows():
-            self._hold(_sink_batch(self.sink.take(), topic, self._schema, self.keep))
+            self._hold(self._sink_batch(topic))
 
     def _hold_rows(self) -> None:
-        """The rows in `_out` become the next output batch (the sink's rows are held already)."""
-        if self._out[0]:
-            self._hold(self.batch(self._out, self._schema))
-            self._out = [[] for _ in range(self.width)]
+        """The rows Python converted become the next output batch (the sink's rows are held already)."""
+        if self._held_rows():
+            self._hold(self.batch(self._take(), self._schema))
 
     def _hold(self, batch) -> None:
         self._pieces.append(batch)
-        self._held += batch.num_rows
+        self._pieces_rows += batch.num_rows
 
     def _give(self) -> Iterator:
         """The held rows in batches of at most _OUT_ROWS."""
         import pyarrow as pa
-        pieces, self._pieces, self._held = self._pieces, [], 0
+        pieces, self._pieces, self._pieces_rows = self._pieces, [], 0
         if len(pieces) > 1:
             pieces = pa.Table.from_batches(pieces, schema=self._schema).combine_chunks().to_batches()
         for batch in pieces:
             for start in range(0, batch.num_rows, _OUT_ROWS):
                 yield batch.slice(start, _OUT_ROWS)
+
+
+class _DtsToBlob(_Sunk):
+    """Plain DML Entries (`BlobEncoder.sink_table`) go through `_speedups.Sink`, which writes their
+    output columns as Arrow buffers in C, a whole Entries at a time; every other Entry, and the first
+    of each table, through `convert_columns`. Both give the same rows (tests/test_spark_sink.py)."""
+
+    utf8_bytes = frozenset({"blob"})
+
+    def __init__(self, options: Options, mode: str) -> None:
+        super().__init__(mode, BLOB_COLUMNS[len(POSITION_COLUMNS):])
+        self.encoder = BlobEncoder(options)
+        self.options = options
+        self.sink = speedups.Sink() if speedups is not None and self.use_sink and not options.system_time else None
+        self.lazy = self.sink is not None  # the sink reads each Entry's bytes, parsed only when it cannot
+
+    def convert_columns(self, entry, raw=None):
+        seqs, ops, dbs, tables, shards, times, lines = self.encoder.convert_columns(entry, raw)
+        return len(lines), (seqs, ops, dbs, tables, shards, [t * 1000 for t in times], lines)
+
+    def _sink_entries(self, raws, index, partition, offset):
+        return self.sink.entries(raws, index, self.tables, partition, offset, self.options.lossless, _VERSION)
+
+    def _counted(self, entries, rows):
+        self.encoder.entries += entries
+        self.encoder.emitted += rows
+
+    def _sink_batch(self, topic):
+        return _sink_batch(self.sink.take(), topic, self._schema, self.keep)
+
+    def _register(self, entry: pb.Entry, raw: bytes) -> None:
+        key = speedups.table_key(raw)
+        if key is None or key in self.tables:
+            return
+        record = self.encoder.sink_table(entry, raw)
+        if record is not None:
+            self._remember(key, record)
 
 
 _VERSION = FORMAT_VERSION.encode()
@@ -439,12 +485,80 @@ def _compile_sure(fields) -> Callable[[list], list | None]:
     return scope["sure"]
 
 
-class _DtsToTuple(_FromDts):
+# Spark type -> how `TupleSink` stores its column (the Arrow layout of `_arrow_type`); a decimal(p,s)
+# (p <= 38) is DECIMAL128. A field of any other type keeps the job off the sink.
+_STORAGES = {"boolean": TupleStorage.BOOL, "tinyint": TupleStorage.INT8, "smallint": TupleStorage.INT16,
+             "int": TupleStorage.INT32, "bigint": TupleStorage.INT64, "timestamp": TupleStorage.INT64,
+             "float": TupleStorage.FLOAT32, "double": TupleStorage.FLOAT64, "string": TupleStorage.STRING}
+
+# integer storage -> the integers it holds
+_STORED_INTS = {TupleStorage.INT8: (-(1 << 7), (1 << 7) - 1), TupleStorage.INT16: (-(1 << 15), (1 << 15) - 1),
+                TupleStorage.INT32: (-(1 << 31), (1 << 31) - 1), TupleStorage.INT64: (-(1 << 63), (1 << 63) - 1)}
+
+
+def _storage(kind: str) -> int | None:
+    if kind.startswith("decimal("):
+        return TupleStorage.DECIMAL128 if int(kind[len("decimal("):-1].split(",")[0]) <= 38 else None
+    return _STORAGES.get(kind)
+
+
+def _column_writer(ftype: str, kind: str, storage: int, index: int, column) -> TupleSinkField | None:
+    """How `TupleSink` writes a field's values read from Plan column `index` (a PlanColumn), or None
+    where it has no writer that gives what the field's check gives: each writer takes only the value
+    the check returns unchanged (an int of the field's range, a finite double, a bool, a str, a
+    decimal `_fit_decimal` lets through, a float32 as FLOAT's check rounds it), else C gives the
+    Entry back (tuple_sink.c)."""
+    from bridge.tuple.encode import INT_RANGES
+    k, out = column.kind, column.out
+    if ftype in INT_RANGES and ftype != "TIMESTAMP" and k == Kind.LONG and out == Out.SAME and storage in _STORED_INTS:
+        (lo, hi), (slo, shi) = INT_RANGES[ftype], _STORED_INTS[storage]
+        return TupleSinkField(TupleWriter.INT, index, max(lo, slo), min(hi, shi), None)
+    if ftype == "TIMESTAMP" and out == Out.MICROS and kind == "timestamp":
+        return TupleSinkField(TupleWriter.MICROS, index, *INT_RANGES["TIMESTAMP"], None)
+    if ftype == "DOUBLE" and k == Kind.DOUBLE and out == Out.SAME and kind == "double":
+        return TupleSinkField(TupleWriter.DOUBLE, index, 0, 0, None)
+    if ftype == "FLOAT" and k == Kind.DOUBLE and out == Out.FLOAT32 and kind == "float":
+        return TupleSinkField(TupleWriter.FLOAT32, index, 0, 0, None)
+    if ftype == "BOOLEAN" and k == Kind.BOOL and out == Out.SAME and kind == "boolean":
+        return TupleSinkField(TupleWriter.BOOL, index, 0, 0, None)
+    if ftype == "DECIMAL" and out == Out.DECIMAL and storage == TupleStorage.DECIMAL128:
+        precision, scale = map(int, kind[len("decimal("):-1].split(","))
+        return TupleSinkField(TupleWriter.DECIMAL, index, precision, scale, None)
+    if (ftype == "STRING" and k in (Kind.TEXT, Kind.UTF8, Kind.BASE64) and out in (Out.SAME, Out.HEX)
+            and kind == "string"):
+        return TupleSinkField(TupleWriter.STRING, index, 0, 0, None)
+    return None
+
+
+def _meta_writer(name: str, storage: int, header: pb.Header) -> TupleSinkField | None:
+    """How `TupleSink` writes a meta column TupleEncoder gives every row: `_sequence_id_` and
+    `_execute_time_` from the Entry's header, any other by its extractor per DML type and image."""
+    from bridge.tuple.encode import META_COLUMNS, ROW_IMAGES, RowMeta
+    if name == "_sequence_id_":
+        return TupleSinkField(TupleWriter.SEQ, -1, 0, 0, None) if storage == TupleStorage.STRING else None
+    if name == "_execute_time_":
+        return TupleSinkField(TupleWriter.TIME, -1, 0, 0, None) if storage == TupleStorage.INT64 else None
+    extract = META_COLUMNS[name][1]
+    source = f"{header.schemaName}.{header.tableName}"
+    # per DmlType, its images in the order C walks them (before, then after)
+    texts = tuple(tuple(extract(RowMeta("", op, 0, before, after, source)) for op, before, after, _ in ROW_IMAGES[t])
+                  for t in DmlType)
+    if storage != TupleStorage.STRING or not all(type(x) is str for images in texts for x in images):
+        return None
+    assert [image for *_, image in ROW_IMAGES[DmlType.UPDATE]] == ["old", "new"]
+    return TupleSinkField(TupleWriter.IMAGE_TEXT, -1, 0, 0,
+                          tuple(tuple(x.encode() for x in images) for images in texts))
+
+
+class _DtsToTuple(_Sunk):
     """One table's Tuple rows (TupleEncoder), each value checked against its field (FIELD_CHECKS,
-    and a Spark decimal's precision and scale: `_values`). An Entry's rows whose every value a
-    compiled test is sure of (`_compile_sure`, the values its checks give back unchanged) skip the
-    checks' calls; any other Entry's rows go through them row by row, which give the same values
-    and raise the Entry's own error."""
+    and a Spark decimal's precision and scale: `_values`). Plain DML Entries of the table whose every
+    value C is sure of go through `_speedups.TupleSink`, which writes their output columns as Arrow
+    buffers (tuple_sink.c); another table's plain DML Entries give no rows there either. Every other
+    Entry, and the first of each column set, goes through `convert`: an Entry's rows whose every
+    value a compiled test is sure of (`_compile_sure`, the values its checks give back unchanged)
+    skip the checks' calls; any other Entry's rows go through them row by row, which give the same
+    values and raise the Entry's own error. All give the same rows (tests/test_spark_tuple_sink.py)."""
 
     def __init__(self, options: Options, mode: str, table: str, fields, positions: bool) -> None:
         super().__init__(mode, _tuple_output(fields, mode, False))
@@ -462,6 +576,11 @@ class _DtsToTuple(_FromDts):
                 check = (lambda c, p, s: lambda v: _fit_decimal(c(v), p, s))(check, p, s)
             self.fields.append((name, check))
         self.sure = _compile_sure(fields)
+        self.field_types = list(fields)
+        self.storages = tuple(_storage(kind) for _, _, kind in fields)
+        if speedups is not None and self.use_sink and None not in self.storages:
+            self.sink = speedups.TupleSink(self.storages)
+        self.lazy = self.sink is not None  # the sink reads each Entry's bytes, parsed only when it cannot
 
     raw = True  # the Entry's bytes for TupleEncoder's C path
 
@@ -537,6 +656,68 @@ class _DtsToTuple(_FromDts):
         if self.keep:
             out.append(list(chain(repeat(span[5], len(span[4])) for span in spans)))
         return out
+
+
+    # The sink's side: its table records, its counts and its batches.
+
+    def _sink_entries(self, raws, index, partition, offset):
+        return self.sink.entries(raws, index, self.tables, partition, offset)
+
+    def _counted(self, entries, rows):
+        self.encoder.entries += entries
+        self.encoder.emitted += rows
+
+    def _register(self, entry: pb.Entry, raw: bytes) -> None:
+        key = speedups.table_key(raw)
+        if key is None or key in self.tables:
+            return
+        h = entry.header
+        # another table's Entries give no rows (`_rows`): False tells the sink so
+        self._remember(key, False if f"{h.schemaName}.{h.tableName}" != self.table else self._sink_table(entry, raw))
+
+    def _sink_table(self, entry: pb.Entry, raw: bytes) -> TupleSinkTable | None:
+        """The sink's record of this table's column set (a TupleSinkTable): its C plan and how each
+        output field is written; None where C cannot write every field as `_values` gives it (no C
+        plan, a column the RecordSchema does not have, a field no writer takes)."""
+        native = self.encoder.native_plan(entry, raw)
+        if native is None:
+            return None
+        plan, columns = native
+        index = {c.name: i for i, c in enumerate(columns)}
+        meta = set(self.encoder.meta_names)
+        if (index.keys() | meta) - self.known:  # `_values` rejects such rows
+            return None
+        out = []
+        for (name, ftype, kind), storage in zip(self.field_types, self.storages):
+            if name in index:
+                writer = _column_writer(ftype, kind, storage, index[name], columns[index[name]])
+            elif name in meta:
+                writer = _meta_writer(name, storage, entry.header)
+            else:  # a field the rows do not have: None (`_values`' row.get)
+                writer = TupleSinkField(TupleWriter.NULL, -1, 0, 0, None)
+            if writer is None:
+                return None
+            out.append(tuple(writer))
+        return TupleSinkTable(plan, tuple(out))
+
+    def _sink_batch(self, topic):
+        """An output batch of `TupleSink.take()`'s buffers (contract.TupleSinkTaken). Its strings are
+        UTF-8 by construction (C writes only text it checked or decoded), so no check here."""
+        import pyarrow as pa
+        t = TupleSinkTaken(*self.sink.take())
+        rows, schema, arrays = t.rows, self._schema, []
+        if self.positions:
+            arrays.append(pa.nulls(rows, pa.string()) if topic is None
+                          else pa.repeat(pa.scalar(topic, pa.string()), rows))
+            arrays += [pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)])
+                       for kind, data in ((pa.int32(), t.partition), (pa.int64(), t.offset), (pa.int32(), t.entry),
+                                          (pa.int32(), t.row))]
+        for field, (valid, nulls, offsets, data) in zip(list(schema)[len(arrays):], t.columns):
+            buffers = [pa.py_buffer(valid)] + ([] if offsets is None else [pa.py_buffer(offsets)]) + [pa.py_buffer(data)]
+            arrays.append(pa.Array.from_buffers(field.type, rows, buffers, null_count=nulls))
+        if self.keep:
+            arrays.append(pa.nulls(rows, pa.string()))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class _ColumnSets(_FromDts):

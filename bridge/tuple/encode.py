@@ -53,7 +53,7 @@ from bridge.values import (
     temporal_as_text,
     tuple_type,
 )
-from bridge.values.plans import native_tuple_plan
+from bridge.values.plans import native_tuple_plan, tuple_plan_columns
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
@@ -115,11 +115,12 @@ def _meta_fields(options: Options) -> list[str]:
 @dataclass
 class _TupleTable:
     """Per column set: names, converters and the RecordSchema, built once; `native` the C plan of
-    the column set (bridge.values.plans.native_tuple_plan) or None."""
+    the column set (bridge.values.plans.native_tuple_plan) or None, and its PlanColumns."""
     names: list
     converters: list
     schema: dict
     native: Any = None
+    plan_columns: list | None = None
 
     def image(self, datas) -> dict:
         n = len(self.names)
@@ -168,10 +169,10 @@ def _build_table(columns, options: Options, native: bool = False) -> _TupleTable
         cts.append(ct)
         converters.append(ct.row.to_tuple(ct, options))
         fields.append({"name": c.name, "type": tuple_type(ct)})
-    plan = native and native_tuple_plan(names, cts, [f["type"] for f in fields], options.timezone == "UTC",
-                                         options.tuple_binary == "hex")
+    args = (names, cts, [f["type"] for f in fields], options.timezone == "UTC", options.tuple_binary == "hex")
+    plan = native and native_tuple_plan(*args)
     fields += [{"name": name, "type": META_COLUMNS[name][0]} for name in _meta_fields(options)]
-    return _TupleTable(names, converters, {"fields": fields}, plan or None)
+    return _TupleTable(names, converters, {"fields": fields}, plan or None, tuple_plan_columns(*args) if plan else None)
 
 
 def record_schema(columns, options: Options = DEFAULT_OPTIONS) -> dict:
@@ -353,6 +354,17 @@ class TupleEncoder:
         self._wire_tables: dict = {}  # the columns' bytes on the wire -> their table
         # (DML type, schema, table), the meta dicts of its images, (time, the same with that time)
         self._metas: tuple = (None, (), (None, ()))
+
+    @property
+    def meta_names(self) -> list[str]:
+        """The meta columns every row gets, in order (`_source_table_` only with Options.source_table)."""
+        return [name for name, _ in self._meta]
+
+    def native_plan(self, entry: pb.Entry, raw: bytes | None = None) -> tuple[Any, list] | None:
+        """(the C plan, its PlanColumns) of a DML Entry's column set, or None when C does not take
+        it (for a caller writing the rows C converts itself: bridge/spark/to_datahub.py's sink)."""
+        table = self._wire_table(entry.event.dmlEvent, entry.header, raw)
+        return None if table.native is None else (table.native, table.plan_columns)
 
     def schema(self, columns) -> dict:
         """The RecordSchema of a column set (cached with its row builder)."""

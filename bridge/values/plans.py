@@ -17,7 +17,7 @@ from bridge.values.charsets import CHARSETS, MYSQL_LATIN1, charset_codec
 from bridge.values.columns import ColumnType
 from bridge.values.types import native_of
 
-__all__ = ["PlanColumn", "plan_column", "native_tuple_plan", "charset_table"]
+__all__ = ["PlanColumn", "plan_column", "native_tuple_plan", "tuple_plan_columns", "charset_table"]
 
 def plan_column(name: str, ct: ColumnType, utc: bool, out: int = Out.SAME) -> PlanColumn | None:
     """The Plan column of a column: the C kind of its row (`bridge.values.native_of`) and what C
@@ -50,8 +50,14 @@ def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_
     `Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, metas)` gives the Tuple rows
     of a DML Entry image by image (None for an image TupleEncoder converts in Python), or None for
     the whole Entry."""
-    if not NATIVE:
+    columns = tuple_plan_columns(names, cts, field_types, utc, hex_binary)
+    if not NATIVE or columns is None:
         return None
+    return speedups.Plan([tuple(c) for c in columns], False, Decimal)
+
+
+def tuple_plan_columns(names: list, cts: list, field_types: list, utc: bool, hex_binary: bool) -> list | None:
+    """The PlanColumns of `native_tuple_plan`'s Plan (None: a column C does not cover, or none)."""
     columns = []
     for name, ct, field_type in zip(names, cts, field_types):
         out = _TUPLE_OUTS.get(field_type, Out.SAME)
@@ -61,7 +67,7 @@ def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_
         columns.append(column)
     if not columns or None in columns:
         return None
-    return speedups.Plan([tuple(c) for c in columns], False, Decimal)
+    return columns
 
 
 def charset_table() -> list[tuple]:

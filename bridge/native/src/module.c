@@ -14,6 +14,10 @@ static const struct {
     NUMBER(O_SAME), NUMBER(O_DECIMAL), NUMBER(O_FLOAT32), NUMBER(O_MICROS), NUMBER(O_HEX),
     NUMBER(CS_UTF8), NUMBER(CS_CODEC), NUMBER(CS_CHARMAP),
     NUMBER(OP_INSERT), NUMBER(OP_UPDATE_BEFOR), NUMBER(OP_UPDATE_AFTER), NUMBER(OP_DELETE),
+    NUMBER(TS_BOOL), NUMBER(TS_INT8), NUMBER(TS_INT16), NUMBER(TS_INT32), NUMBER(TS_INT64), NUMBER(TS_FLOAT32),
+    NUMBER(TS_FLOAT64), NUMBER(TS_DECIMAL128), NUMBER(TS_STRING),
+    NUMBER(W_NULL), NUMBER(W_INT), NUMBER(W_MICROS), NUMBER(W_DOUBLE), NUMBER(W_FLOAT32), NUMBER(W_BOOL),
+    NUMBER(W_DECIMAL), NUMBER(W_STRING), NUMBER(W_SEQ), NUMBER(W_TIME), NUMBER(W_IMAGE_TEXT),
     NUMBER(DML_INSERT), NUMBER(DML_UPDATE), NUMBER(DML_DELETE), NUMBER(MT_DML),
     NUMBER(WT_VARINT), NUMBER(WT_I64), NUMBER(WT_LEN), NUMBER(WT_SGROUP), NUMBER(WT_EGROUP), NUMBER(WT_I32),
     NUMBER(DT_NIL), NUMBER(DT_STRING), NUMBER(DT_NA), NUMBER(TUPLE_TS_HI),
@@ -36,11 +40,16 @@ static const char *const SINK_TABLE[] = {LAYOUT_SINK_TABLE, NULL};
 static const char *const SCANNED[] = {LAYOUT_SCANNED, NULL};
 static const char *const SINK_ENTRIES[] = {LAYOUT_SINK_ENTRIES, NULL};
 static const char *const SINK_TAKEN[] = {LAYOUT_SINK_TAKEN, NULL};
+static const char *const TUPLE_SINK_FIELD[] = {LAYOUT_TUPLE_SINK_FIELD, NULL};
+static const char *const TUPLE_SINK_TABLE[] = {LAYOUT_TUPLE_SINK_TABLE, NULL};
+static const char *const TUPLE_SINK_TAKEN[] = {LAYOUT_TUPLE_SINK_TAKEN, NULL};
 static const struct {
     const char *name;
     const char *const *fields;
 } LAYOUTS[] = {{"PlanColumn", PLAN_COLUMN}, {"CharsetEntry", CHARSET_ENTRY}, {"SinkTable", SINK_TABLE},
-               {"Scanned", SCANNED},        {"SinkEntries", SINK_ENTRIES},   {"SinkTaken", SINK_TAKEN}};
+               {"Scanned", SCANNED},        {"SinkEntries", SINK_ENTRIES},   {"SinkTaken", SINK_TAKEN},
+               {"TupleSinkField", TUPLE_SINK_FIELD}, {"TupleSinkTable", TUPLE_SINK_TABLE},
+               {"TupleSinkTaken", TUPLE_SINK_TAKEN}};
 
 /* {name: value} of CONTRACT; NULL on error */
 static PyObject *contract_dict(void) {
@@ -115,7 +124,8 @@ static int add_stolen(PyObject *m, const char *name, PyObject *value) {
 }
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    if (PyType_Ready(&bridge_PlanType) < 0 || PyType_Ready(&bridge_SinkType) < 0 || PyType_Ready(&bridge_MergeType) < 0)
+    if (PyType_Ready(&bridge_PlanType) < 0 || PyType_Ready(&bridge_SinkType) < 0 || PyType_Ready(&bridge_MergeType) < 0
+        || PyType_Ready(&bridge_TupleSinkType) < 0)
         return NULL;
     bridge_field_index();
     if (!bridge_names_init()) return NULL;
@@ -124,8 +134,10 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     Py_INCREF(&bridge_PlanType);
     Py_INCREF(&bridge_SinkType);
     Py_INCREF(&bridge_MergeType);
+    Py_INCREF(&bridge_TupleSinkType);
     if (!add_stolen(m, "Plan", (PyObject *)&bridge_PlanType) || !add_stolen(m, "Sink", (PyObject *)&bridge_SinkType)
         || !add_stolen(m, "Merge", (PyObject *)&bridge_MergeType)
+        || !add_stolen(m, "TupleSink", (PyObject *)&bridge_TupleSinkType)
         || !add_stolen(m, "CONTRACT", contract_dict()) || !add_stolen(m, "LAYOUTS", layouts_dict())
         || !add_stolen(m, "SCHEMA", bridge_schema())) {
         Py_DECREF(m);

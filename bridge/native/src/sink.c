@@ -2,18 +2,12 @@
  * Arrow takes as they are. */
 #include "speedups.h"
 
-/* The Header fields of a plain Entry, each at most once with its own wire type; strings as spans. */
-typedef struct {
-    uint64_t v[F_HEADER_ISLAST + 1]; /* varint fields by number */
-    Span s[F_HEADER_ISLAST + 1];     /* string fields by number (fileName, gtid, schemaName, tableName) */
-} HeaderView;
-
 static int is_int32(uint64_t v) { return v <= 0x7fffffffull || v >= 0xffffffff80000000ull; }
 
 /* 1: the Header holds only fields 1..13, none repeated, each with its wire type, the int32 and
  * enum fields in range, timestamp a uint32 and isLast 0 or 1 (what protobuf reads the same way
  * the bridge's Python path does); 0: leave the Entry to Python. */
-static int read_header(Span h, HeaderView *hv) {
+static int read_header(Span h, PlainHeader *hv) {
     const uint8_t *p = h.p, *end = h.p + h.n;
     unsigned seen = 0;
     memset(hv, 0, sizeof(*hv));
@@ -40,7 +34,7 @@ static int read_header(Span h, HeaderView *hv) {
 /* dts.header of a plain DML Entry as orjson writes `wire_ext_header(header)`: the non-default
  * fields outside the envelope and source, in field-number order. 1, 0 (a string that is not
  * UTF-8: protobuf would not have parsed it) or -1. *plain: the header is the default {"version": 1}. */
-static int ext_header_json(Buf *b, const HeaderView *hv, int *plain) {
+static int ext_header_json(Buf *b, const PlainHeader *hv, int *plain) {
     int first = 1, n = 0;
     static const struct { int field; const char *key; int kind; } F[] = {
         {F_HEADER_VERSION, "\"version\":", 0},   {F_HEADER_SERVERID, "\"serverId\":", 1},
@@ -74,7 +68,7 @@ static int ext_header_json(Buf *b, const HeaderView *hv, int *plain) {
 }
 
 /* The cache key of a plain DML Entry's table: sourceType, schemaName, tableName, columns bytes. */
-static int table_key_into(Buf *b, const HeaderView *hv, Span columns) {
+int bridge_table_key_into(Buf *b, const PlainHeader *hv, Span columns) {
     const Span *db = &hv->s[F_HEADER_SCHEMANAME], *table = &hv->s[F_HEADER_TABLENAME];
     return bridge_put_varint(b, hv->v[F_HEADER_SOURCETYPE]) && bridge_put_varint(b, (uint64_t)db->n)
            && buf_put(b, db->p, db->n)
@@ -82,15 +76,7 @@ static int table_key_into(Buf *b, const HeaderView *hv, Span columns) {
            && buf_put(b, columns.p, columns.n);
 }
 
-/* A plain DML Entry's parts: 1, or 0 (not plain: Python converts it). */
-typedef struct {
-    HeaderView h;
-    Span columns;
-    int dml_type;
-    Py_ssize_t rows;
-} PlainEntry;
-
-static int plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e) {
+int bridge_plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e) {
     Span header = {(const uint8_t *)"", 0};
     if (bridge_only_submessage(start, end, F_ENTRY_HEADER, &header) < 0) return 0;
     /* Entry: the header and the event, nothing else */
@@ -111,9 +97,9 @@ PyObject *bridge_table_key(PyObject *module, PyObject *arg) {
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     PlainEntry e;
     PyObject *result = NULL;
-    if (plain_entry(buf.buf, (const uint8_t *)buf.buf + buf.len, &e)) {
+    if (bridge_plain_entry(buf.buf, (const uint8_t *)buf.buf + buf.len, &e)) {
         Buf key = {NULL, 0, 0};
-        if (table_key_into(&key, &e.h, e.columns))
+        if (bridge_table_key_into(&key, &e.h, e.columns))
             result = PyBytes_FromStringAndSize((const char *)key.p, key.n);
         PyMem_Free(key.p);
     } else {
@@ -241,7 +227,7 @@ static int Sink_init(SinkObject *self, PyObject *args, PyObject *kwds) {
 static int sink_entry(SinkObject *s, const uint8_t *start, const uint8_t *end, const PlainEntry *e,
                       const Table *t, int lossless, PyObject *version, int32_t entry_index, int32_t partition,
                       int64_t offset) {
-    const HeaderView *h = &e->h;
+    const PlainHeader *h = &e->h;
     long long event_time = (long long)h->v[4] * 1000;
     if (event_time < 1000000000000LL || event_time > 9999999999999LL) return 0;
     PyObject *pair = PyTuple_GET_ITEM(t->templates, e->dml_type);
@@ -360,10 +346,10 @@ static PyObject *Sink_entries(SinkObject *self, PyObject *const *args, Py_ssize_
         if (!PyBytes_Check(raw) || i > INT32_MAX || self->data[S_BLOB].n > SINK_LIMIT) break;
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(raw), *end = p + PyBytes_GET_SIZE(raw);
         PlainEntry e;
-        if (!plain_entry(p, end, &e)) break;
+        if (!bridge_plain_entry(p, end, &e)) break;
         Buf *key = &self->scratch;
         key->n = 0;
-        if (!table_key_into(key, &e.h, e.columns)) return NULL;
+        if (!bridge_table_key_into(key, &e.h, e.columns)) return NULL;
         if (self->last == NULL || key->n != self->key.n || memcmp(key->p, self->key.p, (size_t)key->n) != 0) {
             PyObject *k = PyBytes_FromStringAndSize((const char *)key->p, key->n);
             if (k == NULL) return NULL;

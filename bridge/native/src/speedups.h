@@ -24,6 +24,7 @@
  *   lines.c    Blob JSON lines (Plan.lines) and whole message dicts (Plan.messages)
  *   decode.c   Blob -> DTS: an image's values as RowChange Data on the wire (Plan.encode)
  *   sink.c     Spark's Sink: the output columns of whole Entries as Arrow buffers
+ *   tuple_sink.c  Spark's TupleSink: the same for dts_to_tuple, one table's Tuple columns
  *   pages.c    a DataHub Blob GetRecords answer's records (blob_page), for `sync --to dts`'s source
  *   merge.c    the shard merge's bookkeeping of `sync --to dts` (Merge; stream/merge.py's PyMerge is its reference)
  *   plan.c     the Plan type
@@ -70,6 +71,22 @@ enum { CS_UTF8 = 0, CS_CODEC = 1, CS_CHARMAP = 2 };
 /* The op codes of Sink.take()'s op column (contract.SinkOp) */
 enum { OP_INSERT = 0, OP_UPDATE_BEFOR = 1, OP_UPDATE_AFTER = 2, OP_DELETE = 3 };
 
+/* The Tuple sink (tuple_sink.c): how each output column is stored (contract.TupleStorage: the Arrow
+ * layout of its Spark type) and what writes a field's values there (contract.TupleWriter). */
+enum { TS_BOOL = 0, TS_INT8 = 1, TS_INT16 = 2, TS_INT32 = 3, TS_INT64 = 4, TS_FLOAT32 = 5, TS_FLOAT64 = 6,
+       TS_DECIMAL128 = 7, TS_STRING = 8 };
+enum { W_NULL = 0,    /* no value in this column set: null */
+       W_INT = 1,     /* a K_LONG column's int within [lo, hi], in an integer storage */
+       W_MICROS = 2,  /* a temporal column's epoch microseconds (O_MICROS) within [lo, hi] */
+       W_DOUBLE = 3,  /* a K_DOUBLE column's finite double */
+       W_FLOAT32 = 4, /* a K_DOUBLE column's float32 (O_FLOAT32) */
+       W_BOOL = 5,    /* a K_BOOL column's bool */
+       W_DECIMAL = 6, /* an O_DECIMAL column's digits at scale hi, at most lo digits */
+       W_STRING = 7,  /* a text, json or base64 column's str (O_SAME or O_HEX) as UTF-8 */
+       W_SEQ = 8,     /* _sequence_id_: seqId * 10**6 + the row change's index */
+       W_TIME = 9,    /* _execute_time_: the header's timestamp in ms */
+       W_IMAGE_TEXT = 10 }; /* text per DML type and image: the other meta columns */
+
 /* subscribe.proto's DMLType (contract.DmlType), its MessageType DML (contract.MT_DML) and the
  * DataTypes C names (contract.NIL, STRING, NA) */
 enum { DML_INSERT = 0, DML_UPDATE = 1, DML_DELETE = 2 };
@@ -107,6 +124,9 @@ enum {
     "table_shard"
 #define LAYOUT_SCANNED "columns_key", "dml_type", "rows"
 #define LAYOUT_SINK_ENTRIES "next", "entries", "messages"
+#define LAYOUT_TUPLE_SINK_FIELD "writer", "column", "lo", "hi", "text"
+#define LAYOUT_TUPLE_SINK_TABLE "plan", "fields"
+#define LAYOUT_TUPLE_SINK_TAKEN "rows", "entry", "row", "partition", "offset", "columns"
 #define LAYOUT_SINK_TAKEN "rows", "blob_offsets", "blob", "shard_key_offsets", "shard_key", "sequence_id_offsets", \
     "sequence_id", "db_offsets", "db", "table_offsets", "table", "op", "entry", "row", "partition", "offset", \
     "event_time"
@@ -453,6 +473,22 @@ static inline int read_data(Span s, DataView *d) {
     return 1;
 }
 
+/* ---- plain DML Entries (sink.c), which both Spark sinks write --------------------------------------- */
+
+/* The Header fields of a plain Entry, each at most once with its own wire type; strings as spans. */
+typedef struct {
+    uint64_t v[F_HEADER_ISLAST + 1]; /* varint fields by number */
+    Span s[F_HEADER_ISLAST + 1];     /* string fields by number (fileName, gtid, schemaName, tableName) */
+} PlainHeader;
+
+/* A plain DML Entry's parts (bridge_plain_entry) */
+typedef struct {
+    PlainHeader h;
+    Span columns;
+    int dml_type;
+    Py_ssize_t rows;
+} PlainEntry;
+
 /* ---- what each unit gives the others ------------------------------------------------------------- */
 
 /* wire.c: the buffer, wire reading, the schema, the module functions on Entry bytes */
@@ -478,6 +514,7 @@ extern const char bridge_B64[65];
 void bridge_base64_into(uint8_t *o, const uint8_t *p, Py_ssize_t n);
 PyObject *bridge_ascii_str(const uint8_t *p, Py_ssize_t n);
 PyObject *bridge_canon_object(const Canon *v);
+int bridge_canon_double(const Canon *v, double *out);
 Py_ssize_t bridge_int_text(long long x, char *out);
 Py_ssize_t bridge_u64_text(unsigned long long x, char *out);
 int bridge_json_string(Buf *b, const uint8_t *p, Py_ssize_t n);
@@ -538,8 +575,13 @@ extern const ExtHeaderField bridge_ext_header[N_EXT_HEADER];
  * error set when the table has no text codec for it or the text does not encode (Python decides) */
 PyObject *bridge_encode_text(Col *c, Span cs, PyObject *text);
 
-/* sink.c */
+/* sink.c: a plain DML Entry (only a Header of known fields and a DML Event C walks, 1 to 10**6 rows):
+ * 1, or 0 (Python converts it); the key a Sink looks its table up by */
+int bridge_plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e);
+int bridge_table_key_into(Buf *b, const PlainHeader *hv, Span columns);
 extern PyTypeObject bridge_SinkType;
+/* tuple_sink.c */
+extern PyTypeObject bridge_TupleSinkType;
 /* merge.c: the shard merge of `sync --to dts` (bridge/stream/merge.py) */
 extern PyTypeObject bridge_MergeType;
 PyObject *bridge_table_key(PyObject *module, PyObject *arg);

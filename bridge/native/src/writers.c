@@ -187,23 +187,34 @@ static int short_decimal(const uint8_t *p, Py_ssize_t n, double *out) {
 #endif
 }
 
+/* The double of a C_FLOAT value (the float the dict writer makes): 1, or 0 with a Python error set */
+int bridge_canon_double(const Canon *v, double *out) {
+    if (!v->i) {
+        *out = v->d;
+        return 1;
+    }
+    /* checked by its text only (check_double: under 64 bytes): read it now */
+    if (short_decimal(v->s.p, v->s.n, out)) return 1;
+    char buf[64];
+    if (v->s.n >= (Py_ssize_t)sizeof(buf)) {
+        PyErr_SetString(PyExc_ValueError, "a float's text over 63 bytes");
+        return 0;
+    }
+    memcpy(buf, v->s.p, (size_t)v->s.n);
+    buf[v->s.n] = 0;
+    *out = PyOS_string_to_double(buf, NULL, NULL);
+    return !(*out == -1.0 && PyErr_Occurred());
+}
+
 /* new reference; NULL with no Python error set for a miss (bytes that are not UTF-8) */
 PyObject *bridge_canon_object(const Canon *v) {
     switch (v->tag) {
     case C_INT: return PyLong_FromLongLong(v->i);
     case C_ASCII: return bridge_ascii_str(v->s.p, v->s.n);
-    case C_FLOAT:
-        if (v->i) { /* checked by its text only: read it now */
-            double x;
-            if (short_decimal(v->s.p, v->s.n, &x)) return PyFloat_FromDouble(x);
-            char buf[64];
-            memcpy(buf, v->s.p, (size_t)v->s.n);
-            buf[v->s.n] = 0;
-            x = PyOS_string_to_double(buf, NULL, NULL);
-            if (x == -1.0 && PyErr_Occurred()) return NULL;
-            return PyFloat_FromDouble(x);
-        }
-        return PyFloat_FromDouble(v->d);
+    case C_FLOAT: {
+        double x;
+        return bridge_canon_double(v, &x) ? PyFloat_FromDouble(x) : NULL;
+    }
     case C_BOOL: {
         PyObject *b = v->i ? Py_True : Py_False;
         Py_INCREF(b);
