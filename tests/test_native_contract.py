@@ -116,7 +116,7 @@ def _public(obj) -> set[str]:
 def test_the_stub_names_what_the_module_has():
     names, members = _stub()
     assert {n for n in names if not n.startswith("_")} == _public(speedups)
-    for cls in ("Plan", "Sink", "Merge"):
+    for cls in ("Plan", "Sink", "TupleSink", "Merge"):
         assert members[cls] == _public(getattr(speedups, cls)) - _public(object), cls
 
 
@@ -138,7 +138,7 @@ def test_the_stub_takes_the_arguments_the_docstrings_name():
     names, _ = _stub()
     tree = {n.name: n for n in ast.parse(STUB.read_text()).body if isinstance(n, ast.ClassDef)}
     functions = [(speedups, names[n]) for n in _public(speedups) if isinstance(names[n], ast.FunctionDef)]
-    for cls in ("Plan", "Sink", "Merge"):
+    for cls in ("Plan", "Sink", "TupleSink", "Merge"):
         functions += [(getattr(speedups, cls), f) for f in tree[cls].body
                       if isinstance(f, ast.FunctionDef) and not f.name.startswith("__")]
     checked = 0
