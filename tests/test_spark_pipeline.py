@@ -244,6 +244,7 @@ def test_blob_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="dts-kafka", kills=6, seed=SEED + 1)
 
 
+@pytest.mark.deep  # make test runs state_location's kill test on the standalone cluster (test_spark_cluster)
 def test_blob_dts_kafka_with_state_location_killed_and_restarted(kafka_broker, clean_topic, tmp_path):
     """The open tails in state_location's files (bridge/spark/tails.py) instead of the state store."""
     _blob_pipeline(tmp_path, kafka_broker, clean_topic, source="dts-kafka", kills=1, seed=SEED + 6, tails=True)
