@@ -219,6 +219,32 @@ def test_generated_streams_give_the_same_rows(stream, options, mode, positions, 
                 OPTIONS[options], mode, positions)
 
 
+@st.composite
+def one_table_streams(draw):
+    """(entries, columns): plain Entries of one column set of the job's table, every column type
+    `mysql_columns` draws, so that most of them go through the sink (streams() mixes in more that
+    do not)."""
+    columns = draw(mysql_columns(max_size=8))
+    out, shared = [], None
+    for seq in range(draw(st.integers(2, 12))):
+        entry = _plain(draw(dml_entries(columns)))
+        entry.header.schemaName, entry.header.tableName = TABLE.split(".")
+        entry.header.seqId = seq
+        shared = shared or list(entry.event.dmlEvent.columns)
+        del entry.event.dmlEvent.columns[:]
+        entry.event.dmlEvent.columns.extend(shared)
+        out.append(entry)
+    return out, [pb.Column(name=n, originalType=t, isKey=k) for n, t, k in columns]
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], max_examples=200, deadline=None)
+@given(one_table_streams(), st.sampled_from(["PERMISSIVE", "DROPMALFORMED"]), st.booleans())
+def test_generated_one_table_streams_give_the_same_rows(stream, mode, positions):
+    entries, columns = stream
+    schema = _schema(columns, bridge.DEFAULT_OPTIONS)
+    assert_same(_batches(_values(entries, 2000)), schema, columns, mode=mode, positions=positions)
+
+
 # ---- values at the edges of what the sink writes --------------------------------------------------------------
 
 def _entry(columns, rows, dml_type=pb.INSERT, seq=7, timestamp=1_700_000_000, table=TABLE) -> pb.Entry:

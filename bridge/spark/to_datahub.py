@@ -172,7 +172,7 @@ class _Sunk(_FromDts):
     other Entry, and the first of each table, through `_outputs()` (and its table then registered for
     the sink). Both give the same rows: the sink leaves to Python every Entry it is not sure of."""
 
-    raw = True
+    raw = True  # the Entries' bytes: the sink's input, and the encoders' C paths'
     use_sink = True  # the C sink when the extension is there (tests turn it off to compare)
 
     def __init__(self, mode: str, value_columns) -> None:
@@ -581,8 +581,6 @@ class _DtsToTuple(_Sunk):
         if speedups is not None and self.use_sink and None not in self.storages:
             self.sink = speedups.TupleSink(self.storages)
         self.lazy = self.sink is not None  # the sink reads each Entry's bytes, parsed only when it cannot
-
-    raw = True  # the Entry's bytes for TupleEncoder's C path
 
     def _rows(self, entry, raw=None) -> list[dict]:
         """The Entry's rows as TupleEncoder gives them (none for a DML Entry of another table)."""
