@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 __all__ = ["Kind", "TEMPORAL_KINDS", "Out", "CharsetMode", "SinkOp", "TupleStorage", "TupleWriter", "DmlType", "WireType", "MT_DML", "NIL", "NA", "TUPLE_TS_HI",
            "PROTO_FIELDS", "PlanColumn", "CharsetEntry", "SinkTable", "Scanned", "SinkEntries", "SinkTaken",
            "TupleSinkField", "TupleSinkTable", "TupleSinkTaken",
-           "LAYOUTS", "c_constants"]
+           "LAYOUTS", "c_constants", "STRING_KINDS"]
 
 
 class Kind(IntEnum):
@@ -40,6 +40,9 @@ class Kind(IntEnum):
 
 # a temporal type row's kind -> its C kind (bridge/values/plans.py)
 TEMPORAL_KINDS = {"date": Kind.DATE, "datetime": Kind.DATETIME, "timestamp": Kind.TIMESTAMP}
+
+# the C kinds whose value is a str read from text or bytes (the Spark Tuple sink's STRING writer)
+STRING_KINDS = frozenset({Kind.TEXT, Kind.UTF8, Kind.BASE64})
 
 
 class Out(IntEnum):

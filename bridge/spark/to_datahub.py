@@ -18,6 +18,7 @@ from bridge.blob.encode import FORMAT_VERSION, BlobEncoder
 from bridge.errors import BridgeError, ConversionError, OptionsError, TupleFormatError
 from bridge.native import speedups
 from bridge.native.contract import (
+    STRING_KINDS,
     DmlType,
     Kind,
     Out,
@@ -524,7 +525,7 @@ def _column_writer(ftype: str, kind: str, storage: int, index: int, column) -> T
     if ftype == "DECIMAL" and out == Out.DECIMAL and storage == TupleStorage.DECIMAL128:
         precision, scale = map(int, kind[len("decimal("):-1].split(","))
         return TupleSinkField(TupleWriter.DECIMAL, index, precision, scale, None)
-    if (ftype == "STRING" and k in (Kind.TEXT, Kind.UTF8, Kind.BASE64) and out in (Out.SAME, Out.HEX)
+    if (ftype == "STRING" and k in STRING_KINDS and out in (Out.SAME, Out.HEX)
             and kind == "string"):
         return TupleSinkField(TupleWriter.STRING, index, 0, 0, None)
     return None
