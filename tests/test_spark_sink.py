@@ -28,30 +28,17 @@ pa = pytest.importorskip("pyarrow")
 
 import bridge.spark as bs  # noqa: E402
 import bridge.spark.jobs as jobs  # noqa: E402
+from support.spark_batches import TallyRecorder, kafka_batches, kafka_schema  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not blob_rows.NATIVE, reason="C extension switched off (BRIDGE_PURE_PYTHON)")
 
-KAFKA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary())])
+KAFKA = kafka_schema()
 OPTIONS = {"lossless": bridge.DEFAULT_OPTIONS, "strict": bridge.Options(strict=True),
            "db-version": bridge.Options(db_version="8.0.32", control_events="drop")}
 
 
-class _Tally:
-    def __init__(self) -> None:
-        self.seen = []
-
-    def add(self, tally) -> None:
-        self.seen.append(dataclasses.asdict(tally))
-
-
 def _batches(values: list[bytes], per_batch: int = 1000, partition: int = 0, topic: str | None = "dts") -> list:
-    out = []
-    for start in range(0, len(values), per_batch):
-        part = values[start:start + per_batch]
-        out.append(pa.RecordBatch.from_pydict({
-            "topic": [topic] * len(part), "partition": [partition] * len(part),
-            "offset": list(range(start, start + len(part))), "value": part}, schema=KAFKA))
-    return out
+    return kafka_batches(values, per_batch, partition, topic)
 
 
 SUNK: list = []  # Entries the sink wrote, per run
@@ -67,7 +54,7 @@ def _run(batches: list, sink: bool, options, mode: str):
     jobs._DtsToBlob.use_sink = sink
     jobs._DtsToBlob.__init__ = record
     try:
-        tally = _Tally()
+        tally = TallyRecorder()
         fn = bs.dts_to_blob_batches(options, mode, arrow=True, tally=tally)
         out = list(fn(iter(batches)))
     except BridgeError as exc:

@@ -11,8 +11,6 @@ function runs on Arrow batches directly, as a Spark worker runs it.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -35,10 +33,11 @@ pa = pytest.importorskip("pyarrow")
 
 import bridge.spark as bs  # noqa: E402
 import bridge.spark.jobs as jobs  # noqa: E402
+from support.spark_batches import TallyRecorder, kafka_batches, kafka_schema  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not NATIVE, reason="C extension switched off (BRIDGE_PURE_PYTHON)")
 
-KAFKA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary())])
+KAFKA = kafka_schema()
 TABLE = "shop.orders"
 MODES = ["FAILFAST", "PERMISSIVE", "DROPMALFORMED"]
 OPTIONS = {"default": bridge.DEFAULT_OPTIONS, "source-table": bridge.Options(source_table=True),
@@ -46,22 +45,8 @@ OPTIONS = {"default": bridge.DEFAULT_OPTIONS, "source-table": bridge.Options(sou
            "not-utc": bridge.Options(timezone="Asia/Shanghai")}
 
 
-class _Tally:
-    def __init__(self) -> None:
-        self.seen = []
-
-    def add(self, tally) -> None:
-        self.seen.append(dataclasses.asdict(tally))
-
-
 def _batches(values: list[bytes], per_batch: int = 3, partition: int = 0, topic: str | None = "dts") -> list:
-    out = []
-    for start in range(0, len(values), per_batch):
-        part = values[start:start + per_batch]
-        out.append(pa.RecordBatch.from_pydict({
-            "topic": [topic] * len(part), "partition": [partition] * len(part),
-            "offset": list(range(start, start + len(part))), "value": part}, schema=KAFKA))
-    return out
+    return kafka_batches(values, per_batch, partition, topic)
 
 
 def _values(entries: list, max_bytes: int = 1 << 20) -> list[bytes]:
@@ -81,7 +66,7 @@ def _run(batches: list, sink: bool, schema, columns, options, mode: str, positio
     jobs._DtsToTuple.use_sink = sink
     jobs._DtsToTuple.__init__ = record
     try:
-        tally = _Tally()
+        tally = TallyRecorder()
         fn = bs.dts_to_tuple_batches(TABLE, schema, options, mode, columns=columns, positions=positions,
                                      arrow=True, tally=tally)
         out = list(fn(iter(batches)))
