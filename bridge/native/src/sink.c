@@ -76,6 +76,33 @@ int bridge_table_key_into(Buf *b, const PlainHeader *hv, Span columns) {
            && buf_put(b, columns.p, columns.n);
 }
 
+/* A sink's `entries` loop, per plain DML Entry: the key of its table (bridge_table_key_into) into
+ * `scratch`, against the key `held` of the record the sink holds (`last`, NULL for none). 1: that
+ * record still applies; 2: `*rec` (borrowed) is the record `tables` has for the new key, for the
+ * caller to unpack and then keep with bridge_sink_hold; 0: `tables` has none (the Entry is left to
+ * Python); -1 on error. */
+int bridge_sink_table(Buf *scratch, const Buf *held, PyObject *last, PyObject *tables, const PlainEntry *e,
+                      PyObject **rec) {
+    scratch->n = 0;
+    if (!bridge_table_key_into(scratch, &e->h, e->columns)) return -1;
+    if (last != NULL && scratch->n == held->n && memcmp(scratch->p, held->p, (size_t)scratch->n) == 0) return 1;
+    PyObject *k = PyBytes_FromStringAndSize((const char *)scratch->p, scratch->n);
+    if (k == NULL) return -1;
+    *rec = PyDict_GetItemWithError(tables, k);
+    Py_DECREF(k);
+    if (*rec == NULL) return PyErr_Occurred() ? -1 : 0;
+    return 2;
+}
+
+/* The record bridge_sink_table found, unpacked by the caller, kept with its key; 0 on a memory error. */
+int bridge_sink_hold(Buf *held, PyObject **last, const Buf *scratch, PyObject *rec) {
+    held->n = 0;
+    if (!buf_put(held, scratch->p, scratch->n)) return 0;
+    Py_INCREF(rec);
+    Py_XSETREF(*last, rec);
+    return 1;
+}
+
 int bridge_plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e) {
     Span header = {(const uint8_t *)"", 0};
     if (bridge_only_submessage(start, end, F_ENTRY_HEADER, &header) < 0) return 0;
@@ -347,28 +374,18 @@ static PyObject *Sink_entries(SinkObject *self, PyObject *const *args, Py_ssize_
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(raw), *end = p + PyBytes_GET_SIZE(raw);
         PlainEntry e;
         if (!bridge_plain_entry(p, end, &e)) break;
-        Buf *key = &self->scratch;
-        key->n = 0;
-        if (!bridge_table_key_into(key, &e.h, e.columns)) return NULL;
-        if (self->last == NULL || key->n != self->key.n || memcmp(key->p, self->key.p, (size_t)key->n) != 0) {
-            PyObject *k = PyBytes_FromStringAndSize((const char *)key->p, key->n);
-            if (k == NULL) return NULL;
-            PyObject *rec = PyDict_GetItemWithError(tables, k);
-            Py_DECREF(k);
-            if (rec == NULL) {
-                if (PyErr_Occurred()) return NULL;
-                break;
-            }
+        PyObject *rec;
+        int found = bridge_sink_table(&self->scratch, &self->key, self->last, tables, &e, &rec);
+        if (found < 0) return NULL;
+        if (found == 0) break;
+        if (found == 2) {
             Table t;
             Py_ssize_t nkeys, *keys;
             if (!unpack_table(rec, &t) || (keys = bridge_key_indexes(t.plan, t.keys, &nkeys)) == NULL) return NULL;
-            self->key.n = 0;
-            if (!buf_put(&self->key, key->p, key->n)) {
+            if (!bridge_sink_hold(&self->key, &self->last, &self->scratch, rec)) {
                 PyMem_Free(keys);
                 return NULL;
             }
-            Py_INCREF(rec);
-            Py_XSETREF(self->last, rec);
             self->table = t;
             PyMem_Free(self->keys);
             self->keys = keys;

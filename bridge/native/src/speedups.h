@@ -579,6 +579,9 @@ PyObject *bridge_encode_text(Col *c, Span cs, PyObject *text);
  * 1, or 0 (Python converts it); the key a Sink looks its table up by */
 int bridge_plain_entry(const uint8_t *start, const uint8_t *end, PlainEntry *e);
 int bridge_table_key_into(Buf *b, const PlainHeader *hv, Span columns);
+int bridge_sink_table(Buf *scratch, const Buf *held, PyObject *last, PyObject *tables, const PlainEntry *e,
+                      PyObject **rec);
+int bridge_sink_hold(Buf *held, PyObject **last, const Buf *scratch, PyObject *rec);
 extern PyTypeObject bridge_SinkType;
 /* tuple_sink.c */
 extern PyTypeObject bridge_TupleSinkType;

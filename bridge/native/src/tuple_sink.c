@@ -445,18 +445,11 @@ static PyObject *TupleSink_entries(TupleSinkObject *self, PyObject *const *args,
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(raw), *end = p + PyBytes_GET_SIZE(raw);
         PlainEntry e;
         if (!bridge_plain_entry(p, end, &e)) break;
-        Buf *key = &self->scratch;
-        key->n = 0;
-        if (!bridge_table_key_into(key, &e.h, e.columns)) return NULL;
-        if (self->last == NULL || key->n != self->key.n || memcmp(key->p, self->key.p, (size_t)key->n) != 0) {
-            PyObject *k = PyBytes_FromStringAndSize((const char *)key->p, key->n);
-            if (k == NULL) return NULL;
-            PyObject *rec = PyDict_GetItemWithError(tables, k);
-            Py_DECREF(k);
-            if (rec == NULL) {
-                if (PyErr_Occurred()) return NULL;
-                break;
-            }
+        PyObject *rec;
+        int found = bridge_sink_table(&self->scratch, &self->key, self->last, tables, &e, &rec);
+        if (found < 0) return NULL;
+        if (found == 0) break;
+        if (found == 2) {
             if (rec != Py_False) {
                 if (!PyTuple_Check(rec)) break; /* a column set C does not take */
                 if (!unpack_table(self, rec, self->writers)) {
@@ -464,13 +457,10 @@ static PyObject *TupleSink_entries(TupleSinkObject *self, PyObject *const *args,
                     return NULL;
                 }
             }
-            self->key.n = 0;
-            if (!buf_put(&self->key, key->p, key->n)) {
+            if (!bridge_sink_hold(&self->key, &self->last, &self->scratch, rec)) {
                 Py_CLEAR(self->last);
                 return NULL;
             }
-            Py_INCREF(rec);
-            Py_XSETREF(self->last, rec);
         }
         if (self->last == Py_False) continue; /* another table's DML Entry: no rows, as `_DtsToTuple._rows` */
         int rc = sink_entry(self, p, end, &e, (int32_t)i, (int32_t)partition, offset);
