@@ -278,6 +278,20 @@ def test_entries_stream_across_micro_batches_equals_batch(spark, tmp_path, state
     assert got == per_partition(expected) and len(got[0]) > 10 and len(got[1]) > 10
 
 
+@pytest.mark.spark
+def test_micro_batches_of_several_files_equal_batch(spark, tmp_path, state):
+    """Three files a micro-batch (several map tasks, so a Kafka partition's rows can reach its task
+    out of offset order, and are sorted there): the same rows as the batch read, per partition."""
+    folder = str(tmp_path / "in")
+    write_files(folder, CLEAN)
+    stream = spark.readStream.schema(bs.KAFKA_SCHEMA).option("maxFilesPerTrigger", 3).parquet(folder)
+    sink = Sink()
+    run(bs.dts_to_blob(stream, **state), sink, str(tmp_path / "ck"))
+    assert sorted(sink.batches) == [0, 1]
+    expected, _ = _blob_reference(spark, folder, "FAILFAST")
+    assert per_partition(sink.rows()) == per_partition(expected)
+
+
 # Every cut position at once: Kafka partition p carries large.pb (21 Envelopes, split 1-4, 6-11,
 # 15-18) cut into three micro-batches at offsets p+1 and p+4 (the third empty where that passes the
 # end), so the first cut falls at each offset 1..20 and the second at 4..20; partitions 6 and 7's
@@ -477,9 +491,9 @@ def test_a_tail_through_its_file_is_invisible(records, lazy):
         assert _summary(got) == whole, cut
 
 
-def _store(tmp_path, topic="dts", partition=0):
+def _store(tmp_path, topic="dts", partition=0, label="blob"):
     fs, root = tails.open_location(str(tmp_path / "tails"))
-    return tails.TailStore(fs, root, "query-1", topic, partition)
+    return tails.TailStore(fs, root, "query-1", label, topic, partition)
 
 
 def _state(last):
@@ -502,7 +516,8 @@ def test_a_micro_batch_reads_the_newest_tail_before_it(tmp_path):
     assert _store(tmp_path, partition=1).load(9) == (None, [])
     assert _store(tmp_path, topic=None).load(9) == (None, [])
     assert _store(tmp_path, topic="dts/../x").load(9) == (None, [])
-    assert sorted(os.listdir(tmp_path / "tails" / "query-1")) == ["tdts"]
+    assert _store(tmp_path, label="tuple-db.t2").load(9) == (None, [])  # another transform of the query
+    assert sorted(os.listdir(tmp_path / "tails" / "query-1" / "blob")) == ["tdts"]
 
 
 def test_tails_older_than_retain_go_but_the_newest_of_them_stays(tmp_path, monkeypatch):
@@ -518,6 +533,11 @@ def test_tails_older_than_retain_go_but_the_newest_of_them_stays(tmp_path, monke
     assert store._ids() == [30, 200]  # 30 is what a re-run of 101..200 starts from
     assert store.load(150)[0] == _state(130)
     assert not [n for n in os.listdir(store.dir) if n.endswith(".tmp")]
+    # a killed attempt's temporary file goes once no attempt of its micro-batch can run
+    for batch in (250, 390):
+        (tmp_path / "tails" / "query-1" / "blob" / "tdts" / "0" / f".{batch:020d}.{'a' * 32}.tmp").write_bytes(b"x")
+    store.save(400, _state(400), store.load(400)[1])
+    assert sorted(n for n in os.listdir(store.dir) if n.endswith(".tmp")) == [f".{390:020d}.{'a' * 32}.tmp"]
 
 
 def test_a_damaged_tail_is_named(tmp_path):
@@ -527,6 +547,16 @@ def test_a_damaged_tail_is_named(tmp_path):
     with open(path, "r+b") as fh:
         fh.truncate(40)
     with pytest.raises(bridge.OptionsError, match="00000000000000000000.arrow is not a tail file"):
+        store.load(1)
+    # a tagged file of another layout is named too, not read as an empty state
+    import pyarrow as pa
+    other = pa.schema([("last_offset", pa.string())], metadata={b"format": tails.FORMAT})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, other) as writer:
+        writer.write_table(pa.table({"last_offset": ["5"]}, schema=other))
+    with open(path, "wb") as fh:
+        fh.write(sink.getvalue().to_pybytes())
+    with pytest.raises(bridge.OptionsError, match="is not a tail file of this version"):
         store.load(1)
 
 
@@ -542,6 +572,10 @@ def test_state_location_options(tmp_path):
         fs.create_dir(root, recursive=True)
     from pyarrow import fs as pafs
     assert isinstance(tails.open_location("relative/dir")[0], pafs.LocalFileSystem)
+    assert tails.location_uri("relative/dir") == os.path.abspath("relative/dir")
+    # Spark's one-slash form is a URI, not a relative path under the driver's folder
+    assert tails.location_uri("file:/chk/tails") == "file:/chk/tails"
+    assert tails.open_location("file:/chk/tails")[1] == "/chk/tails"
 
 
 @pytest.mark.spark

@@ -107,14 +107,15 @@ def _dts_input(df, ordered: bool = False):
     return columns if ordered else kafka_order(columns)
 
 
-def _streaming(df, make_job, output_ddl: str, tally, max_open_offsets, max_open_seconds, state_location):
+def _streaming(df, make_job, output_ddl: str, tally, max_open_offsets, max_open_seconds, state_location,
+               label: str):
     """A streaming DataFrame: reassembly per Kafka (topic, partition) kept across micro-batches, in
     Spark state (bridge/spark/streaming.py) or, with `state_location`, in tail files beside the
     query (bridge/spark/tails.py; docs/spark.md, "Streaming")."""
     if state_location is not None:
         from bridge.spark.tails import tail_transform
         return tail_transform(_dts_columns(df), make_job, output_ddl, tally, max_open_offsets, max_open_seconds,
-                              state_location)
+                              state_location, label)
     from bridge.spark.streaming import stream_transform
     return stream_transform(_dts_columns(df), make_job, output_ddl, tally, max_open_offsets, max_open_seconds)
 
@@ -161,7 +162,7 @@ def dts_to_blob(df, options: Options | None = None, mode: str = "FAILFAST", *,
     if df.isStreaming:
         _policy_name(mode)
         return _streaming(df, lambda: _DtsToBlob(options, mode), blob_schema(mode), tally,
-                          max_open_offsets, max_open_seconds, state_location)
+                          max_open_offsets, max_open_seconds, state_location, "blob")
     fn = dts_to_blob_batches(options, mode, tally=tally, arrow=True)
     return _dts_input(df, ordered).mapInArrow(fn, blob_schema(mode))
 
@@ -181,7 +182,7 @@ def dts_entries(df, mode: str = "FAILFAST", *, tally: SparkTally | None = None, 
     _batch_only(df, state_location)
     if df.isStreaming:
         return _streaming(df, lambda: _DtsToEntries(mode), entries_schema(mode), tally, max_open_offsets,
-                          max_open_seconds, state_location)
+                          max_open_seconds, state_location, "entries")
     fn = _batch_function(lambda: _DtsToEntries(mode), True, tally)
     return _dts_input(df, ordered).mapInArrow(fn, entries_schema(mode))
 
@@ -249,7 +250,7 @@ def dts_to_tuple(df, table: str, schema=None, options: Options | None = None, mo
         fields = _tuple_fields(schema, columns)
         output = tuple_schema(schema, columns, mode, positions)
         return _streaming(df, lambda: _DtsToTuple(options, mode, table, fields, positions), output, tally,
-                          max_open_offsets, max_open_seconds, state_location)
+                          max_open_offsets, max_open_seconds, state_location, f"tuple-{table}")
     fn = dts_to_tuple_batches(table, schema, options, mode, columns=columns, positions=positions,
                               tally=tally, arrow=True)
     return _dts_input(df, ordered).mapInArrow(fn, tuple_schema(schema, columns, mode, positions))

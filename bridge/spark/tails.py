@@ -8,7 +8,10 @@ job as a batch read, in offset order. What a partition leaves open at the end of
 offset and `ps`: `streaming.STATE_SCHEMA`, the same value the Spark-state path keeps) is written
 to one small Arrow file per (query, Kafka partition, micro-batch):
 
-    <state_location>/<query id>/<topic>/<partition>/<micro-batch id, 20 digits>.arrow
+    <state_location>/<query id>/<transform>/t<topic>/<partition>/<micro-batch id, 20 digits>.arrow
+
+(<transform>: "blob", "entries" or "tuple-<db.table>", so that two transforms of one query, the
+Tuple rows of two tables, keep apart; a null topic is "-")
 
 and micro-batch B of a partition starts from the newest file of a micro-batch before B. The query
 id (the checkpoint's, kept across restarts) and the micro-batch id come from the task's local
@@ -17,6 +20,10 @@ crash has the same id and the same offsets, so it reads the same tail and writes
 file is written under a temporary name and moved into place; two attempts of one task write the
 same state). Files of a partition older than `RETAIN` micro-batches behind the newest are removed,
 except the newest of those (it is still the state of a partition that had no rows since).
+
+Not supported: `asyncProgressTrackingEnabled` (Spark refuses it for stateful operators; here it
+would replan micro-batches whose ids already have tails), and speculative tasks on HDFS, whose
+overwrite is a delete and a rename (docs/spark.md, "Streaming").
 
 Why: Spark's transformWithStateInPandas sorts every row of the micro-batch into groups, converts
 them to pandas and back, and keeps a RocksDB store per shuffle partition; on the streaming bench
@@ -37,15 +44,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
-from bridge.errors import BridgeError, OptionsError
+from bridge.errors import OptionsError
 from bridge.spark.jobs import SparkTally, _arrow_column, _arrow_type, _FromDts
 from bridge.spark.streaming import OpenLimits, check_limits, dump_state, load_state
 
 QUERY_ID = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY: the checkpoint's query id
 BATCH_ID = "streaming.sql.batchId"  # MicroBatchExecution.BATCH_ID_KEY
-RETAIN = 100  # micro-batches of tails kept behind the newest, as spark.sql.streaming.minBatchesToRetain
+RETAIN = 100  # micro-batches of tails kept behind the newest (spark.sql.streaming.minBatchesToRetain's default)
 FORMAT = b"bridge-tail/1"
 _NAME = re.compile(r"^(\d{20})\.arrow$")
+_TMP = re.compile(r"^\.(\d{20})\.[0-9a-f]{32}\.tmp$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # file:/x, s3://b/x, hdfs://nn/x: a URI, never a relative path
 
 
 def _state_type():
@@ -88,7 +97,8 @@ def decode_state(data: bytes, where: str) -> tuple:
         table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
     except (pa.ArrowInvalid, OSError) as exc:
         raise OptionsError(f"state_location: {where} is not a tail file ({exc})") from None
-    if (table.schema.metadata or {}).get(b"format") != FORMAT or table.num_rows != 1:
+    if ((table.schema.metadata or {}).get(b"format") != FORMAT or table.num_rows != 1
+            or not table.schema.equals(_state_type(), check_metadata=False)):
         raise OptionsError(f"state_location: {where} is not a tail file of this version ({FORMAT.decode()})")
     row = table.to_pylist()[0]
     return (row["last_offset"], row["sharded"],
@@ -97,13 +107,19 @@ def decode_state(data: bytes, where: str) -> tuple:
             [tuple(item[k] for k in _WAITING) for item in row["waiting"]])
 
 
-def open_location(location: str):
-    """(pyarrow FileSystem, root path) of `state_location`: a URI pyarrow.fs opens, or an absolute path."""
-    from pyarrow import fs as pafs
+def location_uri(location: str) -> str:
+    """`state_location` as the driver resolves it: a URI as it is, a path made absolute."""
     if not isinstance(location, str) or not location:
         raise OptionsError("option 'state_location' must be a path or a URI", value=location)
+    return location if _SCHEME.match(location) else os.path.abspath(location)
+
+
+def open_location(location: str):
+    """(pyarrow FileSystem, root path) of `state_location`: a URI pyarrow.fs opens, or a path."""
+    from pyarrow import fs as pafs
+    uri = location_uri(location)
     try:
-        return pafs.FileSystem.from_uri(location if "://" in location else os.path.abspath(location))
+        return pafs.FileSystem.from_uri(uri)
     except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise OptionsError(f"option 'state_location' cannot be opened: {exc}", value=location) from None
 
@@ -111,14 +127,16 @@ def open_location(location: str):
 class TailStore:
     """The tail files of one Kafka partition of one query."""
 
-    def __init__(self, fs, root: str, query: str, topic, partition: int) -> None:
+    def __init__(self, fs, root: str, query: str, label: str, topic, partition: int) -> None:
         self.fs = fs
-        self.dir = "/".join((root.rstrip("/"), quote(query, safe=""),
+        self.dir = "/".join((root.rstrip("/"), quote(query, safe=""), quote(label, safe=""),
                              "-" if topic is None else "t" + quote(topic, safe=""), str(partition)))
+        self.stale: list[str] = []  # temporary files of attempts that never moved theirs into place
 
     def _ids(self) -> list[int]:
         from pyarrow import fs as pafs
         infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        self.stale = [info.path for info in infos if (m := _TMP.match(info.base_name))]
         return sorted(int(m.group(1)) for info in infos if (m := _NAME.match(info.base_name)))
 
     def _path(self, batch: int) -> str:
@@ -145,6 +163,9 @@ class TailStore:
         old = [i for i in ids if i < batch - RETAIN]
         for i in old[:-1]:  # the newest of them is the state of anything re-run from RETAIN back
             self.fs.delete_file(self._path(i))
+        for path in self.stale:  # a killed attempt's; no attempt of a micro-batch that far back runs now
+            if int(_TMP.match(path.rsplit("/", 1)[-1]).group(1)) < batch - RETAIN:
+                self.fs.delete_file(path)
 
 
 def _partitions(table) -> Iterator[tuple]:
@@ -167,12 +188,14 @@ def _partitions(table) -> Iterator[tuple]:
                 mask = test if mask is None else pc.and_(mask, test)
             part = table.filter(mask)
         offsets = part.column("offset")
-        if part.num_rows > 1 and not pc.all(pc.greater(offsets.slice(1), offsets.slice(0, part.num_rows - 1))).as_py():
+        if part.num_rows > 1 and not pc.all(pc.greater(offsets.slice(1), offsets.slice(0, part.num_rows - 1)),
+                                            skip_nulls=False).as_py():
             part = part.sort_by([("offset", "ascending")])
         yield group.get("topic"), group["partition"], part
 
 
-def _tail_function(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTally | None, location: str):
+def _tail_function(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTally | None, location: str,
+                   label: str):
     def run(batches: Iterator) -> Iterator:
         import pyarrow as pa
         from pyspark import TaskContext
@@ -195,13 +218,13 @@ def _tail_function(make_job: Callable[[], _FromDts], limits: tuple, tally: Spark
         for topic, partition, part in _partitions(table):
             if partition is None:
                 raise OptionsError("a DTS DataFrame's `partition` must not be null", value=None)
-            store = TailStore(fs, root, query, topic, partition)
+            store = TailStore(fs, root, query, label, topic, partition)
             state, ids = store.load(batch_id)
             try:
                 reassembler, opened = load_state(state, partition, job.lazy)
-            except BridgeError as exc:
+            except Exception as exc:  # noqa: BLE001 (a damaged waiting Entries: protobuf's DecodeError, ...)
                 raise OptionsError(f"state_location: the tail of {store.dir} before micro-batch {batch_id} "
-                                   f"does not restore: {exc}") from None
+                                   f"does not restore: {type(exc).__name__}: {exc}") from None
             job.reassemblers = {topic: reassembler}
             job.streaming.now_ms, job.streaming.opened = now_ms, opened
             wanted = job.inputs(part.schema.names)
@@ -215,15 +238,16 @@ def _tail_function(make_job: Callable[[], _FromDts], limits: tuple, tally: Spark
 
 
 def tail_transform(df, make_job: Callable[[], _FromDts], output_ddl: str, tally: SparkTally | None,
-                   max_open_offsets: int | None, max_open_seconds: float | None, location: str):
-    """A streaming Kafka-shaped DataFrame through `make_job`'s conversion, open tails in `location`."""
+                   max_open_offsets: int | None, max_open_seconds: float | None, location: str, label: str):
+    """A streaming Kafka-shaped DataFrame through `make_job`'s conversion, open tails in `location`
+    under `label` (the transform: "blob", "entries", "tuple-<db.table>")."""
     check_limits(max_open_offsets, max_open_seconds)
     fs, root = open_location(location)
-    uri = location if "://" in location else os.path.abspath(location)
+    uri = location_uri(location)
     try:
         fs.create_dir(root, recursive=True)
     except OSError as exc:
         raise OptionsError(f"option 'state_location' cannot be written: {exc}", value=location) from None
     keys = [c for c in ("topic", "partition") if c in df.columns]
-    fn = _tail_function(make_job, (max_open_offsets, max_open_seconds), tally, uri)
+    fn = _tail_function(make_job, (max_open_offsets, max_open_seconds), tally, uri, label)
     return df.repartition(*keys).mapInArrow(fn, output_ddl)
