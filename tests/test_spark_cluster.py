@@ -148,7 +148,7 @@ def _cluster_pipeline(tmp_path, broker, cluster, topic, *, kills: int, seed: int
     inside = straddling_cuts(cuts, {p: _split_ranges(raws) for p, raws in records.items()})
     assert inside, f"no micro-batch ended inside a split Entries: cuts {dict(cuts)}"
     if tails:  # the open tails were in state_location's files, written by the executors, per Kafka partition
-        written = sorted(p.parent.name for p in (tmp_path / "tails").glob("*/*/*/*.arrow"))
+        written = sorted(p.parent.name for p in (tmp_path / "tails").glob("*/*/*/*/*.arrow"))
         assert set(written) == {"0", "1"}, written
     # every run was an application of the cluster; the tasks ran in executors on both workers
     tasks = {n: {app: count for app, count in apps.items() if app not in before[n]}

@@ -224,7 +224,7 @@ def _blob_pipeline(tmp_path, broker, topic: Topic, *, source: str, kills: int, s
         inside = straddling_cuts(cuts, topic.splits())
         assert inside, f"no micro-batch ended inside a split Entries: cuts {dict(cuts)}, splits {topic.splits()}"
         if tails:  # the open tails were in state_location's files, per Kafka partition
-            assert {p.parent.name for p in (tmp_path / "tails").glob("*/*/*/*.arrow")} == {"0", "1"}
+            assert {p.parent.name for p in (tmp_path / "tails").glob("*/*/*/*/*.arrow")} == {"0", "1"}
         summaries = commits(driver.commit_log)
         skipped = sum(s.get("skipped", 0) for s in summaries if s["outcome"] == "commit")
         print(f"\n[{source} -> Blob -> datahub ({'state_location' if tails else 'Spark state'}), seed {seed}: {len(killed)} kills in {driver.runs} runs, {compared} "
@@ -269,7 +269,7 @@ def test_blob_spark_kafka_source_killed_and_restarted_deep(kafka_broker, clean_t
 
 # ---- 3. dts-kafka -> Tuple -> datahub ---------------------------------------------------------------
 
-def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int) -> None:
+def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int, tails: bool = False) -> None:
     _java()
     began = time.monotonic()
     expected: dict = collections.defaultdict(list)
@@ -296,7 +296,7 @@ def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int) ->
         driver = Driver(tmp_path, source="dts-kafka", bootstrap=broker.bootstrap, topic=topic.name,
                         maxOffsetsPerTrigger=MAX_OFFSETS, endpoint=server.endpoint, project=PROJECT,
                         datahub_topic="{db}_{table}", batchSize=5, maxRetries=30, kind="tuple", table=TABLE,
-                        shards=len(shard_ids))
+                        shards=len(shard_ids), state_location=str(tmp_path / "tails") if tails else None)
         killed = kill_loop(driver, _landed_count(server, name), kills=kills, total=total, seed=seed, log=log)
         server.faults.clear()
         faults = fault_summary(server)
@@ -326,6 +326,13 @@ def test_tuple_dts_kafka_killed_and_restarted(kafka_broker, clean_topic, tmp_pat
 @pytest.mark.deep
 def test_tuple_dts_kafka_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):
     _tuple_pipeline(tmp_path, kafka_broker, clean_topic, kills=4, seed=SEED + 5)
+
+
+@pytest.mark.deep
+def test_tuple_dts_kafka_with_state_location_killed_and_restarted_deep(kafka_broker, clean_topic, tmp_path):
+    """The Tuple rows (written by the C Tuple sink) with the open tails in state_location's files."""
+    _tuple_pipeline(tmp_path, kafka_broker, clean_topic, kills=4, seed=SEED + 8, tails=True)
+    assert {p.parent.name for p in (tmp_path / "tails").glob("*/*/*/*/*.arrow")} == {"0", "1"}
 
 
 # ---- 4. a micro-batch boundary inside an Entries, every mode, both Kafka sources -------------------------
