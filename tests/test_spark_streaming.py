@@ -588,6 +588,8 @@ def test_state_location_is_for_streams_and_must_be_writable(spark, tmp_path):
     blocked.write_text("x")
     with pytest.raises(bridge.OptionsError, match="cannot be written"):
         bs.dts_to_blob(read_stream(spark, folder), state_location=str(blocked / "t"))
+    with pytest.raises(bridge.OptionsError, match="needs the Kafka columns offset"):
+        bs.dts_to_blob(read_stream(spark, folder).drop("offset"), state_location=str(tmp_path / "t"))
 
 
 @pytest.mark.spark

@@ -248,6 +248,9 @@ def tail_transform(df, make_job: Callable[[], _FromDts], output_ddl: str, tally:
         fs.create_dir(root, recursive=True)
     except OSError as exc:
         raise OptionsError(f"option 'state_location' cannot be written: {exc}", value=location) from None
+    missing = [c for c in ("partition", "offset", "value") if c not in df.columns]
+    if missing:  # before the query starts, not in its first task
+        raise OptionsError(f"a DTS DataFrame needs the Kafka columns {', '.join(missing)}")
     keys = [c for c in ("topic", "partition") if c in df.columns]
     fn = _tail_function(make_job, (max_open_offsets, max_open_seconds), tally, uri, label)
     return df.repartition(*keys).mapInArrow(fn, output_ddl)
