@@ -439,6 +439,11 @@ def test_the_sink_refuses_records_that_do_not_fit_its_fields():
         "double of a long": ((TupleStorage.FLOAT64,), ((TupleWriter.DOUBLE, 0, 0, 0, None),)),
         "column out of the plan": ((TupleStorage.INT64,), ((TupleWriter.INT, 1, 0, 9, None),)),
         "too few fields": ((TupleStorage.INT64, TupleStorage.STRING), ((TupleWriter.INT, 0, 0, 9, None),)),
+        # what the parse itself refuses is the record's ValueError too (review, session 16)
+        "a field as a list": ((TupleStorage.INT64,), ([TupleWriter.INT, 0, 0, 9, None],)),
+        "a field of three": ((TupleStorage.INT64,), ((TupleWriter.INT, 0, 0),)),
+        "a bound beyond int64": ((TupleStorage.INT64,), ((TupleWriter.INT, 0, -2 ** 70, 9, None),)),
+        "a writer as text": ((TupleStorage.INT64,), (("INT", 0, 0, 9, None),)),
     }
     for name, (storages, fields) in cases.items():
         sink = speedups.TupleSink(storages)
@@ -456,4 +461,43 @@ def test_the_sink_refuses_records_that_do_not_fit_its_fields():
     assert taken[0] == 1 and taken[5][0][1] == 0 and taken[5][0][3] == (1).to_bytes(8, "little", signed=True)
     with pytest.raises(ValueError):
         speedups.TupleSink((99,))
+    with pytest.raises(ValueError):  # the plan not a Plan, the fields not a tuple
+        speedups.TupleSink((TupleStorage.INT64,)).entries([raw], 0, {key: ("plan", ())}, 0, 0)
+    with pytest.raises(ValueError):
+        speedups.TupleSink((TupleStorage.INT64,)).entries([raw], 0, {key: (plan, [seq])}, 0, 0)
     assert Out.SAME == 0
+
+
+# ---- a decimal as C writes it and as _fit_decimal gives it -------------------------------------------------------
+
+_DIGITS = st.text("0123456789", min_size=1, max_size=45)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.booleans(), _DIGITS, st.one_of(st.none(), _DIGITS), st.integers(1, 38), st.data())
+def test_a_decimal_c_writes_is_the_one_fit_decimal_gives(negative, whole, fraction, precision, data):
+    """Any DECIMAL text into any decimal(p, s): where C writes a value, it is `_fit_decimal`'s at the
+    column's scale (the 128-bit unscaled integer); where `_fit_decimal` refuses or would change the
+    value (more fraction digits than the scale, more digits than the precision), C gives the Entry
+    back. (From the review of the Tuple sink, session 16.)"""
+    from decimal import Context, Decimal
+
+    from bridge.native import speedups
+    from bridge.native.contract import Kind, Out, PlanColumn, TupleStorage, TupleWriter
+    scale = data.draw(st.integers(0, precision))
+    text = ("-" if negative else "") + whole + ("" if fraction is None else "." + fraction)
+    plan = speedups.Plan([tuple(PlanColumn("d", Kind.DECIMAL, pb.DECIMAL, 0, 0, "", 0, False, Out.DECIMAL))],
+                         False, Decimal)
+    raw = _entry([("d", "decimal(65,30)")], [[pb.Data(dataType=pb.DECIMAL, sv=text)]]).SerializeToString()
+    sink = speedups.TupleSink((TupleStorage.DECIMAL128,))
+    done = sink.entries([raw], 0, {speedups.table_key(raw): (plan, ((TupleWriter.DECIMAL, 0, precision, scale, None),))},
+                        0, 0)
+    try:
+        fitted = jobs._fit_decimal(Decimal(text), precision, scale)
+    except BridgeError:
+        fitted = None
+    if done == (0, 0, 0):  # given back: Python decides
+        return
+    assert done == (1, 1, 1) and fitted is not None, (text, precision, scale)
+    written = int.from_bytes(sink.take()[5][0][3], "little", signed=True)
+    assert written == int(fitted.scaleb(scale, context=Context(prec=200))), (text, precision, scale)

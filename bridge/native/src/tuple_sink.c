@@ -280,9 +280,10 @@ static int unpack_table(TupleSinkObject *s, PyObject *rec, FieldWriter *out) {
     Py_ssize_t read = 0;
     for (Py_ssize_t f = 0; f < s->nfields; f++) {
         FieldWriter *fw = &out[f];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, f), "inLLO:TupleSink field", &fw->writer, &fw->column, &fw->lo,
-                              &fw->hi, &fw->text))
-            return 0;
+        PyObject *field = PyTuple_GET_ITEM(fields, f);
+        if (!PyTuple_Check(field)
+            || !PyArg_ParseTuple(field, "inLLO:TupleSink field", &fw->writer, &fw->column, &fw->lo, &fw->hi, &fw->text))
+            goto bad;
         int st = s->cols[f].storage, w = fw->writer, reads = w >= W_INT && w <= W_STRING;
         if (reads != (fw->column >= 0) || fw->column >= pl->ncols) goto bad;
         const Col *col = reads ? &pl->cols[fw->column] : NULL;
@@ -329,6 +330,8 @@ static int unpack_table(TupleSinkObject *s, PyObject *rec, FieldWriter *out) {
     s->plan = pl;
     return 1;
 bad:
+    /* whatever was wrong with it (a parse's TypeError, OverflowError, SystemError): the record's ValueError */
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError)) PyErr_Clear();
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a TupleSink table record that does not fit its fields");
     return 0;
 }
@@ -441,7 +444,7 @@ static PyObject *TupleSink_entries(TupleSinkObject *self, PyObject *const *args,
     Py_ssize_t n = PyList_GET_SIZE(raws), i = start < 0 ? 0 : start, entries = 0, before = self->rows;
     for (; i < n; i++) {
         PyObject *raw = PyList_GET_ITEM(raws, i);
-        if (!PyBytes_Check(raw) || i > INT32_MAX || self->rows >= INT32_MAX - 1000000) break;
+        if (!PyBytes_Check(raw) || i > INT32_MAX || self->rows >= INT32_MAX - 2000000) break; /* an UPDATE Entry's rows: two an image pair */
         const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(raw), *end = p + PyBytes_GET_SIZE(raw);
         PlainEntry e;
         if (!bridge_plain_entry(p, end, &e)) break;
