@@ -183,6 +183,26 @@ def test_a_header_the_sink_writes_itself():
         assert SUNK[-1] == len(entries) - 2  # the first Entry of each table is Python's
 
 
+def test_a_table_the_sink_cannot_take_is_asked_about_once(monkeypatch):
+    """A table whose `sink_table` is None (C cannot write it) is remembered as None: its Entries all
+    go through convert_columns, with the same rows, and `sink_table` is not asked again for each."""
+    asked = []
+    from bridge.blob.encode import BlobEncoder
+    original = BlobEncoder.sink_table
+
+    def none_for_items(self, entry, raw):
+        asked.append(entry.header.tableName)
+        return None if entry.header.tableName == "items" else original(self, entry, raw)
+    monkeypatch.setattr(BlobEncoder, "sink_table", none_for_items)
+    entries = _orders(6) + _orders(6, seq=100, table="items")
+    assert_same(_batches(_values(entries, 4000), per_batch=2))
+    assert SUNK[-1] == 5  # orders' Entries after its first; none of items'
+    assert asked == ["orders", "items"]  # once per table (the run with the sink off registers none)
+    from bridge.native import speedups
+    raw = entries[7].SerializeToString()
+    assert speedups.Sink().entries([raw], 0, {speedups.table_key(raw): None}, 0, 0, True, b"v") == (0, 0, 0)
+
+
 def test_entries_the_sink_leaves_to_python():
     """Control events, properties, a non-canonical value, a timestamp before 2001, header fields
     repeated, of another wire type, unknown, and an Entry field beyond header and event: the rows

@@ -190,14 +190,27 @@ class _Sunk(_FromDts):
 
     def _counted(self, entries: int, rows: int) -> None:
         """The encoder's counts of what the sink wrote."""
+        self.encoder.entries += entries
+        self.encoder.emitted += rows
 
     def _sink_batch(self, topic):
         """An output batch of the sink's rows (`take()`)."""
         raise NotImplementedError
 
-    def _register(self, entry: pb.Entry, raw: bytes) -> None:
-        """After `_outputs()` took an Entry, its table's record for the sink, if C can take it."""
+    def _record(self, entry: pb.Entry, raw: bytes):
+        """The sink's record of the Entry's table, or None where C cannot take it."""
         raise NotImplementedError
+
+    def _register(self, entry: pb.Entry, raw: bytes) -> None:
+        """After `_outputs()` took an Entry, its table's record for the sink, once per table key: a
+        None too, which the sink reads as "leave this table's Entries to Python", so a table C cannot
+        take is not looked at again for each of its Entries."""
+        key = speedups.table_key(raw)
+        if key is None or key in self.tables:
+            return
+        if len(self.tables) >= 4096:
+            self.tables.clear()
+        self.tables[key] = self._record(entry, raw)
 
     def chunks(self, records):
         if self.sink is None:
@@ -268,11 +281,6 @@ class _Sunk(_FromDts):
             raise err.located(seq_id=h.seqId, table=f"{h.schemaName}.{h.tableName}" if named else None)
         return found
 
-    def _remember(self, key: bytes, record) -> None:
-        if len(self.tables) >= 4096:
-            self.tables.clear()
-        self.tables[key] = record
-
     def _hold_sink(self, topic) -> None:
         """The sink's rows become the next output batch (the rows before them are held already)."""
         if self.sink.rows():
@@ -319,20 +327,11 @@ class _DtsToBlob(_Sunk):
     def _sink_entries(self, raws, index, partition, offset):
         return self.sink.entries(raws, index, self.tables, partition, offset, self.options.lossless, _VERSION)
 
-    def _counted(self, entries, rows):
-        self.encoder.entries += entries
-        self.encoder.emitted += rows
-
     def _sink_batch(self, topic):
         return _sink_batch(self.sink.take(), topic, self._schema, self.keep)
 
-    def _register(self, entry: pb.Entry, raw: bytes) -> None:
-        key = speedups.table_key(raw)
-        if key is None or key in self.tables:
-            return
-        record = self.encoder.sink_table(entry, raw)
-        if record is not None:
-            self._remember(key, record)
+    def _record(self, entry: pb.Entry, raw: bytes):
+        return self.encoder.sink_table(entry, raw)
 
 
 _VERSION = FORMAT_VERSION.encode()
@@ -662,17 +661,10 @@ class _DtsToTuple(_Sunk):
     def _sink_entries(self, raws, index, partition, offset):
         return self.sink.entries(raws, index, self.tables, partition, offset)
 
-    def _counted(self, entries, rows):
-        self.encoder.entries += entries
-        self.encoder.emitted += rows
-
-    def _register(self, entry: pb.Entry, raw: bytes) -> None:
-        key = speedups.table_key(raw)
-        if key is None or key in self.tables:
-            return
+    def _record(self, entry: pb.Entry, raw: bytes):
         h = entry.header
         # another table's Entries give no rows (`_rows`): False tells the sink so
-        self._remember(key, False if f"{h.schemaName}.{h.tableName}" != self.table else self._sink_table(entry, raw))
+        return False if f"{h.schemaName}.{h.tableName}" != self.table else self._sink_table(entry, raw)
 
     def _sink_table(self, entry: pb.Entry, raw: bytes) -> TupleSinkTable | None:
         """The sink's record of this table's column set (a TupleSinkTable): its C plan and how each

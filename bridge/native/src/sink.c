@@ -79,8 +79,8 @@ int bridge_table_key_into(Buf *b, const PlainHeader *hv, Span columns) {
 /* A sink's `entries` loop, per plain DML Entry: the key of its table (bridge_table_key_into) into
  * `scratch`, against the key `held` of the record the sink holds (`last`, NULL for none). 1: that
  * record still applies; 2: `*rec` (borrowed) is the record `tables` has for the new key, for the
- * caller to unpack and then keep with bridge_sink_hold; 0: `tables` has none (the Entry is left to
- * Python); -1 on error. */
+ * caller to unpack and then keep with bridge_sink_hold; 0: `tables` has none, or None (a table C
+ * cannot take: the Entry is left to Python); -1 on error. */
 int bridge_sink_table(Buf *scratch, const Buf *held, PyObject *last, PyObject *tables, const PlainEntry *e,
                       PyObject **rec) {
     scratch->n = 0;
@@ -91,7 +91,7 @@ int bridge_sink_table(Buf *scratch, const Buf *held, PyObject *last, PyObject *t
     *rec = PyDict_GetItemWithError(tables, k);
     Py_DECREF(k);
     if (*rec == NULL) return PyErr_Occurred() ? -1 : 0;
-    return 2;
+    return *rec == Py_None ? 0 : 2;
 }
 
 /* The record bridge_sink_table found, unpacked by the caller, kept with its key; 0 on a memory error. */
