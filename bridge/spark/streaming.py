@@ -141,13 +141,41 @@ class OpenLimits:
         return None
 
 
+# ---- one Kafka partition's micro-batch, whichever backend keeps its state ---------------------------
+
+def streaming_job(make_job: Callable[[], _FromDts], limits: tuple):
+    """(a job for a task's Kafka partitions, its output Arrow schema): the job lives for the task (the
+    encoder caches, the C sink's tables); each partition sets its own Reassembler."""
+    import pyarrow as pa
+    job = make_job()
+    job.streaming = OpenLimits(*limits)
+    return job, pa.schema([(name, _arrow_type(kind)) for name, kind in job.columns])
+
+
+def convert_partition(job: _FromDts, schema, topic, partition: int, restored: tuple, column: Callable,
+                      names: list, now_ms: int, save: Callable[[tuple], None]) -> Iterator:
+    """One Kafka partition's rows of a micro-batch (`column(name)`: a column's values in offset
+    order) through `job`, from the state `load_state` restored (`restored`: its Reassembler and the
+    times its Entries opened): Arrow batches of `schema`, then the state after it to `save`
+    (`dump_state`'s value). The Spark-state processor and the tail files (tails.py) share it."""
+    import pyarrow as pa
+    reassembler, opened = restored
+    job.reassemblers = {topic: reassembler}
+    job.streaming.now_ms, job.streaming.opened = now_ms, opened
+    wanted = job.inputs(names)
+    records = zip(*[column(n) if n else itertools.repeat(topic) for n in wanted])
+    for columns in job.chunks(records):
+        yield columns if isinstance(columns, pa.RecordBatch) else job.batch(columns, schema)
+    save(dump_state(reassembler, partition, opened, now_ms))
+
+
 # ---- the stateful processor ------------------------------------------------------------------
 
 def _processor(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTally | None):
     from pyspark.sql.streaming import StatefulProcessor
 
     class DtsReassembly(StatefulProcessor):
-        """One Kafka partition per key; the job (encoder caches, the C sink's tables) lives for the task."""
+        """One Kafka partition per key; the job (`streaming_job`) lives for the task."""
 
         def init(self, handle) -> None:
             self.state = handle.getValueState("reassembly", STATE_SCHEMA)
@@ -166,27 +194,19 @@ def _processor(make_job: Callable[[], _FromDts], limits: tuple, tally: SparkTall
 
         def _run(self, key, frame, now_ms: int) -> Iterator:
             import pandas as pd
-            import pyarrow as pa
-            job = self.job
-            if job is None:
-                job = self.job = make_job()
-                job.streaming = OpenLimits(*limits)
-                self.schema = pa.schema([(name, _arrow_type(kind)) for name, kind in job.columns])
+            if self.job is None:
+                self.job, self.schema = streaming_job(make_job, limits)
             topic, partition = (key if len(key) == 2 else (None, key[0]))
             topic = None if topic is None else str(topic)
             partition = int(partition)
             # get() is None for a key without state: one state-server round trip, not two (exists, get)
-            reassembler, opened = load_state(self.state.get(), partition, job.lazy)
-            job.reassemblers = {topic: reassembler}
-            job.streaming.now_ms, job.streaming.opened = now_ms, opened
-            wanted = job.inputs(list(frame.columns))
-            records = zip(*[_pandas_column(frame, n) if n else itertools.repeat(topic) for n in wanted])
-            for columns in job.chunks(records):
-                batch = columns if isinstance(columns, pa.RecordBatch) else job.batch(columns, self.schema)
+            restored = load_state(self.state.get(), partition, self.job.lazy)
+            for batch in convert_partition(self.job, self.schema, topic, partition, restored,
+                                           lambda n: _pandas_column(frame, n), list(frame.columns), now_ms,
+                                           self.state.update):
                 # columns backed by the Arrow arrays: Spark takes them back without a Python object per
                 # value (10x faster than object columns for the Blob lines)
                 yield batch.to_pandas(types_mapper=pd.ArrowDtype)
-            self.state.update(dump_state(reassembler, partition, opened, now_ms))
 
     return DtsReassembly()
 

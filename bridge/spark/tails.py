@@ -36,7 +36,6 @@ kept, moved and deleted with the checkpoint (docs/spark.md, "Streaming").
 """
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import time
@@ -45,8 +44,8 @@ from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
 from bridge.errors import OptionsError
-from bridge.spark.jobs import SparkTally, _arrow_column, _arrow_type, _FromDts
-from bridge.spark.streaming import OpenLimits, check_limits, dump_state, load_state
+from bridge.spark.jobs import SparkTally, _arrow_column, _FromDts
+from bridge.spark.streaming import check_limits, convert_partition, load_state, streaming_job
 
 QUERY_ID = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY: the checkpoint's query id
 BATCH_ID = "streaming.sql.batchId"  # MicroBatchExecution.BATCH_ID_KEY
@@ -211,9 +210,7 @@ def _tail_function(make_job: Callable[[], _FromDts], limits: tuple, tally: Spark
             return
         table = pa.Table.from_batches(batches)
         fs, root = open_location(location)
-        job = make_job()
-        job.streaming = OpenLimits(*limits)
-        schema = pa.schema([(name, _arrow_type(kind)) for name, kind in job.columns])
+        job, schema = streaming_job(make_job, limits)
         now_ms = int(time.time() * 1000)
         for topic, partition, part in _partitions(table):
             if partition is None:
@@ -221,17 +218,13 @@ def _tail_function(make_job: Callable[[], _FromDts], limits: tuple, tally: Spark
             store = TailStore(fs, root, query, label, topic, partition)
             state, ids = store.load(batch_id)
             try:
-                reassembler, opened = load_state(state, partition, job.lazy)
+                restored = load_state(state, partition, job.lazy)
             except Exception as exc:  # noqa: BLE001 (a damaged waiting Entries: protobuf's DecodeError, ...)
                 raise OptionsError(f"state_location: the tail of {store.dir} before micro-batch {batch_id} "
                                    f"does not restore: {type(exc).__name__}: {exc}") from None
-            job.reassemblers = {topic: reassembler}
-            job.streaming.now_ms, job.streaming.opened = now_ms, opened
-            wanted = job.inputs(part.schema.names)
-            records = zip(*[_arrow_column(part, n) if n else itertools.repeat(topic) for n in wanted])
-            for columns in job.chunks(records):
-                yield columns if isinstance(columns, pa.RecordBatch) else job.batch(columns, schema)
-            store.save(batch_id, dump_state(reassembler, partition, opened, now_ms), ids)
+            yield from convert_partition(job, schema, topic, partition, restored,
+                                         lambda n, part=part: _arrow_column(part, n), part.schema.names, now_ms,
+                                         lambda after, store=store, ids=ids: store.save(batch_id, after, ids))
         if tally is not None:
             tally.add(job.policy.tally)
     return run
