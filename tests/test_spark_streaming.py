@@ -178,28 +178,38 @@ def _summary(items) -> list:
             else (type(i).__name__, str(i)) for i in items]
 
 
+def _through_tail_file(state: tuple) -> tuple:
+    """The state as state_location's tail file carries it (bridge/spark/tails.py): the same value back."""
+    back = tails.decode_state(tails.encode_state(state), "x")
+    assert back == state
+    return back
+
+
+@pytest.mark.parametrize("carry", [lambda state: state, _through_tail_file], ids=["spark-state", "tail-file"])
 @pytest.mark.parametrize("lazy", [False, True])
 @pytest.mark.parametrize("records", [
     [(0, n, raw, None) for n, raw in enumerate(_large)],
     _tdsql_records(),
 ], ids=["plain", "tdsql"])
-def test_state_round_trip_is_invisible(records, lazy):
-    """Cut the records anywhere, carry the Reassembler through dump_state / load_state: the same
-    Entries (and errors) as one Reassembler fed everything."""
+def test_state_round_trip_is_invisible(records, lazy, carry):
+    """Cut the records anywhere, carry the Reassembler through dump_state / load_state (as Spark's
+    state keeps it, or through a tail file's bytes): the same Entries (and errors) as one
+    Reassembler fed everything."""
     whole = _summary(_feed_all(Reassembler(lazy=lazy), records))
     partition = records[0][0]
     for cut in range(1, len(records)):
         first = Reassembler(lazy=lazy)
         got = _feed_all(first, records[:cut])
-        state = st.dump_state(first, partition, {}, 5)
+        state = carry(st.dump_state(first, partition, {}, 1_700_000_000_000 + cut))
         second, opened = st.load_state(state, partition, lazy)
         assert set(opened) == {buf.first_offset for buf in first._open.values()}
+        assert set(opened.values()) <= {1_700_000_000_000 + cut}
         got += _feed_all(second, records[cut:])
         assert _summary(got) == whole, cut
     # a redelivery after the cut is still known as one (last offset and ps survive the state)
     again = Reassembler(lazy=lazy)
     _feed_all(again, records[:4])
-    restored, _ = st.load_state(st.dump_state(again, partition, {}, 0), partition, lazy)
+    restored, _ = st.load_state(carry(st.dump_state(again, partition, {}, 0)), partition, lazy)
     assert restored.feed(*records[3])[0].__class__.__name__ in ("FramingError", "Redelivered")
 
 
@@ -466,30 +476,9 @@ def test_streaming_needs_the_rocksdb_state_store(spark, tmp_path):
 
 
 # ---- state_location: the tail files (bridge/spark/tails.py) ------------------------------------------
-# The query tests above run on both backends (the `state` fixture); here the file format, which tail
-# a micro-batch reads (never its own from an earlier attempt, never a later one), retention, and
-# what goes wrong loudly.
-@pytest.mark.parametrize("lazy", [False, True])
-@pytest.mark.parametrize("records", [
-    [(0, n, raw, None) for n, raw in enumerate(_large)],
-    _tdsql_records(),
-], ids=["plain", "tdsql"])
-def test_a_tail_through_its_file_is_invisible(records, lazy):
-    """Cut the records anywhere, carry the Reassembler through a tail file's bytes: the same Entries
-    (and errors) as one Reassembler fed everything; the file gives back the state it was given."""
-    whole = _summary(_feed_all(Reassembler(lazy=lazy), records))
-    partition = records[0][0]
-    for cut in range(1, len(records)):
-        first = Reassembler(lazy=lazy)
-        got = _feed_all(first, records[:cut])
-        state = st.dump_state(first, partition, {}, 1_700_000_000_000 + cut)
-        data = tails.encode_state(state)
-        assert tails.decode_state(data, "x") == state
-        second, opened = st.load_state(tails.decode_state(data, "x"), partition, lazy)
-        assert set(opened.values()) <= {1_700_000_000_000 + cut}
-        got += _feed_all(second, records[cut:])
-        assert _summary(got) == whole, cut
-
+# The query tests above run on both backends (the `state` fixture), and the state round trip through
+# a tail file's bytes; here which tail a micro-batch reads (never its own from an earlier attempt,
+# never a later one), retention, and what goes wrong loudly.
 
 def _store(tmp_path, topic="dts", partition=0, label="blob"):
     fs, root = tails.open_location(str(tmp_path / "tails"))
