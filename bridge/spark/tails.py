@@ -154,7 +154,8 @@ class TailStore:
 
     def save(self, batch: int, state: tuple, ids: list[int]) -> None:
         """The state after `batch`, moved into place whole; tails past RETAIN removed."""
-        self.fs.create_dir(self.dir, recursive=True)
+        if not ids and not self.stale:  # the folder is there when `load` listed a file in it
+            self.fs.create_dir(self.dir, recursive=True)
         tmp = f"{self.dir}/.{batch:020d}.{uuid.uuid4().hex}.tmp"
         with self.fs.open_output_stream(tmp) as out:
             out.write(encode_state(state))
