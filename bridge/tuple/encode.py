@@ -53,7 +53,7 @@ from bridge.values import (
     temporal_as_text,
     tuple_type,
 )
-from bridge.values.plans import native_tuple_plan, tuple_plan_columns
+from bridge.values.plans import native_tuple_plan
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["entry_to_tuples", "entries_to_tuples", "TupleEncoder", "record_schema", "load_record_schema",
@@ -169,10 +169,11 @@ def _build_table(columns, options: Options, native: bool = False) -> _TupleTable
         cts.append(ct)
         converters.append(ct.row.to_tuple(ct, options))
         fields.append({"name": c.name, "type": tuple_type(ct)})
-    args = (names, cts, [f["type"] for f in fields], options.timezone == "UTC", options.tuple_binary == "hex")
-    plan = native and native_tuple_plan(*args)
+    native_plan = native and native_tuple_plan(names, cts, [f["type"] for f in fields], options.timezone == "UTC",
+                                               options.tuple_binary == "hex")
     fields += [{"name": name, "type": META_COLUMNS[name][0]} for name in _meta_fields(options)]
-    return _TupleTable(names, converters, {"fields": fields}, plan or None, tuple_plan_columns(*args) if plan else None)
+    plan, plan_columns = native_plan or (None, None)
+    return _TupleTable(names, converters, {"fields": fields}, plan, plan_columns)
 
 
 def record_schema(columns, options: Options = DEFAULT_OPTIONS) -> dict:

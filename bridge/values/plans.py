@@ -42,18 +42,19 @@ _TUPLE_OUTS = {"DECIMAL": Out.DECIMAL, "FLOAT": Out.FLOAT32, "TIMESTAMP": Out.MI
 
 
 def native_tuple_plan(names: list, cts: list, field_types: list, utc: bool, hex_binary: bool):
-    """A Tuple `_speedups.Plan` for the column set (bridge.tuple.encode's column types and field types), or
-    None (no C extension, or a column it does not cover: the whole table is Python's).
+    """(a Tuple `_speedups.Plan` for the column set, its PlanColumns (`tuple_plan_columns`)), from
+    bridge.tuple.encode's column types and field types; or None (no C extension, or a column it does
+    not cover: the whole table is Python's).
 
     The C checks are the Blob plan's, which accept a subset of what the rows' to_tuple converters
     accept; the value is then made as the converter makes it (`Out`, from the field type).
     `Plan.tuples(entry_bytes, dml_type, seq_key, seq_base, metas)` gives the Tuple rows
     of a DML Entry image by image (None for an image TupleEncoder converts in Python), or None for
     the whole Entry."""
-    columns = tuple_plan_columns(names, cts, field_types, utc, hex_binary)
-    if not NATIVE or columns is None:
+    columns = tuple_plan_columns(names, cts, field_types, utc, hex_binary) if NATIVE else None
+    if columns is None:
         return None
-    return speedups.Plan([tuple(c) for c in columns], False, Decimal)
+    return speedups.Plan([tuple(c) for c in columns], False, Decimal), columns
 
 
 def tuple_plan_columns(names: list, cts: list, field_types: list, utc: bool, hex_binary: bool) -> list | None:
