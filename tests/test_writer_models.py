@@ -137,8 +137,8 @@ class Run:
         self.events.append(f"crash: back to {sorted(positions.items())}")
 
 
-def _read_all(written, rng: random.Random, native: bool, settle: float, restarts: bool) -> tuple:
-    hub = DataHubModel(written, rng, shards=rng.randint(1, 3))
+def _read_all(written, rng: random.Random, native: bool, settle: float, restarts: bool, retries: bool) -> tuple:
+    hub = DataHubModel(written, rng, shards=rng.randint(1, 3), retries=retries)
     run = Run(written, hub, rng, native, settle)
     steps = 0
     while True:
@@ -256,14 +256,10 @@ def _problems(written, hub, run, stalled) -> list[str]:
     return problems
 
 
-@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # (a seed does not shrink usefully)
-@given(seed=st.integers(0, 2**32 - 1), settle=st.sampled_from([0.0, 1.0]), restarts=st.booleans())
-@pytest.mark.parametrize("native", MERGES)
-@pytest.mark.parametrize("writer", WRITERS)
-def test_every_writer_is_read_as_convert_reads_its_lines(writer, native, seed, settle, restarts):
+def _check(writer, native, seed, settle, restarts, retries):
     rng = random.Random(seed)
     written = _write(writer, rng)
-    hub, run, stalled = _read_all(written, rng, native, settle, restarts)
+    hub, run, stalled = _read_all(written, rng, native, settle, restarts, retries)
     problems = _problems(written, hub, run, stalled)
     shards = {t: {sid: (len(s.records), "ACTIVE" if s.active else "CLOSED", s.parents) for sid, s in ss.items()}
               for t, ss in hub.topics.items()}
@@ -273,6 +269,30 @@ def test_every_writer_is_read_as_convert_reads_its_lines(writer, native, seed, s
         f"shards {shards}\n" + "\n".join(problems[:8])
         + (f"\n... and {len(problems) - 8} more" if len(problems) > 8 else "")
         + f"\nrestarts: {[e for e in run.events if not e.startswith('commit')][:6]}")
+
+
+_PROPERTY = dict(seed=st.integers(0, 2**32 - 1), settle=st.sampled_from([0.0, 1.0]), restarts=st.booleans())
+
+
+@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # (a seed does not shrink usefully)
+@given(**_PROPERTY)
+@pytest.mark.parametrize("native", MERGES)
+@pytest.mark.parametrize("writer", WRITERS)
+def test_every_writer_is_read_as_convert_reads_its_lines(writer, native, seed, settle, restarts):
+    """Splits and merges at any moment, the writer still writing, any read schedule and restarts;
+    each record written once."""
+    _check(writer, native, seed, settle, restarts, retries=False)
+
+
+@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(**_PROPERTY)
+@pytest.mark.parametrize("native", MERGES)
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_writers_retries_are_dropped_and_counted(writer, native, seed, settle, restarts):
+    """As above, and the writer retries: a batch of its last records to a shard lands again, on the
+    same shard, or (that shard split or merged since) where its routing sends each now. Each second
+    copy is dropped and counted, never handed on twice, and tears no Entry apart."""
+    _check(writer, native, seed, settle, restarts, retries=True)
 
 
 @pytest.mark.parametrize("writer", WRITERS)

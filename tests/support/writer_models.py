@@ -354,8 +354,8 @@ class DataHubModel:
     """The topics' shards and the writer's landings; `now` is DataHub's clock (seconds), rising by
     at least a millisecond at every step so that every landing and every look has its own time."""
 
-    def __init__(self, written: Written, rng: random.Random, shards: int) -> None:
-        self.written, self.rng = written, rng
+    def __init__(self, written: Written, rng: random.Random, shards: int, retries: bool = True) -> None:
+        self.written, self.rng, self.retrying = written, rng, retries
         self.now = 1_700_000_000.0
         self.topics: dict = {}
         for rec in written.records:
@@ -401,7 +401,7 @@ class DataHubModel:
         elif roll < 0.09 and len(active) > 1:
             a, b = rng.sample(active, 2)
             self._merge(topic, a, b)
-        elif roll < 0.17 and self.recent:
+        elif roll < 0.17 and self.recent and self.retrying:
             (topic, sid), batch = rng.choice(sorted(self.recent.items(), key=lambda kv: kv[0]))
             shard = self.topics[topic][sid]
             start = rng.randrange(len(batch))
