@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bridge.datahub.calls import BY_COUNT, DataHubError, Retrying, pydatahub
+from bridge.datahub.calls import BY_COUNT, DataHubError, Retrying, pydatahub, shard_state, sort_shard_id
 from bridge.datahub.packing import RequestPacking
 from bridge.datahub.records import (
     ATTR_EPOCH,
@@ -54,7 +54,7 @@ from bridge.datahub.records import (
     Position,
 )
 from bridge.datahub.resume import TailLook
-from bridge.datahub.routing import ShardRouting, _Shard, _Topic
+from bridge.datahub.routing import ShardRouting, _Shard, _Topic, shard_for
 from bridge.errors import BridgeError
 
 __all__ = ["DataHubWriter", "LINGER"]
@@ -128,6 +128,9 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
         self.linger = linger
         self._urgent = 0  # flushes (and puts blocked on a full buffer) waiting
         self._acks: dict[int, _Outstanding] = {}  # per source partition: records put, not yet done
+        # per topic: the shards DataHub refused as split, merged or gone since the last reshard, each
+        # with the first record of the refused request (for the errors)
+        self._refused: dict[str, dict[str, Pending]] = {}
         self._threads = [threading.Thread(target=self._work, name=f"datahub-writer-{i}", daemon=True)
                          for i in range(workers)]
         for thread in self._threads:
@@ -278,6 +281,7 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
             pending.at = time.monotonic()
             shard = self._route(pending.topic, pending.key)
             shard.queue.append(pending)
+            shard.last = pending.seq
             shard.bytes += pending.size
             self._buffered += 1
             if pending.position is not None:
@@ -419,7 +423,152 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
                         self._ready.append(shard)
                     self._cv.notify_all()
                     continue
-            self._reshard(shard.topic)
+                # refused: the shard is CLOSED (split, merged) or gone. Its records stay queued (the
+                # batch was not popped); the topic stops sending at once (no other request of it can
+                # go out on the old routing), and the refusal is noted for the reshard to check.
+                # Every worker waiting in `_reshard` for this shard to be idle hears it (before, the
+                # missing notify left a reshard waiting for ever when two shards closed at once).
+                topic = shard.topic
+                self._refused.setdefault(topic.name, {})[shard.shard_id] = batch[0]
+                start = not topic.resharding
+                topic.resharding = True
+                self._cv.notify_all()
+            if start:
+                self._reshard(topic)
+
+    # -- splits and merges ------------------------------------------------------------------------
+    # (docs/kafka.md, "Writing through splits and merges"). The promise kept: per shard, records land
+    # in the order they were put (`Pending.seq`). What breaks it is moving a waiting record to a shard
+    # that was already given a later record, which routing every waiting record anew over the new
+    # ACTIVE shards did (DataWorks' rule is MD5 modulo the number of shards: a split or merge moves
+    # most keys, also between shards that stay ACTIVE). So a reshard moves only the records waiting
+    # for a shard that is no longer ACTIVE, and only to its heirs (its ACTIVE descendants: the
+    # children of a split, the shard of a merge), which are new to this writer; records waiting for a
+    # shard that stays ACTIVE stay with it; records put later are routed over the new ACTIVE shards.
+
+    def _route(self, info: _Topic, key: str) -> _Shard:
+        shard_id = shard_for(key, info.shard_ids)
+        shard = info.shards.get(shard_id)
+        if shard is None:
+            shard = info.shards[shard_id] = _WShard(info, shard_id, self.max_rate)
+        return shard
+
+    def _reshard(self, topic: _Topic) -> None:
+        """A request of `topic` was refused because its shard is CLOSED or gone (the caller set
+        `topic.resharding`: no request of the topic goes out meanwhile). Wait for the topic's
+        requests in flight (a second shard refused at once is noted in `_refused` and handled here
+        too), list the shards, and move the records waiting for shards that are no longer ACTIVE to
+        their heirs, in put order. A listing that does not explain every refusal yet (a refused
+        shard still ACTIVE, a closed one without an ACTIVE heir: its children still OPENING) is
+        retried with backoff under the writer's retry policy, after which the writer stops with an
+        error naming the shard and the first record waiting for it."""
+        with self._cv:
+            while any(s.busy for s in topic.shards.values()) and not self._closing:
+                self._cv.wait(0.5)
+        attempt, since = 0, None
+        try:
+            while True:
+                listing = self.call(lambda: self.client.list_shard(self.project, topic.name), "ListShard").shards
+                with self._cv:
+                    problem = self._reroute(topic, listing)
+                    if problem is None:
+                        self._refused.pop(topic.name, None)
+                        topic.resharding = False
+                        self.resplits += 1
+                        self._cv.notify_all()
+                        return
+                since = since or time.monotonic()
+                attempt = self._wait(attempt, problem, "ShardNotReady", since=since)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of put/flush
+            with self._cv:
+                topic.resharding = False
+                self._error = self._error or exc
+                self._cv.notify_all()
+
+    def _reroute(self, topic: _Topic, listing) -> str | None:
+        """Under the lock: apply a ListShard answer (see `_reshard`), or say why it cannot be
+        applied yet (nothing changed then)."""
+        states = {str(s.shard_id): shard_state(s) for s in listing}
+        active = sorted((sid for sid, state in states.items() if state == "ACTIVE"), key=sort_shard_id)
+        where = f"{self.project}/{topic.name}"
+        if not active:
+            return f"ListShard of {where}: no ACTIVE shard"
+        for sid, first in sorted(self._refused.get(topic.name, {}).items()):
+            if states.get(sid) == "ACTIVE":
+                return (f"PutRecordsByShard to {topic.name}/{sid} was refused as if the shard were closed, "
+                        f"but ListShard shows it ACTIVE (first record waiting: {_named(first)})")
+        children: dict[str, list[str]] = {}
+        for s in listing:
+            for parent in getattr(s, "parent_shard_ids", None) or ():
+                children.setdefault(str(parent), []).append(str(s.shard_id))
+        gone = [s for sid, s in topic.shards.items() if states.get(sid) != "ACTIVE"]
+        heirs: dict[str, list[str]] = {}
+        for shard in gone:
+            if not shard.queue:
+                continue
+            found, todo, seen = set(), list(children.get(shard.shard_id, ())), set()
+            while todo:  # ACTIVE descendants (a child may be closed already: a split then a merge)
+                sid = todo.pop()
+                if sid in seen:
+                    continue
+                seen.add(sid)
+                if states.get(sid) == "ACTIVE":
+                    found.add(sid)
+                else:
+                    todo.extend(children.get(sid, ()))
+            if not found:
+                return (f"shard {topic.name}/{shard.shard_id} is {states.get(shard.shard_id, 'gone')} and ListShard "
+                        f"shows no ACTIVE shard that replaced it yet; {len(shard.queue)} records wait for it "
+                        f"(first: {_named(shard.queue[0])})")
+            heirs[shard.shard_id] = sorted(found, key=sort_shard_id)
+        waiting = sorted(((p, s.shard_id) for s in gone for p in s.queue), key=lambda item: item[0].seq)
+        for shard in gone:
+            shard.queue.clear()
+            shard.bytes = 0
+            if shard in self._ready:
+                self._ready.remove(shard)
+            del topic.shards[shard.shard_id]
+        topic.shard_ids = active
+        for item, old in waiting:
+            choices = heirs[old]
+            target = self._shard_of(topic, shard_for(item.key, choices))
+            if target.last > item.seq:  # never, as heirs are new to this writer: checked all the same
+                fits = [sid for sid in choices if self._shard_of(topic, sid).last < item.seq]
+                if not fits:
+                    raise DataHubError(
+                        f"cannot keep the order of shard {topic.name}/{old}'s records through its reshard: every "
+                        f"shard that replaced it ({', '.join(choices)}) was given a later record than "
+                        f"{_named(item)}")
+                target = self._shard_of(topic, shard_for(item.key, fits))
+            target.queue.append(item)
+            target.bytes += item.size
+            target.last = item.seq
+        for shard in topic.shards.values():
+            if shard.queue and not shard.busy and shard not in self._ready:
+                self._ready.append(shard)
+        return None
+
+    def _shard_of(self, topic: _Topic, shard_id: str) -> _WShard:
+        shard = topic.shards.get(shard_id)
+        if shard is None:
+            shard = topic.shards[shard_id] = _WShard(topic, shard_id, self.max_rate)
+        return shard
+
+
+def _named(pending: Pending) -> str:
+    """A queued record as errors name it: its sequence among the records put, and its position."""
+    pos = pending.position
+    return f"record #{pending.seq}" + (f" at {pos.source} dts.pos {pos.key}" if pos is not None else "")
+
+
+class _WShard(_Shard):
+    """A shard as this writer keeps it: `last`, the sequence (`Pending.seq`) of the last record given
+    to it, so a reshard can tell (and refuses) a move that would put a record after a later one."""
+    __slots__ = ("last",)
+
+    def __init__(self, topic: _Topic, shard_id: str, rate: float) -> None:
+        super().__init__(topic, shard_id, rate)
+        self.last = 0
 
 
 
