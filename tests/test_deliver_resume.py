@@ -3,6 +3,11 @@ against the loopback stand-in DataHub: what lands, shard by shard and in order, 
 lines routed by DataWorks' rule, each exactly once. The state file makes a rerun start after the
 last acknowledged line; records that landed after it, before the kill, are recognised by their
 position attributes and not sent again.
+
+What deliver wrote is also read back by the reverse reader (`DataHubSource` and
+`DataHubAssembler`, what `sync --to dts` runs): the lines' positions (`dts.pos`) name Entries as
+the forward `sync`'s do, so the reader rebuilds exactly the Entries `convert` rebuilds from the
+file, UPDATE halves and events of several rows included, after kills too.
 """
 import json
 import os
@@ -20,6 +25,11 @@ pytestmark = pytest.mark.datahub
 
 from bridge.cli.deliver import DELIVER_STATE_SUFFIX  # noqa: E402
 from bridge.cli.main import main  # noqa: E402
+from bridge.datahub.calls import make_client  # noqa: E402
+from bridge.datahub.source import DataHubSource  # noqa: E402
+from bridge.options import Options  # noqa: E402
+from bridge.stream import ErrorPolicy, blob_lines_to_entries  # noqa: E402
+from bridge.stream.shards import DataHubAssembler  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.landing import SHARDS, expected_per_shard, landed_per_shard  # noqa: E402
 
@@ -49,6 +59,31 @@ def deliver_cmd(server, path, *extra) -> list[str]:
 
 def env() -> dict:
     return {**os.environ, "DATAHUB_ACCESS_ID": "test-id", "DATAHUB_ACCESS_KEY": "test-secret"}
+
+
+def read_back(server, topic: str = "t", timeout: float = 60.0) -> tuple[list[bytes], list]:
+    """What the reverse reader rebuilds from the whole topic: (the Entries' bytes in the order it
+    hands them on, what it rejected)."""
+    asm = DataHubAssembler(settle=0.0)
+    source = DataHubSource(make_client(server.endpoint, "test-id", "test-secret"), "p", topic, from_beginning=True,
+                           interval=0.01, backoff=0.001, max_backoff=0.01, wants_tick=asm.waiting, processes=False)
+    policy = ErrorPolicy("skip")
+    source.open({})
+    out, deadline = [], time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            batch = source.poll(500, 0.05)
+            out += [e.SerializeToString() for _, e in asm.entries(batch, policy)]
+            if not batch and source.caught_up() and not asm.buffered:
+                return out, policy.rejects
+    finally:
+        source.close()
+    raise AssertionError(f"not read back within {timeout} s: {asm.buffered} buffered")
+
+
+def convert_lines(lines: list[bytes]) -> list[bytes]:
+    """The Entries `convert` rebuilds from the lines as one file, in order."""
+    return [e.SerializeToString() for _, e in blob_lines_to_entries(lines, ErrorPolicy("fail"), Options())]
 
 
 def kill_rounds(server, cmd, total: int, kills: int, seed: int) -> int:
@@ -83,6 +118,38 @@ def run_kill_test(server, tmp_path, kills: int, seed: int, times: int) -> None:
         assert got.get(shard, []) == want.get(shard, []), f"shard {shard}: lost, duplicated or reordered"
     state = json.loads(pathlib.Path(str(path) + DELIVER_STATE_SUFFIX).read_text())
     assert state["line"] == len(lines) and state["delivered"] >= 1
+    entries, rejected = read_back(server)  # the kills never split an Entry's positions
+    assert not rejected, rejected[:3]
+    assert entries == convert_lines(lines), "the reverse reader rebuilt other Entries than convert"
+
+
+def test_the_reverse_reader_rebuilds_delivered_lines_as_convert_does(standin, tmp_path, monkeypatch):
+    """deliver's positions name Entries: the lines of one Entry (an UPDATE's two halves, an event's
+    rows) share partition:offset:entry, rows numbered in it, so the reverse reader hands the file's
+    Entries on whole, as `convert` rebuilds them from the file. (Before, `dts.pos` was 0:LINE:0:0:
+    every line an Entry of its own, and every UPDATE's first half was rejected as incomplete.) The
+    batch of 7 records ends inside Entries: the state's line is always an Entry's first line."""
+    monkeypatch.setenv("DATAHUB_ACCESS_ID", "test-id")
+    monkeypatch.setenv("DATAHUB_ACCESS_KEY", "test-secret")
+    path = blob_input(tmp_path, 2)
+    lines = path.read_bytes().splitlines()
+    want = convert_lines(lines)
+    assert len(want) < len(lines), "the sample has no Entry of several lines: the test proves nothing"
+    argv = ["deliver", str(path), "--datahub-endpoint", standin.endpoint, "--project", "p", "--topic", "t",
+            "--batch-size", "7", "--status-interval", "0"]
+    assert main(argv) == 0
+    assert landed_per_shard(standin) == expected_per_shard(lines)
+    # the positions: per Entry (as convert groups the lines) one partition:offset:entry, rows 0.. in order
+    landed = sorted((tuple(int(x) for x in r["attributes"]["dts.pos"].split(":")), r["data"])
+                    for r in standin.records("p", "t"))
+    assert [data for _, data in landed] == lines  # in position order: the file's order
+    groups = [g for g, _ in landed]
+    assert len(set(groups)) == len(groups)
+    assert all(g[0] == 0 and g[2] == 0 and g[1] + g[3] == number for number, g in enumerate(groups, 1))
+    assert len({g[:3] for g in groups}) == len(want)
+    entries, rejected = read_back(standin)
+    assert not rejected, [r.get("error") for r in rejected[:3]]
+    assert entries == want
 
 
 def test_deliver_killed_and_rerun_lands_each_line_once(standin, tmp_path):

@@ -171,27 +171,89 @@ def _tuple_records(tup, fields: list, table: str, keys: list) -> Callable[[bytes
     return parse
 
 
+class _EntryLines:
+    """Which lines of the file make one Entry, as the reverse reader will group them. The reader
+    (bridge/stream/shards.py `stream_of`) takes records whose `dts.pos` share partition:offset:entry
+    for the rows of one Entry and finishes its decoder's open Entry (rejecting what is incomplete)
+    when the group changes; so deliver runs the same decoder over the lines it sends and keeps one
+    group while that decoder holds something open (an UPDATE's first half, an event's rows still to
+    come), as `convert` groups one file. A line's position is then (0, first line of its Entry, 0,
+    line - first line): per partition in increasing order, as the writer's restart look needs.
+    `feed(value, number)` feeds the decoder and answers whether it holds an open Entry after it."""
+
+    def __init__(self, feed: Callable) -> None:
+        self.feed = feed
+        self.first: int | None = None  # the first line of the open Entry (None: none is open)
+
+    def place(self, number: int) -> tuple[int, int]:
+        """(offset, row) of line `number`'s record."""
+        first = number if self.first is None else self.first
+        return first, number - first
+
+    def fed(self, value, number: int) -> None:
+        first = number if self.first is None else self.first
+        self.first = first if self.feed(value, number) else None
+
+    @property
+    def open(self) -> bool:
+        return self.first is not None
+
+    @staticmethod
+    def of_blob() -> _EntryLines:
+        from bridge.blob.decode import BlobDecoder
+        decoder = BlobDecoder()
+
+        def feed(line: bytes, number: int) -> bool:
+            try:
+                decoder.feed_line(line, line=number)
+            except BridgeError:
+                pass  # the reader rejects that line too, and holds what the decoder holds
+            if decoder.evicted:  # halves pushed out of the pairing window: the reader reports them
+                decoder.evicted.clear()
+            return bool(decoder.pending)
+        return _EntryLines(feed)
+
+    @staticmethod
+    def of_tuple(schema: dict, table: str) -> _EntryLines:
+        from bridge.tuple.decode import TupleDecoder
+        decoder = TupleDecoder(schema, table=table or None)
+
+        def feed(row: dict, number: int) -> bool:
+            try:
+                decoder.feed(row, number=number)
+            except BridgeError:
+                pass
+            if decoder.evicted:
+                decoder.evicted.clear()
+            return bool(decoder.pending)
+        return _EntryLines(feed)
+
+
 class _DeliverSink:
     """deliver's `Sink`: each line's record goes to the DataHub writer with its position (the
-    file, key 0, the line number), and every `batch` records the sink waits for DataHub to
-    acknowledge them. Its watermark (`acknowledged`) is the line after the last batch it waited
-    for, so the loop commits there, at each batch, as deliver always saved its state. A record
-    the writer refuses to build (over DataHub's limits, a value the topic cannot hold) was
+    file, key 0, the first line of its Entry, 0, its row in the Entry: `_EntryLines`), and every
+    `batch` records, at the next line that ends an Entry, the sink waits for DataHub to acknowledge
+    them. Its watermark (`acknowledged`) is the line after the last batch it waited for, so the
+    loop commits there, at an Entry's end: a rerun starts at an Entry's first line, and gives its
+    lines the positions the killed run gave them (the restart look recognises what landed). A
+    record the writer refuses to build (over DataHub's limits, a value the topic cannot hold) was
     counted converted: it is rejected instead, the line to the rejects."""
 
-    def __init__(self, out, source: str, name: str, batch: int, policy: ErrorPolicy, start: int) -> None:
+    def __init__(self, out, source: str, name: str, batch: int, policy: ErrorPolicy, start: int,
+                 entries: _EntryLines) -> None:
         from bridge.datahub.sink import DataHubError, Position
         self.fatal, self.position = DataHubError, Position
         self.out, self.writer, self.source, self.name = out, out.writer, source, name
-        self.batch, self.policy = batch, policy
+        self.batch, self.policy, self.entries = batch, policy, entries
         self.unflushed = 0
         self.written_to = self.acked = start  # the line after the last written, after the last acknowledged
 
     def write(self, where: dict, item: tuple) -> None:
         value, key, line = item
         number = where["line"]
+        offset, row = self.entries.place(number)
         try:
-            pending = self.writer.prepare(self.out.topic, key, value, self.position(self.source, 0, number))
+            pending = self.writer.prepare(self.out.topic, key, value, self.position(self.source, 0, offset, 0, row))
         except BridgeError as err:
             if isinstance(err, self.fatal):
                 raise  # the service, not this record: no later record would fare better
@@ -203,9 +265,10 @@ class _DeliverSink:
             return
         if pending is not None:  # None: it landed before a restart (found in the shard's tail)
             self.writer.put_prepared(pending)
+        self.entries.fed(value, number)  # sent (or found landed): the reader's decoder will see it
         self.written_to = number + 1
         self.unflushed += 1
-        if self.unflushed >= self.batch:
+        if self.unflushed >= self.batch and not self.entries.open:
             self.flush()
 
     def flush(self) -> None:
@@ -242,6 +305,9 @@ def cmd_deliver(args: argparse.Namespace) -> int:
         schema, keys, table = _tuple_source(args, tup)
         parse = _tuple_records(tup, [(f["name"], f["type"]) for f in tup.load_record_schema(schema)["fields"]],
                                table, keys)
+        entries = _EntryLines.of_tuple(schema, table)
+    else:
+        entries = _EntryLines.of_blob()
     bar = observe.progress(total=os.path.getsize(args.input), unit="B", unit_scale=True, desc=label,
                            enabled=False if args.no_progress else None,
                            describe=lambda: f"{tally.converted:,} records")
@@ -284,11 +350,12 @@ def cmd_deliver(args: argparse.Namespace) -> int:
                           batch_size=popts.batch_size, max_retries=popts.max_retries, compress=popts.compress)
         out.writer.client = metrics.timed_datahub_client(out.writer.client)  # counted and timed
         # Lines past the state's acknowledged line that landed before a kill are found by their
-        # position attributes (source = the file, offset = the line number) and not sent twice.
+        # position attributes (source = the file, offset = the first line of their Entry, which
+        # the state's line never lies inside) and not sent twice.
         source = "file:" + os.path.abspath(args.input)
         out.writer.resume(source, {0: base_line + 1})
         state.follow(lines.place, tally, rejects_fh)
-        sink = _DeliverSink(out, source, args.input, popts.batch_size, policy, base_line + 1)
+        sink = _DeliverSink(out, source, args.input, popts.batch_size, policy, base_line + 1, entries)
         bar.update(state.offset)
         bar.follow(lambda: lines.offset)
         # commit_interval=0: the loop offers a commit before every line; the sink's watermark moves
