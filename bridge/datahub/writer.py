@@ -548,6 +548,44 @@ class DataHubWriter(ShardRouting, RequestPacking, TailLook, Retrying):
                 self._ready.append(shard)
         return None
 
+    def _read(self, topic: _Topic, shard_id: str, start: int, count: int, look: bool = False) -> list:
+        """Up to `count` records of a shard from sequence `start` (TailLook's reads: the restart look,
+        the check of a lost answer), where a CLOSED shard's end ends the read: DataHub answers a
+        GetRecords at or past the last record of a CLOSED shard with InvalidShardOperation ("closed
+        and all its records have been read"), also on an empty CLOSED shard, whose GetCursor LATEST
+        answers 0 as an empty shard's does. (Before, that answer stopped a restart after a split
+        or merge: "GetRecords failed: InvalidShardOperation".)"""
+        from datahub.models import CursorType
+        try:
+            cursor = self.call(lambda: self.client.get_cursor(self.project, topic.name, shard_id, CursorType.SEQUENCE,
+                                                               start), "GetCursor").cursor
+        except DataHubError:
+            if self._sequence(topic, shard_id, "LATEST") is None:
+                return []
+            raise
+        out: list = []
+        while len(out) < count:
+            if look:
+                self._check_stop()
+                self.look_reads += 1
+            want = min(1000, count - len(out))
+            if topic.kind == "BLOB":
+                get = lambda: self.client.get_blob_records(self.project, topic.name, shard_id, cursor, want)  # noqa: E731
+            else:
+                get = lambda: self.client.get_tuple_records(self.project, topic.name, shard_id,  # noqa: E731
+                                                            topic.schema, cursor, want)
+            try:
+                result = self.call(get, "GetRecords")
+            except DataHubError as err:
+                if "InvalidShardOperation" in str(err) or "ShardSealed" in str(err):
+                    break  # a CLOSED shard read to its end
+                raise
+            if not result.records:
+                break
+            out.extend(result.records)
+            cursor = result.next_cursor
+        return out[:count]
+
     def _shard_of(self, topic: _Topic, shard_id: str) -> _WShard:
         shard = topic.shards.get(shard_id)
         if shard is None:
