@@ -17,8 +17,11 @@ Guarantees (docs/kafka.md, "The DataHub writer"):
 - **Retries.** Throttling (LimitExceeded) and server trouble back off with jitter; a request whose
   outcome is unknown (a timeout, a dropped connection, a 5xx) is checked against the shard's tail
   before it is sent again, so it cannot land twice. Split or merged shards (InvalidShardOperation,
-  ShardSealed, NoSuchShard) make the writer wait for the topic's requests in flight, list the shards
-  again and route every waiting record anew, in the order it was put.
+  ShardSealed, NoSuchShard) make the writer stop the topic's requests, wait for those in flight,
+  list the shards again and move the records waiting for shards no longer ACTIVE to their heirs
+  (children of a split, the shard of a merge), in the order they were put; records waiting for
+  shards that stay ACTIVE stay (`_reshard`, below; docs/kafka.md "Writing through splits and
+  merges"). So per shard records land in put order through resharding too.
 - **Exactly-once effect across restarts.** Every record carries its source position as attributes
   (`dts.topic`, `dts.pos` = "partition:offset:entry:row"). `resume(source, committed)` tells the
   writer which Kafka offsets were committed; before its first write to a DataHub topic the writer
