@@ -105,6 +105,194 @@ def pb_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int
         policy.reject_input(err)
 
 
+# ---- inspect's .pb reading: a file that is (partly) no DTS stream ------------------------------
+#
+# `inspect` reads on past errors (convert stops at the first), so garbage must not cost an error
+# per byte: a zero byte frames as an empty message, and a zero-filled file would be a million
+# "Envelope version 0" errors per MB. The rule (docs/cli.md, "inspect"): GARBAGE_RUN messages in a
+# row that are no Envelope, or a length prefix that breaks the framing, start a stretch of bytes
+# that look like no DTS stream. From the byte after its start, the next Envelope is looked for by
+# how every Envelope begins (its length prefix, then version 1 and `total`: 0x08 0x01 0x10, then a
+# total of at least 1, an index below it, and a data field inside the message); the stretch is one
+# error, "N bytes from byte X on look like no DTS stream", and reading goes on at that Envelope, or
+# ends with the input. A framing error at the very end with nothing bad before it (a truncated last
+# message) stays the error it is.
+
+GARBAGE_RUN = 16
+_MARK = b"\x08\x01\x10"  # field 1 (version) = 1, then the tag of field 2 (total)
+_SCAN_CHUNK = 1 << 20
+
+
+class _Replay:
+    """`read(size)` over a binary stream that keeps what it read since `mark()` and takes bytes back."""
+
+    def __init__(self, stream) -> None:
+        self._read = stream.read
+        self._back, self._at = b"", 0
+        self.pos = 0
+        self._kept: list | None = None
+        self.mark_pos = 0
+
+    def read(self, size: int) -> bytes:
+        if self._at < len(self._back):
+            part = self._back[self._at:self._at + size]
+            self._at += len(part)
+        else:
+            part = self._read(size)
+        if part:
+            self.pos += len(part)
+            if self._kept is not None:
+                self._kept.append(part)
+        return part
+
+    def mark(self) -> None:
+        self._kept, self.mark_pos = [], self.pos
+
+    def take(self) -> bytes:
+        """The bytes read since `mark()`; keeping stops."""
+        data, self._kept = b"".join(self._kept or ()), None
+        return data
+
+    def give_back(self, data: bytes) -> None:
+        self._back, self._at = data + self._back[self._at:], 0
+        self.pos -= len(data)
+
+
+def _varint_at(buf, at: int, end: int) -> tuple[int, int] | None:
+    value = shift = 0
+    while at < end and shift < 64:
+        byte = buf[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+    return None
+
+
+def _starts_envelope(buf, at: int, size: int) -> bool:
+    """Whether a message of `size` bytes at `at` begins as an Envelope does (version 1, total >= 1,
+    an index below it, data inside the message): the resynchronization rule, on the header alone
+    (`buf` may end before the message does)."""
+    end = at + size
+    if size < 4 or buf[at:at + 3] != _MARK:
+        return False
+    got = _varint_at(buf, at + 3, min(end, len(buf)))
+    if got is None or got[0] < 1:
+        return False
+    total, j = got
+    if j == end:
+        return True  # no index, no data
+    if j >= len(buf):
+        return False
+    if buf[j] == 0x18:
+        got = _varint_at(buf, j + 1, min(end, len(buf)))
+        if got is None or got[0] >= total:
+            return False
+        j = got[1]
+    if j == end:
+        return True  # no data
+    if j >= len(buf) or buf[j] != 0x22:
+        return False
+    got = _varint_at(buf, j + 1, min(end, len(buf)))
+    return got is not None and got[1] + got[0] <= end
+
+
+def _next_envelope(reader: _Replay, buf: bytes, start: int) -> int | None:
+    """The position of the next Envelope start in `buf` (the bytes from `start` on) and what
+    `reader` reads after it, whose bytes from there are handed back to `reader`; None at the end."""
+    base, at = start, 0
+    while True:
+        i = buf.find(_MARK, at)
+        if i < 0:
+            more = reader.read(_SCAN_CHUNK)
+            if not more:
+                return None
+            keep = min(len(buf), 12)  # a mark across the chunks, and the length prefix before one
+            base += len(buf) - keep
+            buf = buf[len(buf) - keep:] + more
+            at = max(0, keep - 2)
+            continue
+        while len(buf) - i < 64:  # the header whole (or the end)
+            more = reader.read(_SCAN_CHUNK)
+            if not more:
+                break
+            buf += more
+        for k in range(1, min(5, i) + 1):  # the length prefix before the mark, 1 to 5 bytes
+            head = buf[i - k:i]
+            if any(b < 0x80 for b in head[:-1]) or head[-1] >= 0x80:
+                break
+            if _starts_envelope(buf, i, _varint_at(head, 0, k)[0]):
+                reader.give_back(buf[i - k:])
+                return base + i - k
+        at = i + 1
+
+
+def _envelope_like(raw: bytes) -> bool:
+    env = pb.Envelope()
+    try:
+        env.ParseFromString(raw)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError, or worse: not an Envelope either way
+        return False
+    return env.version == 1 and env.total >= 1 and env.index < env.total
+
+
+def inspect_envelopes(stream, policy: ErrorPolicy, source: str) -> Iterator[tuple[int, int, bytes]]:
+    """`pb_envelopes` for inspect: (partition 0, message number, bytes), where a stretch of bytes
+    that look like no DTS stream is one rejected record (the rule above), read past at the speed
+    of `bytes.find`, not framed message by message."""
+    reader = _Replay(stream)
+    number = 0
+    pending: list[tuple[int, bytes]] = []  # messages that are no Envelope, not yet handed on
+    while True:
+        frames, base, first = iter_pb_messages(reader, source), reader.pos, number
+        broke: DecodeError | None = None
+        while True:
+            if not pending:
+                reader.mark()
+            try:
+                item = next(frames, None)
+            except DecodeError as err:  # its message and byte counted from where framing (re)started
+                broke = err.located()
+                broke.where.update(message=first + err.where.get("message", 0), byte=base + err.where.get("byte", 0))
+                break
+            if item is None:
+                break
+            raw = item[2]
+            if _envelope_like(raw):
+                for held in pending:
+                    yield (0, *held)
+                pending = []
+                yield 0, number, raw
+            else:
+                pending.append((number, raw))
+            number += 1
+            if len(pending) >= GARBAGE_RUN:
+                break
+        if broke is None and len(pending) < GARBAGE_RUN:  # the end of the input
+            for held in pending:
+                yield (0, *held)
+            return
+        start = reader.mark_pos
+        data = reader.take()
+        found = _next_envelope(reader, data[1:], start + 1)
+        end = found if found is not None else reader.pos
+        if broke is not None and not pending and found is None:
+            policy.tally.envelopes += 1
+            policy.reject_input(broke)  # a broken last message, as convert says it
+            return
+        cause = ("" if not pending else "a message that is no DTS Envelope" if len(pending) == 1
+                 else f"{len(pending)} messages in a row that are no DTS Envelope")
+        if broke is not None:
+            cause += (", then " if cause else "") + broke.reason
+        after = f"the next Envelope starts at byte {found}" if found is not None else "no Envelope starts in them"
+        policy.reject_input(DecodeError(f"{end - start} bytes from byte {start} on look like no DTS stream "
+                                        f"({cause}; {after})", source=source))
+        pending = []
+        if found is None:
+            return
+
+
 # ---- convert ------------------------------------------------------------------------------------
 
 def _source_entries(side: str, framing: str, path: str, fh, policy: ErrorPolicy, options: Options,
@@ -302,7 +490,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         else:
             reassembler = CountingReassembler()
             if framing == "pb":
-                entries = dts_records_to_entries(pb_envelopes(fh, policy, source), policy, reassembler)
+                entries = dts_records_to_entries(inspect_envelopes(fh, policy, source), policy, reassembler)
             else:
                 entries = dts_json_lines_to_entries(read_dts_json(fh, source), policy, source)
             bar = stack.enter_context(_inspect_progress(tally, source))
@@ -359,6 +547,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_samples(args: argparse.Namespace) -> int:
     from bridge.samples import write_samples
+    # DIR is made when its parent folder exists, as -o makes its file in an existing folder; a
+    # missing parent is a mistyped path, not a tree of new directories, unless --mkdir
+    folder = args.dir.rstrip("/") or args.dir
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{args.dir} is not a directory")
+    check_output_dir(folder, args.mkdir)
     kwargs = {} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}
     paths = write_samples(args.dir, **kwargs)
     for path in paths:
@@ -496,7 +690,10 @@ def build_parser() -> argparse.ArgumentParser:
         "samples", formatter_class=_Formatter, help="write the sample DTS streams",
         description=_describe("Write the deterministic sample streams (NAME.pb and NAME.dts.jsonl) into DIR."),
         epilog=_epilog(f"{PROG} samples samples/"))
-    samples.add_argument("dir", metavar="DIR", help="output directory (created if missing)")
+    samples.add_argument("dir", metavar="DIR",
+                         help="output directory (created when missing, if the folder it is in exists)")
+    samples.add_argument("--mkdir", action="store_true",
+                         help="create the folders above DIR too when they do not exist (default: an error)")
     samples.add_argument("--max-message-bytes", type=int, metavar="BYTES",
                          help="Envelope size limit for every stream (default: each stream's own)")
     samples.set_defaults(run=cmd_samples)

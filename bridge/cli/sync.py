@@ -56,6 +56,19 @@ def _check_routing_flags(args, popts) -> None:
         raise UsageError("--schema-change is for --to tuple (Blob topics carry DDL messages as they come)")
 
 
+def _check_dead_letters_topic(dead_letters: str | None) -> None:
+    """--dead-letters kafka:TOPIC names a topic Kafka accepts (checked before anything connects)."""
+    if not dead_letters or not dead_letters.startswith("kafka:"):
+        return
+    from bridge.kafka.deadletters import topic_problem
+    name = dead_letters[len("kafka:"):]
+    if not name:
+        raise UsageError("--dead-letters kafka:TOPIC needs a topic name")
+    problem = topic_problem(name)
+    if problem is not None:
+        raise UsageError(f"--dead-letters kafka:TOPIC: {problem}")
+
+
 def _sinks(args, popts, writer, policy, source: str, options, letters, oversized: str | None = None):
     """(sink, gate) for --to blob|tuple with routing, the table-error policy and dead letters."""
     from bridge import sync
@@ -321,6 +334,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     _check_reading_args(args)
     popts = pipeline_options_from(args)
     _check_routing_flags(args, popts)
+    _check_dead_letters_topic(args.dead_letters)
     from bridge.deadletters import DeadLetters
     options = options_from(args, {"dts", args.to})
     label = f"{PROG} sync {args.topic} -> {args.project}"
@@ -355,9 +369,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     letters = None
     if args.dead_letters and args.dead_letters.startswith("kafka:"):
         from bridge.kafka.deadletters import KafkaDeadLetters
-        if not args.dead_letters[len("kafka:"):]:
-            raise UsageError("--dead-letters kafka:TOPIC needs a topic name")
-        letters = KafkaDeadLetters(_kafka_config(args), args.dead_letters[len("kafka:"):], args.topic,
+        # librdkafka's log through the consumer's logger: deduplicated, WARNING+ unless -v
+        letters = KafkaDeadLetters({**_kafka_config(args), "logger": config["logger"]},
+                                   args.dead_letters[len("kafka:"):], args.topic,
                                    halt_tables=popts.on_table_error == "halt-table")
         letters.restore()
     elif args.dead_letters:

@@ -16,15 +16,40 @@ values (one per line) to replay it.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
 from bridge.kafka.client import KafkaError, confluent
 from bridge.stream.letters import letter_line, letter_position
 
-__all__ = ["KafkaDeadLetters", "PREFIX"]
+__all__ = ["KafkaDeadLetters", "PREFIX", "topic_problem"]
 
 PREFIX = "kafka:"  # --dead-letters kafka:TOPIC
+MAX_TOPIC_LENGTH = 249  # Kafka's own limit (org.apache.kafka.common.internals.Topic)
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def topic_problem(name: str) -> str | None:
+    """What Kafka would refuse in a topic name (its own rules: the characters [a-zA-Z0-9._-], at
+    most 249 of them, not "." or ".."), or None for a legal name.
+
+    >>> topic_problem("dts.dead-letters_1") is None
+    True
+    >>> topic_problem("a/b")
+    "the topic name 'a/b' has characters Kafka does not allow ('/'); legal: a-z A-Z 0-9 . _ -"
+    """
+    if not name:
+        return "the topic name is empty"
+    if name in (".", ".."):
+        return f"{name!r} is not a topic name Kafka allows"
+    if len(name) > MAX_TOPIC_LENGTH:
+        return f"the topic name is {len(name)} characters long; Kafka allows at most {MAX_TOPIC_LENGTH}"
+    if not _LEGAL.fullmatch(name):
+        bad = "".join(sorted(set(_LEGAL.sub("", name))))
+        return (f"the topic name {name!r} has characters Kafka does not allow ({bad!r}); "
+                "legal: a-z A-Z 0-9 . _ -")
+    return None
 
 
 class KafkaDeadLetters:
@@ -39,16 +64,35 @@ class KafkaDeadLetters:
         self.halted: dict[str, str] = {}
         self.written = 0
         self.halt_tables = halt_tables
-        self._failures: list = []
+        self._failures: list[str] = []
         self._lock = threading.Lock()
-        ck = confluent()
-        self.producer = ck.Producer({**self.config, "enable.idempotence": True, "linger.ms": 5})
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise KafkaError(f"dead letters to {PREFIX}{topic}: {problem}")
+        # The producer and the topic come with the first letter: a run whose brokers do not answer
+        # (yet) is not held up or ended here; it waits for them as its consumer does (bridge.sync's
+        # loop, "KAFKA NOT ANSWERING"), and a letter written meanwhile fails its `sync`, before any
+        # offset is committed. librdkafka's log goes to the config's `logger` (the consumer's).
+        self._producer = None
+        self._topic_ready = False
+
+    @property
+    def producer(self):
+        if self._producer is None:
+            ck = confluent()
+            try:
+                self._producer = ck.Producer({**self.config, "enable.idempotence": True, "linger.ms": 5})
+            except ck.KafkaException as exc:
+                raise KafkaError(f"dead letters to {self.topic}: invalid Kafka settings: {_text(exc)}") from None
+        return self._producer
 
     def restore(self) -> dict[int, int]:
-        """Create the topic (compacted) when missing; under halt-table, halt again the tables that
-        have a letter of this source."""
-        self._ensure_topic()
+        """Under halt-table, create the topic (compacted) when missing and halt again the tables
+        that have a letter of this source: the brokers must answer within `timeout` then, or the
+        run stops with a KafkaError before it starts. Otherwise nothing: the topic is made with the
+        first letter."""
         if self.halt_tables:
+            self._ensure_topic()
             for letter in self._read_all():
                 if letter.get("source") == self.source and letter.get("table"):
                     self.halted.setdefault(letter["table"], f"halted at {letter_position(letter)}: "
@@ -56,19 +100,29 @@ class KafkaDeadLetters:
         return {}
 
     def _ensure_topic(self) -> None:
+        if self._topic_ready:
+            return
         ck = confluent()
         from confluent_kafka.admin import AdminClient, NewTopic
-        admin = AdminClient({k: v for k, v in self.config.items() if k not in ("logger",)})
-        meta = admin.list_topics(timeout=self.timeout)
-        if self.topic in meta.topics:
-            return
-        futures = admin.create_topics([NewTopic(self.topic, 1, -1, config={"cleanup.policy": "compact"})])
-        for future in futures.values():
+        admin = AdminClient(self.config)
+        try:
             try:
-                future.result(self.timeout)
+                meta = admin.list_topics(timeout=self.timeout)
             except ck.KafkaException as exc:
-                if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise KafkaError(f"cannot create the dead-letter topic {self.topic}: {exc.args[0].str()}") from None
+                raise KafkaError(f"cannot reach the brokers of the dead-letter topic {self.topic} within "
+                                 f"{self.timeout:g} s: {_text(exc)}") from None
+            if self.topic not in meta.topics:
+                futures = admin.create_topics([NewTopic(self.topic, 1, -1, config={"cleanup.policy": "compact"})])
+                for future in futures.values():
+                    try:
+                        future.result(self.timeout)
+                    except ck.KafkaException as exc:
+                        if exc.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                            raise KafkaError(f"cannot create the dead-letter topic {self.topic}: "
+                                             f"{_text(exc)}") from None
+        finally:
+            admin.poll(0)  # hand its log lines to the config's logger
+        self._topic_ready = True
 
     def _read_all(self) -> list[dict]:
         ck = confluent()
@@ -77,11 +131,19 @@ class KafkaDeadLetters:
                                 "enable.partition.eof": True, "isolation.level": "read_committed"})
         out = []
         try:
-            parts = sorted(consumer.list_topics(self.topic, timeout=self.timeout).topics[self.topic].partitions)
+            try:
+                meta = consumer.list_topics(self.topic, timeout=self.timeout)
+            except ck.KafkaException as exc:
+                raise KafkaError(f"cannot read the dead-letter topic {self.topic}: {_text(exc)}") from None
+            parts = sorted(meta.topics[self.topic].partitions)
             consumer.assign([ck.TopicPartition(self.topic, p, ck.OFFSET_BEGINNING) for p in parts])
             open_, deadline = set(parts), time.monotonic() + self.timeout
             while open_ and time.monotonic() < deadline:
-                for msg in consumer.consume(500, 0.5):
+                try:
+                    batch = consumer.consume(500, 0.5)
+                except ck.KafkaException as exc:
+                    raise KafkaError(f"cannot read the dead-letter topic {self.topic}: {_text(exc)}") from None
+                for msg in batch:
                     if msg.error() is not None:
                         if msg.error().code() == ck.KafkaError._PARTITION_EOF:
                             open_.discard(msg.partition())
@@ -102,9 +164,17 @@ class KafkaDeadLetters:
 
         def delivered(err, msg) -> None:
             if err is not None:
-                self._failures.append(err)
+                self._failures.append(err.str())
 
         with self._lock:
+            if self._failures:
+                return  # `sync` stops the run before the next commit: this letter's Entry is read again then
+            if not self._topic_ready:
+                try:
+                    self._ensure_topic()
+                except KafkaError as err:  # from a DataHub writer's thread too: `sync` says it
+                    self._failures.append(err.reason)
+                    return
             while True:
                 try:
                     self.producer.produce(self.topic, value=value, key=key, on_delivery=delivered)
@@ -117,9 +187,9 @@ class KafkaDeadLetters:
     def sync(self) -> None:
         """Every letter written so far acknowledged by the broker (before the offsets are stored)."""
         with self._lock:
-            left = self.producer.flush(self.timeout)
+            left = self._producer.flush(self.timeout) if self._producer is not None else 0
         if left or self._failures:
-            reason = self._failures[0].str() if self._failures else f"{left} not acknowledged within {self.timeout:g} s"
+            reason = self._failures[0] if self._failures else f"{left} not acknowledged within {self.timeout:g} s"
             raise KafkaError(f"dead letters to {self.topic} were not delivered: {reason}")
 
     def mark(self, offsets: dict[int, int], halted: dict[str, str]) -> None:
@@ -127,4 +197,10 @@ class KafkaDeadLetters:
 
     def close(self) -> None:
         with self._lock:
-            self.producer.flush(self.timeout)
+            if self._producer is not None:
+                self._producer.flush(self.timeout)
+
+
+def _text(exc) -> str:
+    err = exc.args[0] if exc.args else exc
+    return err.str() if hasattr(err, "str") else str(err)

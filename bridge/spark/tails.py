@@ -128,44 +128,128 @@ class TailStore:
 
     def __init__(self, fs, root: str, query: str, label: str, topic, partition: int) -> None:
         self.fs = fs
-        self.dir = "/".join((root.rstrip("/"), quote(query, safe=""), quote(label, safe=""),
-                             "-" if topic is None else "t" + quote(topic, safe=""), str(partition)))
+        self.root = root.rstrip("/") or root
+        self.folders = [self.root]  # root, query, transform, topic, partition: self.dir last
+        for part in (quote(query, safe=""), quote(label, safe=""), "-" if topic is None else "t" + quote(topic, safe=""),
+                     str(partition)):
+            self.folders.append(f"{self.folders[-1].rstrip('/')}/{part}")
+        self.dir = self.folders[-1]
         self.stale: list[str] = []  # temporary files of attempts that never moved theirs into place
 
+    def _fault(self, path: str, what: str) -> OptionsError:
+        whose = "" if path.startswith(self.dir) else f" (the tails of this Kafka partition go in {self.dir})"
+        return OptionsError(f"state_location: {path} {what}{whose}")
+
     def _ids(self) -> list[int]:
+        """The micro-batch ids of the tail files in the folder. Every entry named as a tail must be
+        a file: a folder, or (on a local file system) a symbolic link to nothing, is an OptionsError,
+        never skipped (the partition would restart without its open tail)."""
         from pyarrow import fs as pafs
-        infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        except OSError as exc:
+            self._check_folders(0)  # a file in the way is named as one
+            raise self._fault(self.dir, f"cannot be listed ({exc})") from None
         self.stale = [info.path for info in infos if (m := _TMP.match(info.base_name))]
-        return sorted(int(m.group(1)) for info in infos if (m := _NAME.match(info.base_name)))
+        ids = []
+        for info in infos:
+            if (m := _NAME.match(info.base_name)) is None:
+                continue
+            if info.type != pafs.FileType.File:
+                kind = "a folder" if info.type == pafs.FileType.Directory else f"not a file ({info.type.name})"
+                raise self._fault(info.path, f"is {kind}, where a tail file is expected")
+            ids.append(int(m.group(1)))
+        if getattr(self.fs, "type_name", "") == "local":
+            self._dangling(infos)
+        return sorted(ids)
+
+    def _dangling(self, infos) -> None:
+        """A local folder's tail names pyarrow does not list (symbolic links to nothing)."""
+        listed = {info.base_name for info in infos}
+        try:
+            names = os.listdir(self.dir)
+        except (FileNotFoundError, NotADirectoryError):  # no folder yet; a file above it: _check_folders
+            return
+        except OSError as exc:
+            raise self._fault(self.dir, f"cannot be listed ({exc.strerror})") from None
+        for name in sorted(names):
+            if name in listed or not _NAME.match(name):
+                continue
+            path = f"{self.dir}/{name}"
+            if os.path.islink(path):
+                raise self._fault(path, f"is a symbolic link to {os.readlink(path)}, which does not exist")
+            raise self._fault(path, "cannot be read")
+
+    def _check_folders(self, batch: int) -> None:
+        """An empty partition folder: the folders above it must be folders (a file among them is
+        named here, not when the first tail cannot be written), and the root, made by the driver
+        before the query started, must be there after its first micro-batch."""
+        from pyarrow import fs as pafs
+        try:
+            infos = self.fs.get_file_info(self.folders)
+        except OSError as exc:
+            raise self._fault(self.dir, f"cannot be looked at ({exc})") from None
+        for info in infos:
+            if info.type == pafs.FileType.File:
+                raise self._fault(info.path, "is a file, not a folder")
+        if infos[0].type != pafs.FileType.NotFound:
+            return
+        above = self.root
+        while "/" in above.strip("/"):  # the nearest folder above the root that is there must be one
+            above = above.rstrip("/").rsplit("/", 1)[0] or "/"
+            try:
+                info = self.fs.get_file_info(above)
+            except OSError:
+                break
+            if info.type == pafs.FileType.File:
+                raise self._fault(info.path, "is a file, not a folder")
+            if info.type != pafs.FileType.NotFound:
+                break
+        if batch > 0:
+            raise self._fault(self.root, f"is not there in micro-batch {batch} (the driver makes it when the "
+                                         "query starts: is it on a file system every executor reaches, and "
+                                         "was it removed while the query ran?)")
 
     def _path(self, batch: int) -> str:
         return f"{self.dir}/{batch:020d}.arrow"
 
     def load(self, batch: int) -> tuple[tuple | None, list[int]]:
-        """(the state after the newest micro-batch before `batch`, or None; the ids present)."""
+        """(the state after the newest micro-batch before `batch`, or None; the ids present).
+        A tail that cannot be read is an OptionsError naming it, never an empty state."""
         ids = self._ids()
+        if not ids and not self.stale:
+            self._check_folders(batch)
         before = [i for i in ids if i < batch]
         if not before:
             return None, ids
         path = self._path(before[-1])
-        with self.fs.open_input_stream(path) as fh:
-            data = fh.read()
+        try:
+            with self.fs.open_input_stream(path) as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise self._fault(path, f"cannot be read ({exc})") from None
         return decode_state(data, path), ids
 
     def save(self, batch: int, state: tuple, ids: list[int]) -> None:
         """The state after `batch`, moved into place whole; tails past RETAIN removed."""
-        if not ids and not self.stale:  # the folder is there when `load` listed a file in it
-            self.fs.create_dir(self.dir, recursive=True)
         tmp = f"{self.dir}/.{batch:020d}.{uuid.uuid4().hex}.tmp"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(encode_state(state))
-        self.fs.move(tmp, self._path(batch))
+        try:
+            if not ids and not self.stale:  # the folder is there when `load` listed a file in it
+                self.fs.create_dir(self.dir, recursive=True)
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(encode_state(state))
+            self.fs.move(tmp, self._path(batch))
+        except OSError as exc:
+            raise self._fault(self._path(batch), f"cannot be written ({exc})") from None
         old = [i for i in ids if i < batch - RETAIN]
-        for i in old[:-1]:  # the newest of them is the state of anything re-run from RETAIN back
-            self.fs.delete_file(self._path(i))
-        for path in self.stale:  # a killed attempt's; no attempt of a micro-batch that far back runs now
-            if int(_TMP.match(path.rsplit("/", 1)[-1]).group(1)) < batch - RETAIN:
-                self.fs.delete_file(path)
+        try:
+            for i in old[:-1]:  # the newest of them is the state of anything re-run from RETAIN back
+                self.fs.delete_file(self._path(i))
+            for path in self.stale:  # a killed attempt's; no attempt of a micro-batch that far back runs now
+                if int(_TMP.match(path.rsplit("/", 1)[-1]).group(1)) < batch - RETAIN:
+                    self.fs.delete_file(path)
+        except OSError as exc:
+            raise self._fault(self.dir, f"old tails cannot be removed ({exc})") from None
 
 
 def _partitions(table) -> Iterator[tuple]:
