@@ -90,3 +90,34 @@ def test_dead_letters_topic_needs_a_name(kafka_broker, tmp_path):
                                      "--datahub-topic", "blobs", "--on-table-error", "dlq", "--dead-letters",
                                      "kafka:"))
     assert done.returncode == 2 and "kafka:TOPIC needs a topic name" in done.stderr, done.stderr
+
+
+def test_dead_letters_to_brokers_that_do_not_answer_wait_as_the_run_does(tmp_path):
+    """Brokers on a closed local port: the run waits for them as it does without dead letters
+    (status lines, librdkafka's log through the run's deduplicating logger) and a SIGTERM ends it
+    cleanly; it once sat 30 s in the dead-letter topic's metadata request printing raw librdkafka
+    lines and ended as `internal error: KafkaException`."""
+    import signal
+    import socket
+    import subprocess
+
+    from support.pipeline import ENV, bridge_cli
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with StandInDataHub() as server:
+        proc = subprocess.Popen(bridge_cli("sync", "--brokers", f"127.0.0.1:{port}", "--topic", "t", "--group", "g",
+                                           "--datahub-endpoint", server.endpoint, "--project", PROJECT,
+                                           "--datahub-topic", "blobs", "--to", "blob", "--idle-timeout", "1",
+                                           "--status-interval", "1", "--no-progress", "--on-table-error", "dlq",
+                                           "--dead-letters", "kafka:dlq"),
+                                cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=6)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+    no_traceback(err, "sync")
+    assert "internal error" not in err and "%3|" not in err, err[-3000:]
+    assert proc.returncode == 0 and "stopped: signal" in err and "0 dead letters to kafka:dlq" in err, err[-3000:]
+    assert len(err.splitlines()) < 30, err[-3000:]
