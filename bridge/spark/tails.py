@@ -182,8 +182,10 @@ class TailStore:
 
     def _check_folders(self, batch: int) -> None:
         """An empty partition folder: the folders above it must be folders (a file among them is
-        named here, not when the first tail cannot be written), and the root, made by the driver
-        before the query started, must be there after its first micro-batch."""
+        named here, not when the first tail cannot be written), and a local root, made by the
+        driver before the query started, must be there after its first micro-batch (a local path
+        that is not on every executor's machine, or removed while the query ran: the tails of
+        partitions with committed micro-batches are out of reach, not an empty state)."""
         from pyarrow import fs as pafs
         try:
             infos = self.fs.get_file_info(self.folders)
@@ -205,7 +207,7 @@ class TailStore:
                 raise self._fault(info.path, "is a file, not a folder")
             if info.type != pafs.FileType.NotFound:
                 break
-        if batch > 0:
+        if batch > 0 and getattr(self.fs, "type_name", "") == "local":  # (an object store's folders may be implied)
             raise self._fault(self.root, f"is not there in micro-batch {batch} (the driver makes it when the "
                                          "query starts: is it on a file system every executor reaches, and "
                                          "was it removed while the query ran?)")
