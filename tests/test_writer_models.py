@@ -150,7 +150,7 @@ def _read_all(written, rng: random.Random, native: bool, settle: float, restarts
         if hub.written_all and run.reader.caught_up():
             break
         roll = rng.random()
-        if restarts and roll < 0.03:
+        if restarts and restarts != "snapshot" and roll < 0.03:
             run.crash()
         elif restarts and roll < 0.06:
             run.snapshot_restart()
@@ -272,6 +272,9 @@ def _check(writer, native, seed, settle, restarts, retries):
 
 
 _PROPERTY = dict(seed=st.integers(0, 2**32 - 1), settle=st.sampled_from([0.0, 1.0]), restarts=st.booleans())
+# restarts with a retrying writer: snapshots (the engine's state) only; a crash back to the last
+# commit is the test after it
+_RETRY_PROPERTY = dict(_PROPERTY, restarts=st.sampled_from([False, "snapshot"]))
 
 
 @settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # (a seed does not shrink usefully)
@@ -285,7 +288,7 @@ def test_every_writer_is_read_as_convert_reads_its_lines(writer, native, seed, s
 
 
 @settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(**_PROPERTY)
+@given(**_RETRY_PROPERTY)
 @pytest.mark.parametrize("native", MERGES)
 @pytest.mark.parametrize("writer", WRITERS)
 def test_a_writers_retries_are_dropped_and_counted(writer, native, seed, settle, restarts):
@@ -293,6 +296,18 @@ def test_a_writers_retries_are_dropped_and_counted(writer, native, seed, settle,
     same shard, or (that shard split or merged since) where its routing sends each now. Each second
     copy is dropped and counted, never handed on twice, and tears no Entry apart."""
     _check(writer, native, seed, settle, restarts, retries=True)
+
+
+@pytest.mark.xfail(strict=True, reason="known limit (docs/kafka.md, 'Reading DataHub: stalls'): the committed "
+                   "positions are per shard, so after a crash a copy of a record handed on before the commit, on "
+                   "a shard not read that far at the commit, is read as a record of its own")
+@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate], max_examples=60)
+@given(seed=st.integers(0, 2**32 - 1), settle=st.sampled_from([0.0, 1.0]))
+@pytest.mark.parametrize("native", MERGES)
+def test_a_crash_between_a_record_and_its_retried_copy(native, seed, settle):
+    """A crash back to the last commit with a retrying writer: the known limit above. Strict: when
+    the positions carry what each stream was handed on up to, this passes and must be un-marked."""
+    _check("foreign-random", native, seed, settle, "crash", retries=True)
 
 
 @pytest.mark.parametrize("writer", WRITERS)

@@ -46,18 +46,17 @@ from bridge.values import (
     FOREIGN_COLUMN_TYPES,
     OPS_BY_MESSAGE_TYPE,
     RESERVED_PREFIX,
-    ROW_DIGITS,
     SOURCE_TYPES,
     SOURCE_TYPES_BY_NAME,
     codec_for,
     column_is_boolean,
     ddl_op,
     raw_to_data,
+    seq_id_of,
     sequence_id,
 )
 from bridge.wire import subscribe_pb2 as pb
 
-_ROW_SCALE = 10 ** ROW_DIGITS
 _ABSENT = object()
 _UPDATE = int(pb.UPDATE)
 _DML = int(pb.DML)
@@ -303,10 +302,7 @@ class EntryBuilder:
         if seq is None:
             facts["sequenceId"] = "none"
             return
-        value = int(seq)
-        seq_id = value // _ROW_SCALE
-        if seq_id >= 1 << 64:
-            seq_id = 0
+        seq_id = seq_id_of(int(seq))  # (the Entry the shard merge's entry_group groups its rows into)
         header.seqId = seq_id
         if sequence_id(seq_id, row_index) != seq:
             facts["sequenceId"] = seq

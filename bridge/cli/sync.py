@@ -39,6 +39,7 @@ from bridge.cli.kafka import (
 from bridge.pipeline.options import FETCH_PROCESS
 from bridge.stream import ErrorPolicy, Tally
 from bridge.stream.pipeline import Report
+from bridge.values import digits
 
 __all__ = ["register", "cmd_sync", "cmd_replay"]
 
@@ -121,7 +122,7 @@ def _since_ms(text: str | None) -> int | None:
     if text is None:
         return None
     import datetime
-    if text.strip().lstrip("-").isdigit():
+    if digits(text.strip()[1:] if text.strip()[:1] == "-" else text.strip()):
         return int(text)
     try:
         when = datetime.datetime.fromisoformat(text.strip())

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bridge.errors import BridgeError
+from bridge.values import digits
 
 __all__ = ["DataHubError", "Retrying", "BY_COUNT", "DEGRADED_AFTER", "make_client", "pydatahub", "shard_state", "sort_shard_id",
            "ACCESS_ID_ENV", "ACCESS_KEY_ENV"]
@@ -64,7 +65,7 @@ def make_client(endpoint: str, access_id: str | None = None, access_key: str | N
 
 def sort_shard_id(shard_id: str):
     """Shard ids in numeric order (DataHub's are decimal digits), others after them."""
-    return (0, int(shard_id), "") if shard_id.isdigit() else (1, 0, shard_id)
+    return (0, int(shard_id), "") if digits(shard_id) else (1, 0, shard_id)
 
 
 def shard_state(shard) -> str:

@@ -28,6 +28,7 @@ from bridge.datahub.sink import ATTR_EPOCH, ATTR_TOPIC, DataHubError, DataHubWri
 from bridge.errors import BridgeError, ConversionError
 from bridge.spark.jobs import POSITION_COLUMNS, _ddl, _FromDts, _with_error
 from bridge.spark.task import SETTLE_SECONDS, RowsTask, TaskRecords, TaskRows, conversion_options
+from bridge.values import digits
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = ["ENTRY_COLUMNS", "entries_schema", "TablesTask", "TopicDeadLetters", "earlier_halts", "export_dead_letters"]
@@ -115,7 +116,7 @@ def earlier_halts(writer: DataHubWriter, topic: str, source: str, epoch: int) ->
     for record in writer.read_topic(topic, LETTER_WINDOW):
         attrs = record.attributes or {}
         mark = attrs.get(ATTR_EPOCH, "")
-        if attrs.get(ATTR_TOPIC) != source or not mark.isdigit() or int(mark) >= epoch:
+        if attrs.get(ATTR_TOPIC) != source or not digits(mark) or int(mark) >= epoch:
             continue
         letter = orjson.loads(record.blob_data)
         halted.setdefault(letter["table"], f"halted in micro-batch {mark} at {letter['partition']}:"

@@ -43,6 +43,7 @@ class Tally:
     envelopes: int = 0
     redelivered: int = 0  # TDSQL records Kafka delivered again (ps not above the last): dropped
     resumed_tails: int = 0  # TDSQL segments of Entries handed out before the commit a run resumed at
+    duplicates: int = 0  # DataHub records written twice (a writer's retry): the copy dropped, not input
     # values a temporal policy substituted in converted records (values.SUBSTITUTIONS; the loss ledger
     # holds each one): zero or invalid dates written as null, fractional seconds cut to milliseconds,
     # dates beyond DataHub's TIMESTAMP range written as null (Tuple)
@@ -76,6 +77,8 @@ class Tally:
     def summary(self, wrote: str = "") -> str:
         """The run's one-line report; `wrote` says where the output went (after its count)."""
         again = f"; dropped {self.redelivered} redelivered Envelopes" if self.redelivered else ""
+        if self.duplicates:
+            again += f"; dropped {self.duplicates} duplicate DataHub records"
         changed = "".join(f"; {getattr(self, kind)} {what}" for kind, what in SUBSTITUTIONS.items()
                           if getattr(self, kind))
         return (f"converted {self.converted}, rejected {self.rejected}, not emitted {self.not_emitted} "

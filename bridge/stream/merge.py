@@ -8,18 +8,29 @@ the interface the C `_speedups.Merge` has too, and `PyMerge` below is its refere
 (tests/test_shard_merge.py runs both on the same operations and compares every step). Items are
 opaque: `push` takes one, `next` gives it back.
 
-Rules (the same as before the split, step for step):
+Rules:
 - a shard's records go out in the order they were pushed (a commit below one covers nothing after it);
+- a head that is **stale** (a record of its stream at or after its order was handed on: a copy of
+  a record written twice, or a late one) goes out at once: the assembler drops or reports it, and
+  stale records waiting on other shards hold nothing back;
 - the head of a shard goes out when every other shard of its topic **covers** it: the other shard's
-  first waiting record of the head's stream is later, or (none waiting) it is finished, or it showed
-  a later record of the stream, or it was seen at its end `settle` s after the head was read, or
-  DataHub's clock was `settle` s past the head's system time when it was, or it descends from the
-  head's shard;
+  first waiting record of the head's stream that is not stale is not earlier (the same order is the same record
+  written twice: the head goes first, the copy after it), or (none waiting) it is finished, or it
+  showed a record of the stream at or after the head's, or it was seen at its end `settle` s after the head was read, or
+  DataHub's clock was `settle` s past the head's system time when it was, or the head's shard is
+  among its `ancestors` (the assembler names them: split parents only, see `_ancestry` there);
 - `next` runs passes over the shards in the order they first buffered a record, each shard handing
   on heads while they are covered, until a pass hands on nothing; only shards whose head may have
   become releasable are looked at (`dirty`: a new head, a mark on the topic, a change in what the
-  shard that held the head back last time holds of its stream), which hands on exactly what looking
-  at every head on every pass does.
+  shard that held the head back last time holds of its stream, a release of the head's stream),
+  which hands on exactly what looking
+  at every head on every pass does;
+- nothing stalls for good (docs/kafka.md, "Reading DataHub: stalls"): `stuck` names a shard whose
+  head sits in a cycle of shards each held back by an earlier record of the head's stream waiting
+  behind the next one's head (nothing read later can end such a cycle), `oldest` the shard whose
+  head was read first, and `force` hands a shard's head on though it is not covered (the assembler
+  decides when: a cycle at once, the records and seconds bounds); a record of the stream still
+  buffered elsewhere then comes after a later one, and the assembler reports it as out of order.
 """
 from __future__ import annotations
 
@@ -170,17 +181,97 @@ class PyMerge:
                 if buf:
                     head = buf[0]
                     others = self._others[shard]
-                    if not others or self._blocker(shard, head, others) is None:
+                    if not others or self._stale(head) or self._blocker(shard, head, others) is None:
                         buf.popleft()
                         self._waiting[(shard, head.stream)].popleft()
                         self.buffered -= 1
                         self._progress = True
-                        self._released[head.stream] = head.order
-                        self._touch(shard, head.stream)
+                        self._release(head)
+                        self._touch(shard, head.stream, True)
                         return head.item
                 self._draining = False
                 self._pos += 1
             self._pos = -1
+
+    def _stale(self, rec: _Rec) -> bool:
+        """Whether a record of its stream at or after its order was handed on already: a copy or a
+        late record, which the assembler drops or reports whatever the other shards hold."""
+        released = self._released.get(rec.stream)
+        return released is not None and rec.order <= released
+
+    def _live(self, shard: int, stream: int):
+        """The first record of `stream` waiting on `shard` that is not stale, or None."""
+        waiting = self._waiting.get((shard, stream))
+        if not waiting:
+            return None
+        released = self._released.get(stream)
+        if released is None:
+            return waiting[0]
+        for rec in waiting:
+            if rec.order > released:
+                return rec
+        return None
+
+    def _release(self, head: _Rec) -> None:
+        released = self._released.get(head.stream)
+        if released is None or head.order > released:  # (a forced head may have gone past it)
+            self._released[head.stream] = head.order
+
+    # -- stalls -------------------------------------------------------------------------------------
+    def _held_by(self, shard: int):
+        """The first other shard holding an earlier record of the head's stream waiting, or None."""
+        buf = self._buf[shard]
+        if not buf:
+            return None
+        head = buf[0]
+        if self._stale(head):
+            return None
+        for other in self._others[shard]:
+            live = self._live(other, head.stream)
+            if live is not None and live.order < head.order:
+                return other
+        return None
+
+    def _first_read(self, shards) -> int:
+        order, bufs = self._order, self._buf
+        return min(shards, key=lambda s: (bufs[s][0].read_at, order.index(s)))
+
+    def stuck(self) -> int:
+        """A shard whose head is in a deadlock (each shard of a cycle held back by an earlier record
+        of its head's stream waiting on the next): of the first cycle found walking from the shards
+        in the passes' order, the one whose head was read first; -1 when there is none."""
+        walked: dict = {}
+        for start in self._order:
+            if not self._buf[start] or start in walked:
+                continue
+            path, shard = [], start
+            while shard is not None and shard not in walked:
+                walked[shard] = start
+                path.append(shard)
+                shard = self._held_by(shard)
+            if shard is not None and walked[shard] == start:
+                return self._first_read(path[path.index(shard):])
+        return -1
+
+    def oldest(self) -> int:
+        """The shard whose head was read first (ties: the passes' order), -1 when none holds a record."""
+        held = [s for s in self._order if self._buf[s]]
+        return self._first_read(held) if held else -1
+
+    def force(self, shard: int):
+        """Hand `shard`'s head on though it is not covered (a stall decided); None when it holds none."""
+        buf = self._buf[self._shard(shard)]
+        if not buf:
+            return None
+        head = buf.popleft()
+        self._waiting[(shard, head.stream)].popleft()
+        self.buffered -= 1
+        self._progress = True
+        self._release(head)
+        self._touch(shard, head.stream, True)
+        if buf:
+            self._dirty.add(shard)  # a new head
+        return head.item
 
     # -- what is held (snapshots, positions) ------------------------------------------------------
     def head(self, shard: int):
@@ -214,13 +305,13 @@ class PyMerge:
 
     # -- covering ---------------------------------------------------------------------------------
     def _covers(self, other: int, head: _Rec) -> bool:
-        waiting = self._waiting.get((other, head.stream))
-        if waiting:
-            return waiting[0].order > head.order
+        live = self._live(other, head.stream)
+        if live is not None:
+            return live.order >= head.order
         if self._finished[other]:
             return True
         seen = self._seen.get((other, head.stream))
-        if seen is not None and seen > head.order:
+        if seen is not None and seen >= head.order:
             return True
         if self._end_at[other] >= head.read_at + self.settle:
             return True
@@ -239,12 +330,15 @@ class PyMerge:
                 return other
         return None
 
-    def _touch(self, shard: int, stream: int) -> None:
+    def _touch(self, shard: int, stream: int, released: bool = False) -> None:
+        """What `shard` holds of `stream` changed (and, `released`, what was handed on of it): the
+        other shards whose head is of that stream and was held back by `shard` last time (or by
+        none; after a release, by any: their head may be stale now) are looked at again."""
         bufs, dirty, blockers = self._buf, self._dirty, self._blockers
         for other in self._others[shard]:
             if other not in dirty:
                 buf = bufs[other]
-                if buf and buf[0].stream == stream and blockers.get(other, shard) == shard:
+                if buf and buf[0].stream == stream and (released or blockers.get(other, shard) == shard):
                     dirty.add(other)
 
 

@@ -43,12 +43,12 @@ from bridge.values import (
     BOOLEAN_PROPERTY,
     FROM_TUPLE,
     RESERVED_PREFIX,
-    ROW_DIGITS,
     TUPLE_OP_IMAGES,
     TYPES,
     decimal_text,
     float32,
     native_of,
+    seq_id_of,
     sequence_id,
 )
 from bridge.values.plans import plan_column
@@ -58,7 +58,6 @@ from bridge.wire import subscribe_pb2 as pb
 __all__ = ["tuples_to_entries", "TupleDecoder", "FIELD_CHECKS", "FIELD_COLUMNS", "FROM_TUPLE", "OP_IMAGES",
            "decimal_text"]
 
-_ROW_SCALE = 10 ** ROW_DIGITS
 _MAX_TIME = (1 << 32) * 1000  # a DTS timestamp is uint32 seconds
 
 # field type -> (originalType, column properties) of its DTS column when no column set is given.
@@ -443,8 +442,7 @@ class TupleDecoder:
         entry.CopyFrom(template)
         header = entry.header
         header.timestamp = time // 1000
-        value = int(seq)
-        header.seqId = value // _ROW_SCALE if value // _ROW_SCALE < 1 << 64 else 0
+        header.seqId = seq_id_of(int(seq))
         row = entry.event.dmlEvent.rows.add()
         native = self._natives.get(key) if self._native_on else None
         if native is None and self._native_on and key not in self._natives:

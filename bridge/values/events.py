@@ -13,8 +13,8 @@ from bridge.errors import BridgeError, ConversionError
 from bridge.values.ops import DML_IMAGES
 from bridge.wire import subscribe_pb2 as pb
 
-__all__ = ["ROW_DIGITS", "RESERVED_PREFIX", "EVENT_FIELDS", "sequence_id", "check_dml_event", "check_row_images",
-           "Decoder"]
+__all__ = ["ROW_DIGITS", "RESERVED_PREFIX", "EVENT_FIELDS", "sequence_id", "seq_id_of", "entry_group", "digits",
+           "check_dml_event", "check_row_images", "Decoder"]
 
 ROW_DIGITS = 6  # sequenceId = seqId * 10**ROW_DIGITS + row index in the event
 _ROW_SCALE = 10 ** ROW_DIGITS
@@ -30,6 +30,40 @@ EVENT_FIELDS: dict[int, str] = {
 def sequence_id(seq_id: int, row: int = 0) -> str:
     """The sequenceId (Blob) / `_sequence_id_` (Tuple) of row `row` of the event `seq_id` numbers."""
     return str(seq_id * _ROW_SCALE + row)
+
+
+def seq_id_of(sequence: int) -> int:
+    """The seqId of the Entry a sequenceId (Blob) / `_sequence_id_` (Tuple) numbers a row of: what
+    every decoder writes into the rebuilt Header (0 past 64 bits, where no seqId can hold it).
+
+    >>> seq_id_of(9000002)
+    9
+    """
+    seq_id = sequence // _ROW_SCALE
+    return seq_id if seq_id < 1 << 64 else 0
+
+
+def entry_group(sequence: int, rows: int = 1) -> tuple:
+    """The one definition of an Entry for records read without the bridge's position attributes:
+    which records a decoder rebuilds into one Entry, so the shard merge keeps them together (a
+    stream that moves to another group leaves the open one incomplete).
+
+    A record that is one row of a DML event of `rows` > 1 rows (a lossless Blob line's `dts.row`
+    [index, rows]) belongs with the other rows of the Entry whose seqId is `seq_id_of(sequence)`
+    (the decoder regroups them by that Header); any other record (a strict line, a Tuple row, a
+    one-row, DDL or control line) is an Entry of its own, `sequence` (an UPDATE's two halves share
+    it, and the decoders pair them by it).
+
+    >>> entry_group(9000002, rows=3) == entry_group(9000000, rows=3), entry_group(9000002) == entry_group(9000000)
+    (True, False)
+    """
+    return (seq_id_of(sequence), rows) if rows > 1 else (sequence,)
+
+
+def digits(text) -> bool:
+    """Whether `text` is a str of ASCII digits only: what `int()` reads back as the same number
+    (`str.isdigit()` alone also takes "²" and other digits `int()` refuses)."""
+    return type(text) is str and text.isascii() and text.isdigit()
 
 
 def check_dml_event(dml: pb.DMLEvent) -> bool:

@@ -1,7 +1,8 @@
 """A frozen copy of the shard merge as it was before it moved to bridge/stream/merge.py (and to C):
 `DataHubAssembler` of commit d9065da, its merge written out in one class. The tests run the
 assembler (with the C merge and with `PyMerge`) and this copy on the same input and compare every
-step; it is never changed with the code it checks."""
+step where the rules have not changed since (tests/test_shard_merge.py says which inputs); it is
+never changed with the code it checks."""
 from __future__ import annotations
 
 import time

@@ -11,7 +11,8 @@ each writer puts on DataHub is restated here from the docs, only the line and ro
   Envelope the Entry starts in, the Entry's index among that Envelope's Entries, the line's index
   among the Entry's lines), routed by DataWorks' rule (the primary key's values, else "db.table").
 - `deliver`: `dts-bridge deliver FILE` of the lossless lines of a file: each line one record,
-  `dts.topic` = "file:" + the file's absolute path, `dts.pos` = "0:LINE:0:0" (1-based), routed by
+  `dts.topic` = "file:" + the file's absolute path, `dts.pos` = "0:FIRST:0:ROW" (FIRST: the 1-based
+  line number of the Entry's first line, ROW: the line's place in its Entry), routed by
   DataWorks' rule.
 - `dataworks_blob`: DataWorks' real-time sync, Blob: strict lines (one message per row, no `dts`
   extension), primary-key routing, no attributes.
@@ -251,9 +252,14 @@ def deliver(entries: list) -> Written:
     """`dts-bridge deliver` of the file `convert` wrote of `entries`: each line one record with
     the file's position (bridge/cli/deliver.py, docs/kafka.md "dts-bridge deliver")."""
     encoder = BlobEncoder(Options())
-    lines = [line for e in entries for line in encoder.convert_lines(e)]
+    lines, places = [], []
+    for e in entries:  # an Entry's lines share the number of its first line (1-based), row by row
+        first = len(lines) + 1
+        for row, line in enumerate(encoder.convert_lines(e)):
+            lines.append(line)
+            places.append(f"0:{first}:0:{row}")
     records = [Rec(n, BLOB_TOPIC, dataworks_key(line), data=line,
-                   attributes={"dts.topic": "file:" + DELIVERED_FILE, "dts.pos": f"0:{n + 1}:0:0"})
+                   attributes={"dts.topic": "file:" + DELIVERED_FILE, "dts.pos": places[n]})
                for n, line in enumerate(lines)]
     return _written("deliver", records, {("file", 0): converted_lines(lines)})
 

@@ -105,14 +105,42 @@ static void set_dirty(Merge *m, Py_ssize_t shard) {
     }
 }
 
+static PyObject *released_of(Merge *m, Py_ssize_t stream);
+
+/* 1: a record of its stream at or after `it`'s order was handed on (a copy or a late record: it
+ * goes out at once and holds nothing back), 0: not, -1: an error */
+static int stale(Merge *m, MItem *it) {
+    PyObject *released = released_of(m, it->stream);
+    if (released == NULL) return 0;
+    return PyObject_RichCompareBool(it->order, released, Py_LE);
+}
+
+/* the first record waiting in `slot` that is not stale (NULL: none); *err = 1 on an error */
+static MItem *live_of(Merge *m, MSlot *slot, int *err) {
+    if (slot == NULL) return NULL;
+    for (MItem *it = slot->first; it != NULL; it = it->next_same) {
+        int s = stale(m, it);
+        if (s < 0) {
+            *err = 1;
+            return NULL;
+        }
+        if (!s) return it;
+    }
+    return NULL;
+}
+
 /* 1: shard `other` covers `head` (of shard `shard`), 0: it does not, -1: an error */
 static int covers(Merge *m, Py_ssize_t other, Py_ssize_t shard, MItem *head) {
     MShard *o = &m->shards[other];
     MSlot *slot = slot_find(m, other, head->stream);
-    if (slot != NULL && slot->first != NULL) return PyObject_RichCompareBool(slot->first->order, head->order, Py_GT);
+    int err = 0;
+    MItem *live = live_of(m, slot, &err);
+    if (err) return -1;
+    /* the same order on another shard is the same record written twice: the head goes first */
+    if (live != NULL) return PyObject_RichCompareBool(live->order, head->order, Py_GE);
     if (o->finished) return 1;
     if (slot != NULL && slot->seen != NULL) {
-        int later = PyObject_RichCompareBool(slot->seen, head->order, Py_GT);
+        int later = PyObject_RichCompareBool(slot->seen, head->order, Py_GE);
         if (later != 0) return later;
     }
     if (o->end_at >= head->read_at + m->settle) return 1;
@@ -144,14 +172,16 @@ static Py_ssize_t blocker(Merge *m, Py_ssize_t shard, MItem *head) {
     return -1;
 }
 
-/* what `shard` holds of `stream` changed: the other shards whose head is of that stream and was
- * held back by `shard` last time (or by none) are looked at again */
-static void touch(Merge *m, Py_ssize_t shard, Py_ssize_t stream) {
+/* what `shard` holds of `stream` changed (and, `released`, what was handed on of it): the other
+ * shards whose head is of that stream and was held back by `shard` last time (or by none; after a
+ * release, by any: their head may be stale now) are looked at again */
+static void touch(Merge *m, Py_ssize_t shard, Py_ssize_t stream, int released) {
     MShard *sh = &m->shards[shard];
     for (Py_ssize_t k = 0; k < sh->n_others; k++) {
         Py_ssize_t other = sh->others[k];
         MShard *o = &m->shards[other];
-        if (!o->dirty && o->head != NULL && o->head->stream == stream && (o->blocker < 0 || o->blocker == shard))
+        if (!o->dirty && o->head != NULL && o->head->stream == stream &&
+            (released || o->blocker < 0 || o->blocker == shard))
             set_dirty(m, other);
     }
 }
@@ -213,6 +243,43 @@ static int set_released(Merge *m, Py_ssize_t stream, PyObject *order) {
     }
     Py_XSETREF(m->released[stream], order);
     return 1;
+}
+
+/* released[stream] = order when it is later than what was released (a forced head may have gone
+ * past it); 0 on error */
+static int release_order(Merge *m, Py_ssize_t stream, PyObject *order) {
+    PyObject *was = released_of(m, stream);
+    if (was != NULL) {
+        int later = PyObject_RichCompareBool(order, was, Py_GT);
+        if (later < 0) return 0;
+        if (!later) return 1;
+    }
+    return set_released(m, stream, Py_NewRef(order));
+}
+
+/* take the head of `shard` out of the merge (buffered, its slot, `touch`): the item (a new reference), NULL
+ * on error (the item dropped) */
+static PyObject *pop_head(Merge *m, Py_ssize_t shard) {
+    MShard *sh = &m->shards[shard];
+    MItem *head = sh->head;
+    sh->head = head->next;
+    if (sh->head == NULL) sh->tail = NULL;
+    MSlot *slot = slot_find(m, shard, head->stream);
+    slot->first = head->next_same;
+    if (slot->first == NULL) slot->last = NULL;
+    m->buffered--;
+    m->progress = 1;
+    PyObject *item = head->item;
+    Py_ssize_t stream = head->stream;
+    int ok = release_order(m, stream, head->order);
+    Py_DECREF(head->order);
+    PyMem_Free(head);
+    touch(m, shard, stream, 1);
+    if (!ok) {
+        Py_DECREF(item);
+        return NULL;
+    }
+    return item;
 }
 
 /* ---- methods ------------------------------------------------------------------------------- */
@@ -385,7 +452,7 @@ static PyObject *Merge_push(Merge *m, PyObject *const *args, Py_ssize_t nargs) {
     slot->last = it;
     if (later) Py_XSETREF(slot->seen, Py_NewRef(order));
     m->buffered++;
-    if (first) touch(m, shard, stream);
+    if (first) touch(m, shard, stream, 0);
     Py_RETURN_TRUE;
 }
 
@@ -418,33 +485,111 @@ static PyObject *Merge_next(Merge *m, PyObject *unused) {
             }
             MItem *head = sh->head;
             if (head != NULL) {
-                Py_ssize_t held = sh->n_others ? blocker(m, shard, head) : -1;
-                if (held == -2) return NULL;
-                if (held == -1) {
-                    sh->head = head->next;
-                    if (sh->head == NULL) sh->tail = NULL;
-                    MSlot *slot = slot_find(m, shard, head->stream);
-                    slot->first = head->next_same;
-                    if (slot->first == NULL) slot->last = NULL;
-                    m->buffered--;
-                    m->progress = 1;
-                    PyObject *item = head->item;
-                    Py_ssize_t stream = head->stream;
-                    int ok = set_released(m, stream, head->order);
-                    PyMem_Free(head);
-                    touch(m, shard, stream);
-                    if (!ok) {
-                        Py_DECREF(item);
-                        return NULL;
-                    }
-                    return item;
+                Py_ssize_t held = -1;
+                if (sh->n_others) {
+                    int s = stale(m, head);
+                    if (s < 0) return NULL;
+                    if (!s) held = blocker(m, shard, head);
                 }
+                if (held == -2) return NULL;
+                if (held == -1) return pop_head(m, shard);
             }
             m->draining = 0;
             m->pos++;
         }
         m->pos = -1;
     }
+}
+
+/* ---- stalls (bridge/stream/merge.py's PyMerge.stuck, oldest, force) ---------------------------- */
+/* the first other shard holding an earlier record of the head's stream waiting: its number, -1 when
+ * none does (or `shard` holds nothing), -2 on error */
+static Py_ssize_t held_by(Merge *m, Py_ssize_t shard) {
+    MShard *sh = &m->shards[shard];
+    MItem *head = sh->head;
+    if (head == NULL) return -1;
+    int s = stale(m, head), err = 0;
+    if (s) return s < 0 ? -2 : -1;
+    for (Py_ssize_t k = 0; k < sh->n_others; k++) {
+        MItem *live = live_of(m, slot_find(m, sh->others[k], head->stream), &err);
+        if (err) return -2;
+        if (live == NULL) continue;
+        int earlier = PyObject_RichCompareBool(live->order, head->order, Py_LT);
+        if (earlier < 0) return -2;
+        if (earlier) return sh->others[k];
+    }
+    return -1;
+}
+
+/* of `shards` (n of them, each holding a record), the one whose head was read first; ties: the
+ * passes' order */
+static Py_ssize_t first_read(Merge *m, const Py_ssize_t *shards, Py_ssize_t n) {
+    Py_ssize_t best = -1, best_pos = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t pos = 0;
+        while (pos < m->n_order && m->order[pos] != shards[k]) pos++;
+        double at = m->shards[shards[k]].head->read_at;
+        if (best < 0 || at < m->shards[best].head->read_at || (at == m->shards[best].head->read_at && pos < best_pos)) {
+            best = shards[k];
+            best_pos = pos;
+        }
+    }
+    return best;
+}
+
+static PyObject *Merge_stuck(Merge *m, PyObject *unused) {
+    Py_ssize_t n = m->n_shards, found = -1;
+    Py_ssize_t *walked = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *path = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (walked == NULL || path == NULL) {
+        PyMem_Free(walked);
+        PyMem_Free(path);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t s = 0; s < n; s++) walked[s] = -1;
+    for (Py_ssize_t k = 0; k < m->n_order && found < 0; k++) {
+        Py_ssize_t start = m->order[k];
+        if (m->shards[start].head == NULL || walked[start] >= 0) continue;
+        Py_ssize_t len = 0, shard = start;
+        while (shard >= 0 && walked[shard] < 0) {
+            walked[shard] = start;
+            path[len++] = shard;
+            shard = held_by(m, shard);
+        }
+        if (shard == -2) {
+            PyMem_Free(walked);
+            PyMem_Free(path);
+            return NULL;
+        }
+        if (shard >= 0 && walked[shard] == start) {
+            Py_ssize_t from = 0;
+            while (path[from] != shard) from++;
+            found = first_read(m, path + from, len - from);
+        }
+    }
+    PyMem_Free(walked);
+    PyMem_Free(path);
+    return PyLong_FromSsize_t(found);
+}
+
+static PyObject *Merge_oldest(Merge *m, PyObject *unused) {
+    Py_ssize_t *held = PyMem_Malloc((size_t)(m->n_order ? m->n_order : 1) * sizeof(Py_ssize_t));
+    if (held == NULL) return PyErr_NoMemory();
+    Py_ssize_t n = 0;
+    for (Py_ssize_t k = 0; k < m->n_order; k++)
+        if (m->shards[m->order[k]].head != NULL) held[n++] = m->order[k];
+    Py_ssize_t best = n ? first_read(m, held, n) : -1;
+    PyMem_Free(held);
+    return PyLong_FromSsize_t(best);
+}
+
+static PyObject *Merge_force(Merge *m, PyObject *arg) {
+    Py_ssize_t shard = PyLong_AsSsize_t(arg);
+    if (!check_shard(m, shard)) return NULL;
+    if (m->shards[shard].head == NULL) Py_RETURN_NONE;
+    PyObject *item = pop_head(m, shard);
+    if (item != NULL && m->shards[shard].head != NULL) set_dirty(m, shard); /* a new head */
+    return item;
 }
 
 static PyObject *Merge_head(Merge *m, PyObject *arg) {
@@ -627,6 +772,10 @@ static PyMethodDef Merge_methods[] = {
      "push(shard, stream, order, read_at, system_ms, item[, check_late]) -> False when late (nothing buffered; "
      "check_late defaults to True)"},
     {"next", (PyCFunction)Merge_next, METH_NOARGS, "next() -> the next item to hand on, or None"},
+    {"stuck", (PyCFunction)Merge_stuck, METH_NOARGS,
+     "stuck() -> a shard whose head is in a cycle of shards holding each other back, or -1"},
+    {"oldest", (PyCFunction)Merge_oldest, METH_NOARGS, "oldest() -> the shard whose head was read first, or -1"},
+    {"force", (PyCFunction)Merge_force, METH_O, "force(shard) -> its head, handed on though not covered, or None"},
     {"head", (PyCFunction)Merge_head, METH_O, "head(shard) -> the shard's first buffered item, or None"},
     {"items", (PyCFunction)Merge_items, METH_O, "items(shard) -> its buffered items, in order"},
     {"order", (PyCFunction)Merge_order, METH_NOARGS, "order() -> shards in the order they first buffered a record"},
