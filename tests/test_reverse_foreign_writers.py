@@ -86,3 +86,63 @@ def test_sync_to_dts_gives_back_what_convert_makes_of_a_users_lines(kafka_broker
     assert sorted(have) == sorted(want)
     for table in want:  # each Entry once, byte for byte, in convert's order per table (never sorted)
         assert have[table] == want[table], table
+
+
+def _single_row_lines(count: int) -> list:
+    """Lossless lines of the first `count` Entries of mixed.pb that make one line each."""
+    encoder = BlobEncoder(Options())
+    out = []
+    for entry in build_sample_entries()["mixed"]:
+        lines = encoder.convert_lines(entry)
+        if len(lines) == 1:
+            out.append(lines[0])
+        if len(out) == count:
+            return out
+    raise AssertionError("too few one-line Entries in mixed.pb")
+
+
+def _crossing(server, topic: str) -> None:
+    """Two source partitions whose records cross between two shards (a writer that routed them by a
+    rule that changed): shard 0 holds partition 0's second record before partition 1's first,
+    shard 1 partition 1's second before partition 0's first. Each head waits for a record behind
+    the other's: no read can end that, so the merge must decide."""
+    a, b, c, d = _single_row_lines(4)
+    client = make_client(server.endpoint, "id", "key")
+
+    def rec(line, pos):
+        r = BlobRecord(blob_data=line)
+        r.put_attribute("dts.topic", "src")
+        r.put_attribute("dts.pos", pos)
+        return r
+    client.put_records_by_shard(PROJECT, topic, "0", [rec(b, "0:2:0:0"), rec(c, "1:1:0:0")])
+    client.put_records_by_shard(PROJECT, topic, "1", [rec(d, "1:2:0:0"), rec(a, "0:1:0:0")])
+
+
+@pytest.mark.parametrize("on_error", ["skip", "fail"])
+def test_shards_holding_each_other_back_are_decided_and_the_run_ends(kafka_broker, tmp_path, on_error):
+    """The issue's stall: heads blocking each other. Under skip the merge hands the oldest head on
+    at once, rejects the record that then comes out of order (shard, sequence, why) and the run
+    ends on --idle-timeout; under fail it exits 1 naming the stall. Never a spin, never a traceback."""
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "crossing", shard_count=2)
+        _crossing(server, "crossing")
+        out = kafka_broker.create_topic(f"crossing-{uuid.uuid4().hex[:8]}", partitions=1)
+        rejects = tmp_path / "rejects.jsonl"
+        extra = ["--on-error", "skip", "--rejects", str(rejects)] if on_error == "skip" else ["--on-error", "fail"]
+        done = run_bridge(bridge_cli(
+            "sync", "--to", "dts", "--datahub-endpoint", server.endpoint, "--project", PROJECT,
+            "--datahub-topic", "crossing", "--brokers", kafka_broker.bootstrap, "--topic", out, "--from-beginning",
+            "--idle-timeout", "3", "--no-progress", "--status-interval", "0", "--json", *extra), timeout=120)
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+    if on_error == "fail":
+        assert "the merge stalled" in done.stderr and "shard" in done.stderr, done.stderr
+        return
+    import orjson
+    doc = orjson.loads(done.stdout)
+    assert doc["stalls"] >= 1 and doc["rejected"] == 1 and doc["converted"] == 3, doc
+    assert doc["input"] == doc["converted"] + doc["rejected"] + doc["not_emitted"], doc
+    bad = [orjson.loads(line) for line in rejects.read_bytes().splitlines()]
+    assert len(bad) == 1 and bad[0]["kind"] == "OutOfOrderError" and "sequence" in bad[0], bad
+    got = read_back(kafka_broker.bootstrap, out)
+    assert sum(len(v) for v in got.values()) == 3

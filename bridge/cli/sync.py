@@ -165,6 +165,13 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                                   "(--subscription) that went through")
     sub_failures = metrics.counter("subscription_commit_failures", "offset commits to the DataHub subscriptions "
                                    "that failed (the pipeline goes on), by DataHub error code", ["reason"])
+    held = metrics.gauge("merge_records_held", "DataHub records the shard merge holds, waiting for the other shards")
+    stalled = metrics.gauge("merge_stalled_seconds", "seconds the shard merge has held records with none handed on "
+                            "(0: not stalled)")
+    stalls = metrics.counter("merge_stalls_decided", "stalls the shard merge decided (a head handed on though "
+                             "not covered: docs/kafka.md, 'Reading DataHub: stalls')")
+    duplicates = metrics.counter("datahub_duplicates_dropped", "DataHub records dropped as copies of a record "
+                                 "handed on (a writer's retry)")
 
     def refresh(metrics: observe.Metrics) -> None:
         metrics.count_tally(tally)
@@ -173,8 +180,14 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
             shard_lag.labels(topic=str(key[0]), shard=str(key[1])).set(lag)
         for key, seq in list(report.committed.items()):
             committed_seq.labels(topic=str(key[0]), shard=str(key[1])).set(seq)
+        metrics.count_to(duplicates, tally.duplicates)
         if parts:
             sink = parts[0].sink
+            assembler = parts[0].assembler
+            held.set(assembler.held())
+            stall = assembler.stall
+            stalled.set(stall["seconds"] if stall else 0)
+            metrics.count_to(stalls, assembler.stalls)
             for partition, count in list(getattr(sink, "per_partition", {}).items()):
                 metrics.count_to(entries_out, count, partition=str(partition))
             metrics.count_to(transactions, sink.commits)
@@ -192,7 +205,15 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
         lag = report.lag()
         text = (f"{report.envelopes:,} DataHub records ({observe.rate_text(status.rate('in', report.envelopes))}), "
                 f"{written:,} Entries to Kafka, {tally.rejected:,} rejected, {report.commits:,} commits")
-        return text + (", lag " + " ".join(f"{k[0]}/{k[1]}:{n:,}" for k, n in sorted(lag.items())) if lag else "")
+        if tally.duplicates:
+            text += f", {tally.duplicates:,} duplicates dropped"
+        text += ", lag " + " ".join(f"{k[0]}/{k[1]}:{n:,}" for k, n in sorted(lag.items())) if lag else ""
+        stall = parts[0].assembler.stall if parts else None
+        if stall:  # what holds the merge back, first, as WAITING does for the forward sync
+            text = (f"STALLED {stall['seconds']:.0f} s: shard {stall['shard']} sequence {stall['sequence']} "
+                    f"({stall['stream']}) waits for the other shards, {stall['held']:,} records held (decided "
+                    f"at --max-held or --stall-seconds); " + text)
+        return text
 
     def say(text: str) -> None:
         print(f"{label}: {text}", file=sys.stderr, flush=True)
@@ -215,7 +236,8 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                                commit_interval=popts.commit_interval or None, max_retries=popts.max_retries,
                                report=report, started=parts.append, subscriptions=args.subscription or (),
                                subscription_client=sub_client, subscription_log=say,
-                               fetch_process=args.fetch_process)
+                               fetch_process=args.fetch_process, max_held=popts.max_held,
+                               stall_seconds=popts.stall_seconds)
     except UnknownSubscription as err:
         raise UsageError(str(err)) from None
     finally:
@@ -226,7 +248,7 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
     if args.json:
         doc = {"datahub_topic": args.datahub_topic, "kafka_topic": args.topic, "input": tally.input,
                "converted": tally.converted, "rejected": tally.rejected, "not_emitted": tally.not_emitted,
-               "entries_written": sink.written, "kafka_messages": sink.messages, "already_landed": sink.skipped,
+               "duplicates": tally.duplicates, "stalls": done.assembler.stalls, "entries_written": sink.written, "kafka_messages": sink.messages, "already_landed": sink.skipped,
                "transactions": sink.commits, "records": report.envelopes, "commits": report.commits,
                "committed": {f"{k[0]}/{k[1]}": o for k, o in sorted(report.committed.items())},
                "subscription": done.subscription.report() if done.subscription is not None else None,
@@ -573,6 +595,7 @@ def register(commands) -> None:
                       "copy is counted and logged, never stopping the run. An unknown ID is a usage error")
     back.add_argument("--accept-data-loss", action="store_true", help="records past a topic's lifecycle (the "
                       "committed position is gone) are counted and skipped instead of stopping the run")
+    add_pipeline_flags(back, ("max_held", "stall_seconds"))
     back.add_argument("--fetch-process", choices=FETCH_PROCESS, default="auto",
                       help="how DataHub pages are fetched (Blob topics): auto (default): reader threads, then one "
                       "fetch process after 32 pages; always: the fetch process from the first page; never: reader "

@@ -74,8 +74,9 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
     ending but an exception commits. A sink that keeps an acknowledgement watermark
     (`acknowledged()`) is committed up to it without waiting (reading never stops for a commit);
     else every commit waits for `sink.flush()`. The run ends after `max_records` records,
-    after `idle_timeout` seconds without one (once the source is caught up, or after five times the
-    timeout), or when `stop()` turns true.
+    after `idle_timeout` seconds without progress (no record read for the first time and no Entry
+    handed on: a source's marks of shards at their end do not count), once the source is caught up
+    or after five times the timeout, or when `stop()` turns true.
 
     A source whose keys change while it runs (`source.dynamic`: a consumer group's member) is
     told `source.listen(assigned, revoked)`: keys it gains are loaded from `positions`, the sink
@@ -193,8 +194,9 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
         waited = time.monotonic() - (since if gained is None else max(since, gained))
         return waited >= idle_timeout and (source.caught_up() or waited >= 5 * idle_timeout)
 
+    progress = [time.monotonic()]  # when a record was first read or an Entry handed on (idleness counts from it)
+
     def records() -> Iterator[Record]:
-        last = time.monotonic()
         while True:
             wanted = 500 if max_records is None else min(500, max_records - report.envelopes)
             if wanted <= 0:
@@ -206,12 +208,8 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
             batch = source.poll(wanted, poll_timeout)
             report.high.update(source.ends())
             report.silent_since = getattr(source, "silent_since", None)
-            if not batch:
-                if due():  # nothing comes: what was read is committed, so an idle pipeline shows lag 0
-                    commit(wait=False)
-                if idle_timeout is not None and idle(last):
-                    report.stopped = "idle"
-                    return
+            if not batch and due():  # nothing comes: what was read is committed, so an idle pipeline shows lag 0
+                commit(wait=False)
             for record in batch:
                 if checkpoint[0] or due():  # everything up to the checkpoint's Entries has been written
                     commit(wait=checkpoint[0])
@@ -220,16 +218,22 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
                     report.stopped = "signal"
                     return
                 key, position = record[0], record[1]
-                last = time.monotonic()
+                was = read.get(key)
+                if was is None or position + 1 > was:  # progress: a record not read before (a source's
+                    progress[0] = time.monotonic()  # marks of a shard at its end, or ticks, are not)
                 report.envelopes += 1
                 mark = marks.get(key)
                 if report.reread is not None and mark is not None and position < mark:
                     report.reread += 1
                 read[key] = report.position[key] = position + 1
                 yield record
+            if idle_timeout is not None and idle(progress[0]):  # (a batch of marks only is no progress either)
+                report.stopped = "idle"
+                return
 
     def entries() -> Iterator[tuple]:
         for item in assembler.entries(records(), policy):
+            progress[0] = time.monotonic()
             header = getattr(item[1], "header", None)  # None: a record that is no Entry (a Blob line)
             if header is None:
                 yield item

@@ -64,6 +64,11 @@ class PipelineOptions:
                                       "the run says it is degraded meanwhile)", minimum=-1, faces=("cli",))
     max_buffered: int = _opt(20_000, "records waiting for DataHub at most; beyond that reading waits", minimum=1,
                              faces=("cli",))
+    max_held: int = _opt(100_000, "sync --to dts: records the shard merge may hold waiting for the other shards "
+                                  "before it decides a stall (hands the oldest head on; docs/kafka.md, \"Reading "
+                                  "DataHub: stalls\")", minimum=1, faces=("cli",))
+    stall_seconds: float = _opt(300.0, "sync --to dts: seconds with records held and none handed on before the "
+                                       "merge decides a stall", minimum=1, faces=("cli",))
     commit_interval: float = _opt(5.0, "also commit (after the sink acknowledged everything) this often, in "
                                        "seconds, besides every CHECKPOINT entry (0: only at checkpoints and the end)",
                                   minimum=0, faces=("cli",))

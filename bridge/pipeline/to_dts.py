@@ -72,7 +72,8 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
                 offsets_file: str | None = None, partition_by: str = "table", fail_on_data_loss: bool = True,
                 max_records: int | None = None, idle_timeout: float | None = None,
                 stop: Callable[[], bool] = lambda: False, commit_interval: float | None = 5.0,
-                max_retries: int = 12, settle: float = 1.0, report: Report | None = None,
+                max_retries: int = 12, settle: float = 1.0, max_held: int = 100_000,
+                stall_seconds: float | None = 300.0, report: Report | None = None,
                 started: Callable[[ToDts], None] | None = None, subscriptions: Sequence[str] = (),
                 subscription_client=None, subscription_log: Callable[[str], None] | None = None,
                 subscription_wait: float = 5.0, fetch_process: str = "auto") -> ToDts:
@@ -83,6 +84,7 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
     Kafka transaction (offsets topic); without, positions go to `offsets_file` and a restart looks
     at each output partition's tail. `settle`: seconds a shard must be seen at its end before it
     counts as holding nothing earlier (a writer still writing: docs/kafka.md, "Reading DataHub").
+    `max_held`, `stall_seconds`: the merge's bounds (docs/kafka.md, "Reading DataHub: stalls").
     `started(parts)` is called once the parts exist (the CLI watches them). Envelopes are packed
     under `options.max_message_bytes` when it was set, else KAFKA_MAX_MESSAGE_BYTES.
 
@@ -99,7 +101,7 @@ def sync_to_dts(client, project: str, datahub_topic: str | list[str], kafka_conf
         raise ValueError(f"fetch_process must be one of {', '.join(FETCH_PROCESS)}, not {fetch_process!r}")
     name = datahub_topic if isinstance(datahub_topic, str) else ",".join(datahub_topic)
     tid = (transactional_id or transactional_id_for(project, name, kafka_topic)) if transactions else None
-    assembler = DataHubAssembler(options, settle=settle)
+    assembler = DataHubAssembler(options, settle=settle, max_buffered=max_held, stall_seconds=stall_seconds)
     source = DataHubSource(client, project, datahub_topic, from_beginning=from_beginning, since_ms=since_ms,
                            fail_on_data_loss=fail_on_data_loss, max_retries=max_retries,
                            wants_tick=assembler.waiting, processes=fetch_process != "never")
