@@ -146,3 +146,32 @@ def test_shards_holding_each_other_back_are_decided_and_the_run_ends(kafka_broke
     assert len(bad) == 1 and bad[0]["kind"] == "OutOfOrderError" and "sequence" in bad[0], bad
     got = read_back(kafka_broker.bootstrap, out)
     assert sum(len(v) for v in got.values()) == 3
+
+
+@pytest.mark.parametrize("shards,strict", [(4, False), (4, True), (1, False)], ids=["lossless-4", "strict-4",
+                                                                                   "lossless-1"])
+def test_spark_blob_to_dts_streaming_gives_back_what_convert_makes_of_a_users_lines(spark, tmp_path, shards, strict):
+    """The Spark face of the test above: a streaming `format("datahub")` query, micro-batches cut
+    inside Entries (maxRecordsPerTrigger), `blob_to_dts` merging the shards in Spark state."""
+    import bridge.spark as bs
+    from bridge.spark.kafka_sink import entries_of
+    from bridge.wire import subscribe_pb2 as pb
+    lines = _lines(strict)
+    policy = ErrorPolicy("fail")
+    want = _by_table(e for _, e in blob_lines_to_entries(list(enumerate(lines, 1)), policy, Options()))
+    with StandInDataHub() as server:
+        server.create_topic(PROJECT, "blobs", shard_count=shards)
+        _users_writer(server, "blobs", lines, shards)
+        df = (spark.readStream.format("datahub").option("endpoint", server.endpoint).option("project", PROJECT)
+              .option("topic", "blobs").option("accessId", "id").option("accessKey", "key")
+              .option("maxRecordsPerTrigger", 37).option("settle", 0.2).load())
+        name = f"foreign_{uuid.uuid4().hex[:6]}"
+        q = (bs.blob_to_dts(df).writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination(240)
+        assert q.exception() is None, q.exception()
+        rows = spark.sql(f"select * from {name}").collect()
+    have = _by_table(pb.Entry.FromString(e.SerializeToString()) for e in entries_of(r["value"] for r in rows))
+    assert sorted(have) == sorted(want)
+    for table in want:
+        assert have[table] == want[table], table
