@@ -131,10 +131,49 @@ def _kill_loop_through_reshards(kafka_broker, tmp_path, *, kills: int, seed: int
                                      f"first difference at #{first}\n{context}")
         assert committed_offsets(kafka_broker, topic, "g-reshard", [0, 1]) == end_offsets(kafka_broker, topic, [0, 1])
         assert len(killed) >= kills and any(k["landed_in_run"] > 0 for k in killed), context
+        _read_back_exact(kafka_broker, server, expected, context)
         used = {s["shard_id"] for s in shards if s["records"]}
         print(f"\n[sync kill loop through reshards, seed {seed}: {len(killed)} kills in {sync.runs} runs, "
               f"{sum(map(len, expected.values()))} records over {len(used)} shards ({len(shards)} in all), "
               f"{time.monotonic() - began:.1f} s]\n  reshards: {reshaper.log}\n  " + "\n  ".join(log))
+
+
+def _read_back_exact(kafka_broker, server, expected: dict, context: str) -> None:
+    """`sync --to dts` of the resharded topic (split and merged children, CLOSED parents) gives back
+    every Entry once: per source partition, the Entries `convert` makes of its lines, in order, for
+    each table only that partition carries (a table in both has no order between them: its Entries
+    are compared as a whole)."""
+    from bridge.options import Options
+    from bridge.stream import ErrorPolicy, blob_lines_to_entries
+    from support.dts_kafka import read_back
+    from support.pipeline import bridge_cli, run_bridge
+
+    def table(entry):
+        return f"{entry.header.schemaName}.{entry.header.tableName}"
+    want: dict = {}
+    for partition, lines in expected.items():
+        policy = ErrorPolicy("fail")
+        for _, entry in blob_lines_to_entries(list(enumerate(lines, 1)), policy, Options()):
+            want.setdefault(table(entry), {}).setdefault(partition, []).append(entry.SerializeToString())
+    out = kafka_broker.create_topic(unique_name("reshard-back"), partitions=3)
+    done = run_bridge(bridge_cli(
+        "sync", "--to", "dts", "--datahub-endpoint", server.endpoint, "--project", PROJECT, "--datahub-topic", "blob",
+        "--brokers", kafka_broker.bootstrap, "--topic", out, "--from-beginning", "--idle-timeout", "3",
+        "--no-progress", "--status-interval", "0"), timeout=300)
+    no_traceback(done.stderr, "sync --to dts of the resharded topic")
+    assert done.returncode == 0, f"sync --to dts exited {done.returncode}: {done.stderr[-3000:]}\n{context}"
+    got = read_back(kafka_broker.bootstrap, out)
+    have: dict = {}
+    for partition in sorted(got):
+        for entry, _, _ in got[partition]:
+            have.setdefault(table(entry), []).append(entry.SerializeToString())
+    assert sorted(have) == sorted(want), context
+    for name, parts in want.items():
+        if len(parts) == 1:
+            assert have[name] == next(iter(parts.values())), f"table {name}: not convert's Entries in order\n{context}"
+        else:
+            assert collections.Counter(have[name]) == collections.Counter(e for es in parts.values() for e in es), \
+                f"table {name}\n{context}"
 
 
 def test_sync_killed_while_shards_are_split_and_merged(kafka_broker, tmp_path):
