@@ -135,11 +135,13 @@ def test_shards_holding_each_other_back_are_decided_and_the_run_ends(kafka_broke
             "--idle-timeout", "3", "--no-progress", "--status-interval", "0", "--json", *extra), timeout=120)
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
     assert done.returncode == 1, done.stderr
+    import orjson
+    doc = orjson.loads(done.stdout)  # the report ends every run, an error too
     if on_error == "fail":
         assert "the merge stalled" in done.stderr and "shard" in done.stderr, done.stderr
+        assert doc["stopped"] == "error: StallError" and "the merge stalled" in doc["error"], doc
+        assert "stopped: error: StallError" in done.stderr, done.stderr  # and the summary line
         return
-    import orjson
-    doc = orjson.loads(done.stdout)
     assert doc["stalls"] >= 1 and doc["rejected"] == 1 and doc["converted"] == 3, doc
     assert doc["input"] == doc["converted"] + doc["rejected"] + doc["not_emitted"], doc
     bad = [orjson.loads(line) for line in rejects.read_bytes().splitlines()]

@@ -36,6 +36,7 @@ from bridge.cli.kafka import (
     _mirror_reading,
     _watching,
 )
+from bridge.errors import BridgeError
 from bridge.pipeline.options import FETCH_PROCESS
 from bridge.stream import ErrorPolicy, Tally
 from bridge.stream.pipeline import Report
@@ -240,26 +241,42 @@ def cmd_sync_to_dts(args: argparse.Namespace) -> int:
                                stall_seconds=popts.stall_seconds)
     except UnknownSubscription as err:
         raise UsageError(str(err)) from None
+    except BridgeError as err:  # the summary (and --json's report) end every run that got going
+        if not parts:
+            raise
+        report.stopped = f"error: {type(err).__name__}"
+        _to_dts_summary(args, label, tally, report, parts[0], error=err)
+        raise
     finally:
         if rejects is not None:
             rejects.close()
+    _to_dts_summary(args, label, tally, report, done)
+    return 1 if tally.rejected else 0
+
+
+def _to_dts_summary(args, label: str, tally, report, done, error: BaseException | None = None) -> None:
+    """The summary line of `sync --to dts` (and, with --json, its report), on every ending: Entries
+    counted as read_committed consumers see them (in committed transactions) beside those written."""
     sink = done.sink
     committed = ", ".join(f"{k[0]}/{k[1]}:{o}" for k, o in sorted(report.committed.items())) or "nothing new"
+    visible = sink.committed if sink.transactions else sink.written
     if args.json:
         doc = {"datahub_topic": args.datahub_topic, "kafka_topic": args.topic, "input": tally.input,
                "converted": tally.converted, "rejected": tally.rejected, "not_emitted": tally.not_emitted,
-               "duplicates": tally.duplicates, "stalls": done.assembler.stalls, "entries_written": sink.written, "kafka_messages": sink.messages, "already_landed": sink.skipped,
+               "duplicates": tally.duplicates, "stalls": done.assembler.stalls, "entries_written": sink.written,
+               "entries_committed": visible, "kafka_messages": sink.messages, "already_landed": sink.skipped,
                "transactions": sink.commits, "records": report.envelopes, "commits": report.commits,
                "committed": {f"{k[0]}/{k[1]}": o for k, o in sorted(report.committed.items())},
                "subscription": done.subscription.report() if done.subscription is not None else None,
-               "stopped": report.stopped}
+               "stopped": report.stopped, "error": str(error) if error is not None else None}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         sys.stdout.flush()
-    print(f"{label}: {tally.summary()}; {sink.written} Entries written to Kafka in {sink.messages} messages "
-          f"({sink.skipped} found already there), {sink.commits} transactions; read {report.envelopes} DataHub "
-          f"records; committed {committed}; stopped: {report.stopped}"
+    aborted = f", {sink.written - visible} rolled back (written again by the next run)" \
+        if sink.transactions and sink.written > visible else ""
+    print(f"{label}: {tally.summary()}; {visible} Entries committed to Kafka{aborted} in {sink.commits} "
+          f"transactions, {sink.messages} messages ({sink.skipped} found already there); read {report.envelopes} "
+          f"DataHub records; committed {committed}; stopped: {report.stopped}"
           + (_subscription_summary(done.subscription) if done.subscription is not None else ""), file=sys.stderr)
-    return 1 if tally.rejected else 0
 
 
 def _subscription_summary(mirror) -> str:

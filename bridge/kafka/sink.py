@@ -147,6 +147,8 @@ class DtsKafkaSink:
         self.cut: dict[int, tuple] = {}
         self.skipped = 0  # Entries the tail look found already written
         self.written = 0  # Entries handed to the producer
+        self.committed = 0  # of them, Entries in committed transactions (what read_committed consumers see)
+        self._uncommitted = 0  # Entries handed to the producer since the last commit
         self.per_partition: dict[int, int] = {}  # Entries handed to the producer, per output partition
         self.messages = 0  # Kafka records produced
         self.commits = 0  # transactions committed
@@ -275,6 +277,7 @@ class DtsKafkaSink:
         if mark is not None:
             pending.marks[mark[0]] = mark[1]
         self.written += 1
+        self._uncommitted += 1
         self.per_partition[partition] = self.per_partition.get(partition, 0) + 1
         if pending.size > budget:  # one Entry too large for a message: its own segments, now
             self._emit(partition)
@@ -399,6 +402,8 @@ class DtsKafkaSink:
                     raise self._error(exc.args[0], f"cannot write the positions to {topic}") from None
         if not self.transactions:
             self.flush()
+            self.committed += self._uncommitted
+            self._uncommitted = 0
             return
         ck = confluent()
         deadline = time.monotonic() + self.timeout
@@ -419,6 +424,8 @@ class DtsKafkaSink:
                                   "writes its records again)") from None
         self._in_transaction = False
         self.commits += 1
+        self.committed += self._uncommitted
+        self._uncommitted = 0
         if self._failures:  # delivered within a committed transaction cannot fail; be loud if it did
             err, partition = self._failures[0]
             self._failures.clear()
@@ -428,6 +435,7 @@ class DtsKafkaSink:
         """Drop what is pending and abort the open transaction (its records never become visible)."""
         self._pending.clear()
         self._failures.clear()
+        self._uncommitted = 0  # never visible
         if self.producer is None or not self._in_transaction:
             return
         self._in_transaction = False
