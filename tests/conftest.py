@@ -45,7 +45,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 SLOW_FIRST = ("test_spark_cluster.py", "test_spark_pipeline.py", "test_sync_group.py", "test_sync.py",
               "test_spark_streaming.py", "test_sync_tables.py", "test_spark_datahub_reverse.py", "test_spark.py",
               "test_spark_tables_kill.py", "test_kafka_dts_sink.py", "test_kafka.py", "test_datahub_writer.py",
-              "test_spark_tables.py", "test_sync_subscription.py", "test_spark_datahub.py", "test_sync_to_dts.py")
+              "test_spark_tables.py", "test_sync_subscription.py", "test_spark_datahub.py", "test_sync_to_dts.py",
+              "test_shard_merge.py", "test_reverse_foreign_writers.py", "test_writer_resharding_sync.py")
 
 
 @pytest.fixture(scope="session")

@@ -150,8 +150,9 @@ def test_shards_holding_each_other_back_are_decided_and_the_run_ends(kafka_broke
     assert sum(len(v) for v in got.values()) == 3
 
 
-@pytest.mark.parametrize("shards,strict", [(4, False), (4, True), (1, False)], ids=["lossless-4", "strict-4",
-                                                                                   "lossless-1"])
+@pytest.mark.parametrize("shards,strict", [(4, False), (4, True),
+                                           pytest.param(1, False, marks=pytest.mark.deep)],
+                         ids=["lossless-4", "strict-4", "lossless-1"])
 def test_spark_blob_to_dts_streaming_gives_back_what_convert_makes_of_a_users_lines(spark, tmp_path, shards, strict):
     """The Spark face of the test above: a streaming `format("datahub")` query, micro-batches cut
     inside Entries (maxRecordsPerTrigger), `blob_to_dts` merging the shards in Spark state."""
