@@ -19,10 +19,19 @@ records past the topic's lifecycle were never read: a `DataLossError`, unless
 `fail_on_data_loss=False` (then the reader starts at the oldest record and counts the loss in
 `lost`).
 
+A shard's end (`end_of`, the lag's `ends`) is its last record's sequence + 1, 0 when it holds
+none: GetCursor LATEST answers sequence 0 without an error on an empty shard (a new topic's, a
+split's child not written yet) as on a shard of one record, so a LATEST of 0 on a shard not known
+to hold a record is told apart by reading there (one GetRecords of one record, only then).
+
 Splits and merges: a CLOSED shard is read to its end before its children; a child is read once
 every parent is finished. The shards are listed again every `relist_interval` seconds and whenever
 a shard answers that it is closed (InvalidShardOperation / ShardSealed / NoSuchShard), so children
-of a split mid-run are found.
+of a split mid-run are found. A shard no longer listed is gone: DataHub deletes a CLOSED shard once
+its records are past the lifecycle. Gone after it was read to its end, nothing is lost; gone
+before, its records from the reader's position on were never read: a `DataLossError`, or with
+`fail_on_data_loss=False` counted in `lost` (what the reader knew of its end) and the shard
+finished, so its children and the merge go on.
 
 Besides records, `poll` hands on `ShardMark` values (same tuple shape) that tell the assembler what
 it cannot see in records: "shard" (a shard and its parents, when first known), "end" (the shard
@@ -69,6 +78,10 @@ class DataLossError(DataHubError):
     """Records were never read and are gone (a committed position below the shard's oldest record)."""
 
 
+class ShardGoneError(DataHubError):
+    """A request named a shard DataHub no longer has (NoSuchShard: deleted past the lifecycle)."""
+
+
 def key_text(key: tuple[str, str]) -> str:
     """A key as text ("topic:shard"), for positions stored as JSON. DataHub topic names hold only
     letters, digits and underscores, so the colon is unambiguous.
@@ -113,6 +126,7 @@ class _Shard:
     marked: bool = False  # the "shard" mark was handed on
     closed_seen: float = float("inf")  # when a listing first said CLOSED (monotonic, after its answer)
     retry_at: float = 0.0  # after a failed page: when its reader asks again (monotonic)
+    gone: bool = False  # no longer listed (a CLOSED shard deleted past the lifecycle)
     extra: dict = field(default_factory=dict)
 
 
@@ -189,10 +203,12 @@ class DataHubSource(Prefetch, Retrying):
     def _relist(self, initial: bool = False) -> None:
         self._relist_at = time.monotonic() + self.relist_interval
         self.relists += 0 if initial else 1
+        listed = set()
         for topic in self.topics:
             shards = self.call(lambda t=topic: self.client.list_shard(self.project, t), "ListShard").shards
             for s in sorted(shards, key=lambda s: sort_shard_id(s.shard_id)):
                 key = (topic, s.shard_id)
+                listed.add(key)
                 state = shard_state(s)
                 known = self._shards.get(key)
                 if known is None:
@@ -202,8 +218,35 @@ class DataHubSource(Prefetch, Retrying):
                     known.state = state
                 if state == "CLOSED" and known.closed_seen == float("inf"):
                     known.closed_seen = time.monotonic()
+        for key, st in self._shards.items():
+            if key not in listed:
+                st.gone = True
         if self._opened:
+            for st in list(self._shards.values()):
+                if st.gone and st.phase == "waiting":  # never read: its records expired unread
+                    self._vanished(st)
             self._advance()
+
+    def _vanished(self, st: _Shard, end: int | None = None) -> None:
+        """Shard `st` is gone before it was read to its end (a reading shard learns it from its
+        next page's NoSuchShard, so what its reader fetched before is handed on first; `end`: the
+        end of the range `read_range` was asked for): its records from the reader's position on
+        were never read."""
+        key = (st.topic, st.shard_id)
+        at = st.next if st.next is not None else (st.committed or 0)
+        known = max(st.known_end, at, end or 0)
+        text = (f"DataHub {self.project}/{st.topic} shard {st.shard_id} no longer exists (deleted past the topic's "
+                f"lifecycle) and was not read to its end: records from {at} on were never read"
+                + (f" ({known - at} at least: its end was {known} when last seen)" if known > at else ""))
+        if self.fail_on_data_loss:
+            raise DataLossError(text + "; fail_on_data_loss=False (--no-fail-on-data-loss) reads on without them")
+        self.lost[key] = self.lost.get(key, 0) + known - at
+        self._observe("data-loss", topic=st.topic, shard=st.shard_id, committed=at, oldest=known)
+        st.next, st.gone = known, True
+        if self._opened:
+            self._finish(st)
+        else:  # (read_range's: no marks, no other shard started)
+            st.phase = "finished"
 
     def _advance(self) -> None:
         """Open the shards whose parents are all finished; hand on marks for shards first known."""
@@ -235,6 +278,8 @@ class DataHubSource(Prefetch, Retrying):
             if oldest is not None and st.committed < oldest:
                 self._lost(st, st.committed, oldest)
                 st.next = oldest
+            elif st.committed == 1 and self._end(st) == 0:
+                st.next = 0  # what earlier versions committed for an empty shard they started at its "end" 1
             else:
                 st.next = st.committed
         elif self._resuming or self.from_beginning or not self._initial.get((st.topic, st.shard_id), False):
@@ -242,8 +287,7 @@ class DataHubSource(Prefetch, Retrying):
         elif self.since_ms is not None:
             st.next = self._since(st)
         else:  # from now on: a CLOSED shard has nothing new, an ACTIVE one starts at its end
-            latest = self._sequence(st, "LATEST")
-            st.next = 0 if latest is None else latest + 1
+            st.next = self._end(st)
             if st.state == "CLOSED":
                 st.phase = "finished"
         st.cursor = None
@@ -258,25 +302,64 @@ class DataHubSource(Prefetch, Retrying):
         self.lost[key] = self.lost.get(key, 0) + oldest - committed
         self._observe("data-loss", topic=st.topic, shard=st.shard_id, committed=committed, oldest=oldest)
 
-    def _sequence(self, st: _Shard, kind: str, param: int = -1) -> int | None:
+    def _cursor(self, st: _Shard, kind: str, param: int = -1):
+        """GetCursor's answer (sequence, cursor), or None where DataHub answers that there is no
+        such position (a time past the last record, or a sequence out of range)."""
         from datahub import exceptions as dx
         from datahub.models import CursorType
         try:
             result = self.call(lambda: self.client.get_cursor(self.project, st.topic, st.shard_id, CursorType[kind],
                                                                param), "GetCursor", raw=True)
         except (dx.SeekOutOfRangeException, dx.InvalidCursorException, dx.InvalidParameterException):
-            return None  # an empty shard (or a time past its last record)
+            return None
+        except dx.ResourceNotFoundException as exc:
+            if getattr(exc, "error_code", None) == "NoSuchShard":
+                raise ShardGoneError(f"GetCursor {st.topic}/{st.shard_id} failed: NoSuchShard: {exc}") from None
+            raise DataHubError(f"GetCursor {st.topic}/{st.shard_id} failed: {exc}") from None
         except dx.DatahubException as exc:
             raise DataHubError(f"GetCursor {st.topic}/{st.shard_id} failed: {exc}") from None
         sequence = getattr(result, "sequence", -1)
-        return None if sequence is None or sequence < 0 else sequence
+        return None if sequence is None or sequence < 0 else result
+
+    def _sequence(self, st: _Shard, kind: str, param: int = -1) -> int | None:
+        result = self._cursor(st, kind, param)
+        return None if result is None else result.sequence
+
+    def _end(self, st: _Shard) -> int:
+        """Shard `st`'s next sequence to be written: its last record's + 1, 0 when it holds none.
+        LATEST answers sequence 0 on an empty shard as on a shard of one record: unless the shard
+        is known to hold a record, one record is read there to tell them apart."""
+        latest = self._cursor(st, "LATEST")
+        if latest is None:
+            end = 0
+        elif latest.sequence > 0 or st.known_end >= 1:  # (sequences never go back)
+            end = latest.sequence + 1
+        else:
+            end = 1 if self._holds_a_record(st, latest.cursor) else 0
+        st.known_end = max(st.known_end, end)
+        return end
+
+    def _holds_a_record(self, st: _Shard, cursor: str) -> bool:
+        """Whether a GetRecords of one record at `cursor` (shard `st`'s LATEST when it answered 0)
+        gives a record; a CLOSED shard at its end answers InvalidShardOperation (ShardSealed)."""
+        from datahub import exceptions as dx
+        try:
+            _, result = self._get_page(self.client, st.topic, st.shard_id, 0, cursor, 1)
+        except dx.ShardSealedException:
+            return False
+        except dx.ResourceNotFoundException as exc:
+            code = getattr(exc, "error_code", None) or type(exc).__name__
+            raise (ShardGoneError if code == "NoSuchShard" else DataHubError)(
+                f"GetRecords {st.topic}/{st.shard_id} at 0 failed: {code}: {exc}") from None
+        except dx.DatahubException as exc:
+            raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} at 0 failed: "
+                               f"{getattr(exc, 'error_code', None) or type(exc).__name__}: {exc}") from None
+        records, _ = self._records_of(st.topic, st.shard_id, result, 0, time.monotonic())
+        return bool(records)
 
     def _since(self, st: _Shard) -> int:
         seq = self._sequence(st, "SYSTEM_TIME", self.since_ms)
-        if seq is not None:
-            return seq
-        latest = self._sequence(st, "LATEST")  # nothing at or after the time: the shard's end
-        return 0 if latest is None else latest + 1
+        return seq if seq is not None else self._end(st)  # nothing at or after the time: the shard's end
 
     # -- the Source protocol ----------------------------------------------------------------------
     def keys(self) -> list:
@@ -337,15 +420,20 @@ class DataHubSource(Prefetch, Retrying):
                    for st in self._shards.values())
 
     def ends(self) -> dict:
-        """Each shard's end (its next sequence to be written), asked with GetCursor LATEST about
-        every `ends_interval` seconds for the shards still being read, so the lag (end less the
-        committed sequence) counts what is not read yet, not only what was."""
+        """Each shard's end (its next sequence to be written, `end_of`'s: 0 for an empty shard),
+        asked about every `ends_interval` seconds for the shards still being read, so the lag (end
+        less the committed sequence) counts what is not read yet, not only what was. A shard gone
+        past the lifecycle keeps the end last known (its position is moved there once it is
+        finished, so its lag is 0)."""
         now = time.monotonic()
         if now - self._ends_at >= self.ends_interval:
             self._ends_at = now
             for key, st in self._shards.items():
-                if st.phase == "reading" and not st.at_end and st.next is not None:
-                    st.known_end = max(st.known_end, self.end_of(key))
+                if st.phase == "reading" and not st.at_end and st.next is not None and not st.gone:
+                    try:
+                        self._end(st)
+                    except ShardGoneError:
+                        st.gone = True  # (its reader's next page says so, and poll decides what was lost)
         return {k: max(st.known_end, st.next or 0) for k, st in self._shards.items() if st.next is not None}
 
     def close(self) -> None:
@@ -371,21 +459,22 @@ class DataHubSource(Prefetch, Retrying):
 
     # -- for planners that read shard ranges themselves (the Spark source) ----------------------
     def shard_facts(self, relist: bool = True) -> list[tuple[tuple, tuple, str]]:
-        """(key, parents, state) of every shard of the topics, listed again unless `relist` is
-        false; keys in `keys()` order."""
+        """(key, parents, state) of every shard of the topics still there, listed again unless
+        `relist` is false; keys in `keys()` order."""
         if relist:
             self._relist()
-        return [(k, self._shards[k].parents, self._shards[k].state) for k in self.keys()]
+        return [(k, self._shards[k].parents, self._shards[k].state) for k in self.keys() if not self._shards[k].gone]
 
     def sequence(self, key: tuple, kind: str, param: int = -1) -> int | None:
         """GetCursor of `kind` (OLDEST, LATEST, SYSTEM_TIME with `param` ms) on shard `key`: the
-        sequence it points at, or None for an empty shard (or a time past its last record)."""
+        sequence it points at, or None where there is none (a time past its last record). An empty
+        shard answers 0 (OLDEST and LATEST alike): its end is `end_of`'s."""
         return self._sequence(self._shards[tuple(key)], kind, param)
 
     def end_of(self, key: tuple) -> int:
-        """The shard's next sequence to be written (its last record's + 1; 0 when it is empty)."""
-        latest = self.sequence(key, "LATEST")
-        return 0 if latest is None else latest + 1
+        """The shard's next sequence to be written (its last record's + 1; 0 when it is empty).
+        A shard DataHub no longer has (past the lifecycle): ShardGoneError."""
+        return self._end(self._shards[tuple(key)])
 
     def start_at(self, key: tuple, since_ms: int) -> int:
         """The first sequence of shard `key` written at or after `since_ms`, else the shard's end."""
@@ -396,17 +485,24 @@ class DataHubSource(Prefetch, Retrying):
         """The records of shard `key` with sequences in [start, end), in order, read with GetRecords
         pages under the retry policy. Records below the shard's oldest are past the lifecycle:
         `DataLossError`, or with `fail_on_data_loss=False` skipped and counted in `lost`. A shard
-        that ends before `end` (a topic deleted and created again) is a DataHubError."""
+        that ends before `end` (a topic deleted and created again) is a DataHubError. A shard no
+        longer there (deleted past the lifecycle since the range was planned) is lost data too."""
         st = self._shards.get(tuple(key))
-        if st is None:
+        if st is None or st.gone:
             self._relist()
             st = self._shards.get(tuple(key))
-            if st is None:
-                raise DataHubError(f"DataHub {self.project}: no shard {key_text(key)} to read")
         if end <= start:
             return
+        if st is None:  # never listed by this reader: gone before it looked
+            st = _Shard(key[0], key[1], (), "CLOSED", gone=True)
         st.next, st.cursor, st.at_end = start, None, False
-        oldest = self._sequence(st, "OLDEST")
+        try:
+            oldest = None if st.gone else self._sequence(st, "OLDEST")
+        except ShardGoneError:
+            oldest, st.gone = None, True
+        if st.gone:
+            self._vanished(st, end)
+            return
         if oldest is not None and start < oldest:
             self._lost(st, start, min(oldest, end))
             st.next = min(oldest, end)
@@ -419,6 +515,9 @@ class DataHubSource(Prefetch, Retrying):
                 if seq >= end:
                     return
                 yield rec
+            if st.gone:  # (a NoSuchShard answer, and the listing agreed)
+                self._vanished(st, end)
+                return
             if st.next == before and not out:
                 raise DataHubError(f"DataHub {self.project}/{st.topic} shard {st.shard_id} ends at {st.next}, "
                                    f"before the planned end {end} (was the topic created again?)")
@@ -528,7 +627,10 @@ class DataHubSource(Prefetch, Retrying):
             if code not in _RESHARD_CODES and not isinstance(exc, dx.ShardSealedException):
                 raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} failed: {code}: {exc}") from None
             self._relist()
-            if st.state == "CLOSED":
+            if st.gone:
+                if self._opened:  # (read_range decides itself)
+                    self._vanished(st)
+            elif st.state == "CLOSED":
                 self._finish(st)
             return
         if isinstance(exc, (dx.SeekOutOfRangeException, dx.InvalidCursorException)):
@@ -539,12 +641,11 @@ class DataHubSource(Prefetch, Retrying):
                 self._lost(st, st.next, oldest)
                 st.next = oldest
                 return
-            latest = self._sequence(st, "LATEST")
-            if latest is not None and st.next is not None and st.next > latest + 1:
+            end = self._end(st)
+            if st.next is not None and st.next > end:
                 raise DataHubError(f"DataHub {self.project}/{st.topic} shard {st.shard_id}: position {st.next} is "
-                                   f"past the shard's end ({latest + 1}): was the topic created again? "
-                                   f"({exc})") from None
-            if latest is not None and st.next == latest + 1:
+                                   f"past the shard's end ({end}): was the topic created again? ({exc})") from None
+            if st.next == end:
                 self._at_end(st, key)  # a cursor past the last record (real DataHub refuses one)
                 return
             raise DataHubError(f"GetRecords {st.topic}/{st.shard_id} at {st.next} failed: {exc}") from None

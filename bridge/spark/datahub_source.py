@@ -9,6 +9,13 @@ positions, plus when the micro-batch was planned and which shards it reads to th
 replayed micro-batch gives the same rows). A shard whose parents (split, merge) are not read to
 their end yet keeps its position: a child's records never come before its parents' end.
 
+Shard states: an empty shard's end is 0 (`DataHubSource.end_of`: GetCursor LATEST answers 0 on an
+empty shard as on a shard of one record, told apart by reading one record); a shard that gains its
+first record is read from sequence 0. A shard no longer listed (DataHub deletes a CLOSED shard once
+its records are past the lifecycle) leaves the offsets, and its range in that micro-batch is a
+"finished" mark: read to its end before (it was in the previous plan's `ends`, or its end is known),
+nothing is lost; else its unread records are lost data (`failOnDataLoss`).
+
 Columns: `topic STRING, shard STRING, sequence BIGINT, system_time TIMESTAMP, attributes
 MAP<STRING,STRING>`, then `data BINARY` (Blob) or the Tuple fields, then `mark STRING`. Rows with a
 non-NULL `mark` are no records: they tell `blob_to_dts` / `tuple_to_dts` (bridge/spark/reverse.py)
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -235,12 +243,30 @@ class Planner:
     def prepare_available_now(self) -> None:
         self.target = {key: self.end(key, state) for key, _, state in self._facts()}
 
+    def _gone(self, key: tuple, position: int, read_to_end: bool) -> None:
+        """Shard `key` is no longer listed (deleted past the lifecycle) at `position`: lost data
+        unless it was read to its end (`read_to_end`: it was at its end in the previous plan)."""
+        from bridge.datahub.source import DataLossError
+        end = self.closed_end.get(key)
+        if read_to_end or (end is not None and position >= end):
+            return
+        text = (f"DataHub {self.opts.project}/{key[0]} shard {key[1]} no longer exists (deleted past the topic's "
+                f"lifecycle) and was not read to its end: records from {position} on were never read"
+                + (f" (its end was {end})" if end is not None else ""))
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(text + "; failOnDataLoss=false reads on without them")
+        logging.getLogger(__name__).warning("%s: skipped (failOnDataLoss=false)", text)
+
     def latest(self, start: dict | None, limit: int | None) -> dict:
+        from bridge.datahub.source import ShardGoneError
         begin = _positions(start)
         now = time.time()  # the look starts: shards at their end now are so at `now` at least
         facts = self._facts()
         states = {key: state for key, _, state in facts}
         parents = {key: ps for key, ps, _ in facts}
+        planned = {(t, s) for t, shards in (((start or {}).get(PLAN) or {}).get("ends") or {}).items() for s in shards}
+        for key in sorted(set(begin) - set(states)):  # gone: it leaves the offsets (ranges: a "finished" mark)
+            self._gone(key, begin.pop(key), key in planned)
         positions = dict(begin)
         ends: dict[tuple, int] = {}
         real: dict[tuple, int] = {}
@@ -251,7 +277,10 @@ class Planner:
                 continue
             if not self.readable(begin, states, parents, key):
                 continue  # its parents are not read to their end yet
-            real[key] = end = self.end(key, state)
+            try:
+                real[key] = end = self.end(key, state)
+            except ShardGoneError:
+                continue  # deleted since it was listed: the next plan leaves it out
             if self.target is not None:
                 end = min(end, self.target.get(key, begin[key]))
             ends[key] = max(end, begin[key])
@@ -259,7 +288,7 @@ class Planner:
         if limit is not None:
             until = _admit(positions, until, limit)
         at_end = {k for k in ends if until[k] == real[k]}
-        if start is None or until != begin:
+        if start is None or until != _positions(start):
             self.last_data_at = now
             return _document(until, int(now * 1000), at_end)
         if self.last_data_at is None:
@@ -289,6 +318,11 @@ class Planner:
             begin = first.get(key, stop)
             out.append(ShardRange(key[0], key[1], begin, stop, tuple(ps), at, key in ends,
                                   state == "CLOSED" and stop >= self.end(key, state)))
+        # gone (past the lifecycle), left out of `end`: nothing more to wait for (a shard listed but not
+        # in `end` is one the start offset has and the plan not: an initial offset asked again on a
+        # restart, after a split)
+        for key in sorted(set(first) - set(last) - set(known)):
+            out.append(ShardRange(key[0], key[1], first[key], first[key], (), at, False, True))
         return out
 
     def batch_ranges(self) -> list[ShardRange]:

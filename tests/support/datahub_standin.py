@@ -1119,7 +1119,7 @@ class StandInDataHub:
         if ctype == "OLDEST":
             seq = 0
         elif ctype == "LATEST":
-            seq = max(len(recs) - 1, 0)
+            seq = max(len(recs) - 1, 0)  # an empty shard: 0 and no error, as on a shard of one record (DataHub's)
         elif ctype == "SEQUENCE":
             seq = body.get("Sequence")
             if not isinstance(seq, int) or seq < 0:
