@@ -30,7 +30,15 @@ Rules:
   behind the next one's head (nothing read later can end such a cycle), `oldest` the shard whose
   head was read first, and `force` hands a shard's head on though it is not covered (the assembler
   decides when: a cycle at once, the records and seconds bounds); a record of the stream still
-  buffered elsewhere then comes after a later one, and the assembler reports it as out of order.
+  buffered elsewhere then comes after a later one, and the assembler reports it as out of order;
+- `stuck(True)` walks only from the shards whose hold-back may have changed since it last did
+  (`_walk`), which finds every cycle as `stuck()` does, in time proportional to what changed: a
+  cycle that was not there has a hold-back that changed, and walking from a shard whose own
+  hold-back changed, or from the shard a changed hold-back points to, goes round it. A shard's
+  hold-back (the first other shard holding a live earlier record of its head's stream) changes
+  only when its head does (a push to it empty, a hand-on from it), when what was handed on of its
+  head's stream does (a hand-on of that stream anywhere, `set_released`), or when another shard
+  gets a live record of that stream (a push to that one, which is walked from).
 """
 from __future__ import annotations
 
@@ -76,6 +84,7 @@ class PyMerge:
         self._released: dict = {}  # stream -> order of the last record handed on
         self._dirty: set = set()
         self._blockers: dict = {}  # shard -> the other shard that held its head back when last looked at
+        self._walk: set = set()  # shards whose hold-back may have changed since `stuck(True)` walked from them
         self._pos = -1  # the pass `next` is in: index into _order, or -1 between passes
         self._draining = False  # `next` is handing on the heads of _order[_pos]
         self._progress = True
@@ -141,14 +150,18 @@ class PyMerge:
         later = seen is None or order > seen
         rec = _Rec(shard, stream, order, read_at, system_ms, item)
         buf = self._buf[shard]
-        if not buf:
-            self.enlist(shard)
-            self._dirty.add(shard)  # a new head
-        buf.append(rec)
         waiting = self._waiting.get((shard, stream))
         if waiting is None:
             waiting = self._waiting[(shard, stream)] = deque()
         first = not waiting
+        # its hold-back or the others' may change: a new head, or no live record of the stream
+        # waiting here before (none, or the first stale: then maybe none)
+        if not buf or first or self._stale(waiting[0]):
+            self._walk.add(shard)
+        if not buf:
+            self.enlist(shard)
+            self._dirty.add(shard)  # a new head
+        buf.append(rec)
         waiting.append(rec)
         if later:
             self._seen[(shard, stream)] = order
@@ -188,6 +201,8 @@ class PyMerge:
                         self._progress = True
                         self._release(head)
                         self._touch(shard, head.stream, True)
+                        if buf:
+                            self._walk.add(shard)  # a new head
                         return head.item
                 self._draining = False
                 self._pos += 1
@@ -236,12 +251,19 @@ class PyMerge:
         order, bufs = self._order, self._buf
         return min(shards, key=lambda s: (bufs[s][0].read_at, order.index(s)))
 
-    def stuck(self) -> int:
+    def stuck(self, changed: bool = False) -> int:
         """A shard whose head is in a deadlock (each shard of a cycle held back by an earlier record
         of its head's stream waiting on the next): of the first cycle found walking from the shards
-        in the passes' order, the one whose head was read first; -1 when there is none."""
+        in the passes' order, the one whose head was read first; -1 when there is none. `changed`:
+        walking only from the shards whose hold-back may have changed since a `stuck(True)` walked
+        from them (those it did not walk from, a cycle found first, stay to walk from next time)."""
         walked: dict = {}
+        walk = self._walk
         for start in self._order:
+            if changed:
+                if start not in walk:
+                    continue
+                walk.discard(start)
             if not self._buf[start] or start in walked:
                 continue
             path, shard = [], start
@@ -271,6 +293,7 @@ class PyMerge:
         self._touch(shard, head.stream, True)
         if buf:
             self._dirty.add(shard)  # a new head
+            self._walk.add(shard)
         return head.item
 
     # -- what is held (snapshots, positions) ------------------------------------------------------
@@ -302,6 +325,7 @@ class PyMerge:
 
     def set_released(self, stream: int, order) -> None:
         self._released[self._stream(stream)] = _order(order)
+        self._walk.update(s for s in self._order if self._buf[s])  # what is stale changed
 
     # -- covering ---------------------------------------------------------------------------------
     def _covers(self, other: int, head: _Rec) -> bool:
@@ -336,9 +360,11 @@ class PyMerge:
         none; after a release, by any: their head may be stale now) are looked at again."""
         bufs, dirty, blockers = self._buf, self._dirty, self._blockers
         for other in self._others[shard]:
-            if other not in dirty:
-                buf = bufs[other]
-                if buf and buf[0].stream == stream and (released or blockers.get(other, shard) == shard):
+            buf = bufs[other]
+            if buf and buf[0].stream == stream:
+                if released:
+                    self._walk.add(other)  # its head's hold-back may be another shard now
+                if other not in dirty and (released or blockers.get(other, shard) == shard):
                     dirty.add(other)
 
 

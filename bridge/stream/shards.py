@@ -231,7 +231,7 @@ class DataHubAssembler:
         self.last_stall: dict | None = None  # what the last decision was (for status lines and logs)
         self._recent: OrderedDict = OrderedDict()  # (stream number, order) -> the record handed on
         self._progress_at = clock()  # when a record was last handed on (or nothing was held)
-        self._check_at = 0  # `buffered` at which a cycle is looked for again
+        self._looked_at = self._progress_at  # when every shard was last looked at for a cycle
         self._merge = new_merge(settle, native)
         self._shards: dict = {}  # key -> _ShardInfo (its `index` in the merge)
         self._keys: list = []  # the merge's shard number -> key
@@ -528,13 +528,17 @@ class DataHubAssembler:
         merge = self._merge
         now = self.clock()
         shard, why = -1, None
-        if ending or not self._check_at - 128 <= merge.buffered < self._check_at or now - self._progress_at >= 1.0:
-            # a cycle is looked for at the end, every 64 records held more, and once a second without progress
+        # a cycle is decided as soon as it closes: the merge walks from the shards whose hold-back
+        # changed since it last looked (bridge/stream/merge.py, `stuck(True)`: at the cost of those
+        # walks, not of every shard); every shard is looked at too at the end and, a safety net,
+        # once a second while none can go on
+        shard = merge.stuck(True)
+        if shard < 0 and (ending or now - self._looked_at >= 1.0):
             shard = merge.stuck()
-            self._check_at = merge.buffered + 64
-            if shard >= 0:
-                why = "its shards hold each other back (each waits for an earlier record of its stream behind " \
-                      "the other's head)"
+            self._looked_at = now
+        if shard >= 0:
+            why = "its shards hold each other back (each waits for an earlier record of its stream behind " \
+                  "the other's head)"
         if shard < 0:
             if ending:
                 shard, why = merge.oldest(), "at the end of input"

@@ -30,6 +30,7 @@ typedef struct {
     double end_at, end_ms;
     MItem *head, *tail;
     char in_order, dirty;
+    char walk; /* its hold-back may have changed since stuck(True) walked from it */
     Py_ssize_t blocker; /* the other shard that held the head back when last looked at, or -1 */
     Py_ssize_t *others, n_others;
     Py_ssize_t *ancestors, n_ancestors;
@@ -107,6 +108,10 @@ static void set_dirty(Merge *m, Py_ssize_t shard) {
 
 static PyObject *released_of(Merge *m, Py_ssize_t stream);
 
+static void set_walk(Merge *m, Py_ssize_t shard) {
+    m->shards[shard].walk = 1;
+}
+
 /* 1: a record of its stream at or after `it`'s order was handed on (a copy or a late record: it
  * goes out at once and holds nothing back), 0: not, -1: an error */
 static int stale(Merge *m, MItem *it) {
@@ -180,9 +185,10 @@ static void touch(Merge *m, Py_ssize_t shard, Py_ssize_t stream, int released) {
     for (Py_ssize_t k = 0; k < sh->n_others; k++) {
         Py_ssize_t other = sh->others[k];
         MShard *o = &m->shards[other];
-        if (!o->dirty && o->head != NULL && o->head->stream == stream &&
-            (released || o->blocker < 0 || o->blocker == shard))
-            set_dirty(m, other);
+        if (o->head != NULL && o->head->stream == stream) {
+            if (released) set_walk(m, other); /* its head's hold-back may be another shard now */
+            if (!o->dirty && (released || o->blocker < 0 || o->blocker == shard)) set_dirty(m, other);
+        }
     }
 }
 
@@ -275,6 +281,7 @@ static PyObject *pop_head(Merge *m, Py_ssize_t shard) {
     Py_DECREF(head->order);
     PyMem_Free(head);
     touch(m, shard, stream, 1);
+    if (sh->head != NULL) set_walk(m, shard); /* a new head */
     if (!ok) {
         Py_DECREF(item);
         return NULL;
@@ -424,6 +431,10 @@ static PyObject *Merge_push(Merge *m, PyObject *const *args, Py_ssize_t nargs) {
     if (slot == NULL) return NULL;
     int later = 1;
     if (slot->seen != NULL && (later = PyObject_RichCompareBool(order, slot->seen, Py_GT)) < 0) return NULL;
+    /* its hold-back or the others' may change: a new head, or no live record of the stream waiting
+     * here before (none, or the first stale: then maybe none) */
+    int walk = m->shards[shard].head == NULL || slot->first == NULL;
+    if (!walk && (walk = stale(m, slot->first)) < 0) return NULL;
     MItem *it = PyMem_Malloc(sizeof(MItem));
     if (it == NULL) return PyErr_NoMemory();
     it->next = it->next_same = NULL;
@@ -446,6 +457,7 @@ static PyObject *Merge_push(Merge *m, PyObject *const *args, Py_ssize_t nargs) {
         sh->tail->next = it;
     }
     sh->tail = it;
+    if (walk) set_walk(m, shard);
     int first = slot->first == NULL;
     if (first) slot->first = it;
     else slot->last->next_same = it;
@@ -537,8 +549,12 @@ static Py_ssize_t first_read(Merge *m, const Py_ssize_t *shards, Py_ssize_t n) {
     return best;
 }
 
-static PyObject *Merge_stuck(Merge *m, PyObject *unused) {
+/* stuck(changed=False): walking from every shard in the passes' order, or (changed) from those whose
+ * hold-back may have changed since stuck(True) walked from them (each walked from is cleared) */
+static PyObject *Merge_stuck(Merge *m, PyObject *args) {
     Py_ssize_t n = m->n_shards, found = -1;
+    int changed = 0;
+    if (!PyArg_ParseTuple(args, "|p:stuck", &changed)) return NULL;
     Py_ssize_t *walked = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
     Py_ssize_t *path = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
     if (walked == NULL || path == NULL) {
@@ -549,6 +565,10 @@ static PyObject *Merge_stuck(Merge *m, PyObject *unused) {
     for (Py_ssize_t s = 0; s < n; s++) walked[s] = -1;
     for (Py_ssize_t k = 0; k < m->n_order && found < 0; k++) {
         Py_ssize_t start = m->order[k];
+        if (changed) {
+            if (!m->shards[start].walk) continue;
+            m->shards[start].walk = 0;
+        }
         if (m->shards[start].head == NULL || walked[start] >= 0) continue;
         Py_ssize_t len = 0, shard = start;
         while (shard >= 0 && walked[shard] < 0) {
@@ -693,6 +713,8 @@ static PyObject *Merge_set_released(Merge *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nO:set_released", &stream, &order) || !check_stream(stream) || !check_order(order))
         return NULL;
     if (!set_released(m, stream, Py_NewRef(order))) return NULL;
+    for (Py_ssize_t k = 0; k < m->n_order; k++) /* what is stale changed */
+        if (m->shards[m->order[k]].head != NULL) set_walk(m, m->order[k]);
     Py_RETURN_NONE;
 }
 
@@ -728,7 +750,7 @@ static int Merge_clear(Merge *m) {
     for (Py_ssize_t s = 0; s < m->n_shards; s++) {
         MItem *it = m->shards[s].head;
         m->shards[s].head = m->shards[s].tail = NULL;
-        m->shards[s].dirty = 0;
+        m->shards[s].dirty = m->shards[s].walk = 0;
         while (it != NULL) {
             MItem *next = it->next;
             Py_CLEAR(it->order);
@@ -772,8 +794,9 @@ static PyMethodDef Merge_methods[] = {
      "push(shard, stream, order, read_at, system_ms, item[, check_late]) -> False when late (nothing buffered; "
      "check_late defaults to True)"},
     {"next", (PyCFunction)Merge_next, METH_NOARGS, "next() -> the next item to hand on, or None"},
-    {"stuck", (PyCFunction)Merge_stuck, METH_NOARGS,
-     "stuck() -> a shard whose head is in a cycle of shards holding each other back, or -1"},
+    {"stuck", (PyCFunction)Merge_stuck, METH_VARARGS,
+     "stuck(changed=False) -> a shard whose head is in a cycle of shards holding each other back, or -1 "
+     "(changed: walking only from the shards whose hold-back may have changed since stuck(True) walked from them)"},
     {"oldest", (PyCFunction)Merge_oldest, METH_NOARGS, "oldest() -> the shard whose head was read first, or -1"},
     {"force", (PyCFunction)Merge_force, METH_O, "force(shard) -> its head, handed on though not covered, or None"},
     {"head", (PyCFunction)Merge_head, METH_O, "head(shard) -> the shard's first buffered item, or None"},
