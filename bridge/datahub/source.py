@@ -142,6 +142,8 @@ class DataHubSource(Prefetch, Retrying):
     decompression and the parse) run in a fetch process of their own, off this interpreter (Blob
     topics through pydatahub's protobuf client; else, or False, the reader threads fetch)."""
 
+    mark_type = ShardMark  # what `poll` yields beside records: no progress for the loop's idle timeout
+
     def __init__(self, client, project: str, topics: str | list[str], *, from_beginning: bool = False,
                  since_ms: int | None = None, fail_on_data_loss: bool = True, page: int = 1000,
                  interval: float = 0.2, relist_interval: float = 10.0, max_retries: int = 12,

@@ -194,7 +194,8 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
         waited = time.monotonic() - (since if gained is None else max(since, gained))
         return waited >= idle_timeout and (source.caught_up() or waited >= 5 * idle_timeout)
 
-    progress = [time.monotonic()]  # when a record was first read or an Entry handed on (idleness counts from it)
+    progress = [time.monotonic()]  # when a record was read or an Entry handed on (idleness counts from it)
+    mark_type = getattr(source, "mark_type", None)  # what a source yields beside records (DataHub's ShardMark)
 
     def records() -> Iterator[Record]:
         while True:
@@ -206,6 +207,7 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
                 report.stopped = "signal"
                 return
             batch = source.poll(wanted, poll_timeout)
+            moved = False
             report.high.update(source.ends())
             report.silent_since = getattr(source, "silent_since", None)
             if not batch and due():  # nothing comes: what was read is committed, so an idle pipeline shows lag 0
@@ -218,16 +220,16 @@ def run(source: Source, positions: Positions, assembler: Assembler, convert: Cal
                     report.stopped = "signal"
                     return
                 key, position = record[0], record[1]
-                was = read.get(key)
-                if was is None or position + 1 > was:  # progress: a record not read before (a source's
-                    progress[0] = time.monotonic()  # marks of a shard at its end, or ticks, are not)
+                if mark_type is None or type(record[2]) is not mark_type:  # progress: a record (a source's
+                    progress[0] = time.monotonic()  # marks of a shard at its end are none)
+                    moved = True
                 report.envelopes += 1
                 mark = marks.get(key)
                 if report.reread is not None and mark is not None and position < mark:
                     report.reread += 1
                 read[key] = report.position[key] = position + 1
                 yield record
-            if idle_timeout is not None and idle(progress[0]):  # (a batch of marks only is no progress either)
+            if idle_timeout is not None and not moved and idle(progress[0]):  # (a batch of marks only is none)
                 report.stopped = "idle"
                 return
 

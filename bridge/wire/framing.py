@@ -25,7 +25,6 @@ from google.protobuf.message import DecodeError as _PbDecodeError
 
 from bridge.errors import BridgeError, DecodeError, FramingError, LineTooLongError
 from bridge.native import split_items, valid_entries
-from bridge.values import digits
 from bridge.wire import subscribe_pb2 as pb
 
 __all__ = [
@@ -284,7 +283,7 @@ class Reassembler:
         if shard is not None:
             self._sharded.add(partition)
             if ps is not None:
-                if not digits(ps):
+                if not (ps.isascii() and ps.isdigit()):  # (int() refuses other digits)
                     return [_error(FramingError, f"TDSQL header ps {ps!r} of shard {shard} is not a number",
                                    partition, offset, 1, shard=shard)]
                 seq, seen = int(ps), self._ps.get((partition, shard))
