@@ -46,7 +46,8 @@ SLOW_FIRST = ("test_spark_cluster.py", "test_spark_pipeline.py", "test_sync_grou
               "test_spark_streaming.py", "test_sync_tables.py", "test_spark_datahub_reverse.py", "test_spark.py",
               "test_spark_tables_kill.py", "test_kafka_dts_sink.py", "test_kafka.py", "test_datahub_writer.py",
               "test_spark_tables.py", "test_sync_subscription.py", "test_spark_datahub.py", "test_sync_to_dts.py",
-              "test_shard_merge.py", "test_reverse_foreign_writers.py", "test_writer_resharding_sync.py")
+              "test_datahub_shard_states.py", "test_reverse_foreign_writers.py", "test_writer_resharding_sync.py",
+              "test_merge_stalls.py", "test_shard_merge.py")
 
 
 @pytest.fixture(scope="session")
