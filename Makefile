@@ -58,7 +58,7 @@ SANITIZE := build/sanitize
 SANITIZE_TESTS := tests/test_speedups.py tests/test_native_contract.py tests/test_spark_sink.py \
   tests/test_blob_decode.py tests/test_blob_decode_native.py tests/test_laws.py tests/test_entry_api_fast.py \
   tests/test_tuple_decode_native.py tests/test_hostile_round2_native.py tests/test_shard_merge.py \
-  tests/test_blob_page.py tests/test_spark_tuple_sink.py
+  tests/test_blob_page.py tests/test_spark_tuple_sink.py tests/test_merge_stalls.py tests/test_writer_models.py
 SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 HYPOTHESIS_PROFILE=quick \
   LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)"
 
