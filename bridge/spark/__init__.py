@@ -293,7 +293,8 @@ def _stream_order(df):
 
 
 def blob_to_dts(df, options: Options | None = None, mode: str = "FAILFAST", *,
-                max_message_bytes: int | None = None, key: str = "table", tally: SparkTally | None = None):
+                max_message_bytes: int | None = None, key: str = "table", tally: SparkTally | None = None,
+                max_held: int = 100_000, stall_seconds: float = 300.0):
     """Blob JSON (`blob` or `value` column, string or binary) -> Kafka `key`, `value` rows.
 
     Entries are rebuilt per Spark partition in row order and packed into Envelopes (split when
@@ -302,11 +303,17 @@ def blob_to_dts(df, options: Options | None = None, mode: str = "FAILFAST", *,
     db.table, empty for entries naming none), "single" (one empty key: one Kafka partition, total
     order) or an input column (its value on the message completing the Entry); Entries share an
     Envelope only when their keys agree.
+
+    On rows of `format("datahub")` the shards are merged (bridge/spark/reverse.py); `max_held` and
+    `stall_seconds` bound that merge as `sync --to dts --max-held --stall-seconds` do (docs/kafka.md,
+    "Reading DataHub: stalls"). They are checked on any input and used only there.
     """
     from bridge.spark import reverse
+    reverse.merge_bounds(max_held, stall_seconds)
     if reverse.is_datahub_frame(df):  # rows of format("datahub"): shards merged (bridge/spark/reverse.py)
         options, limit = _dts_output(options, mode, max_message_bytes, key)
-        return reverse.datahub_to_dts(df, options, mode, limit, key, tally)
+        return reverse.datahub_to_dts(df, options, mode, limit, key, tally,
+                                      max_held=max_held, stall_seconds=stall_seconds)
     fn = blob_to_dts_batches(options, mode, max_message_bytes=max_message_bytes, key=key, tally=tally,
                              arrow=True)
     _key_column(df, key)
@@ -341,17 +348,20 @@ def record_schema_of(df) -> dict:
 
 def tuple_to_dts(df, table: str | None, schema=None, options: Options | None = None, mode: str = "FAILFAST",
                  *, columns=None, max_message_bytes: int | None = None, key: str = "table",
-                 tally: SparkTally | None = None):
+                 tally: SparkTally | None = None, max_held: int = 100_000, stall_seconds: float = 300.0):
     """Typed Tuple rows of one table -> Kafka `key`, `value` rows (one DML Entry per row, per
     update pair). `schema` defaults to the RecordSchema of the DataFrame's Spark types; `columns`
     (e.g. `table_columns`) restores the original DTS column types. Both rows of an update must be
     in the same Spark partition; rows with positions (dts_to_tuple(positions=True)) are put in
-    stream order here, other input keeps its order.
+    stream order here, other input keeps its order. On rows of `format("datahub")`: `max_held`,
+    `stall_seconds` as `blob_to_dts`.
     """
     from bridge.spark import reverse
+    reverse.merge_bounds(max_held, stall_seconds)
     if reverse.is_datahub_frame(df):  # rows of format("datahub"): shards merged (bridge/spark/reverse.py)
         options, limit = _dts_output(options, mode, max_message_bytes, key)
-        return reverse.datahub_to_dts(df, options, mode, limit, key, tally, schema, table)
+        return reverse.datahub_to_dts(df, options, mode, limit, key, tally, schema, table,
+                                      max_held=max_held, stall_seconds=stall_seconds)
     schema = schema if schema is not None else record_schema_of(df)
     fn = tuple_to_dts_batches(table, schema, options, mode, columns=columns, max_message_bytes=max_message_bytes,
                               key=key, tally=tally, arrow=True)

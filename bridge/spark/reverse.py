@@ -28,10 +28,23 @@ from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.spark.jobs import DTS_COLUMNS, FROM_SPARK, SparkTally, _ddl, _pandas_column, _ToDts, _with_error
 from bridge.spark.streaming import PROVIDER_CONF, ROCKSDB
 
-__all__ = ["is_datahub_frame", "datahub_to_dts", "SOURCE_COLUMNS"]
+__all__ = ["is_datahub_frame", "datahub_to_dts", "merge_bounds", "SOURCE_COLUMNS"]
 
 SOURCE_COLUMNS = ("topic", "shard", "sequence", "system_time", "attributes", "mark")
 STATE_SCHEMA = "snapshot BINARY"
+
+
+def merge_bounds(max_held, stall_seconds) -> tuple[int, float]:
+    """`blob_to_dts` / `tuple_to_dts`'s `max_held` and `stall_seconds` checked (the CLI's
+    `--max-held`, `--stall-seconds`; docs/kafka.md, "Reading DataHub: stalls")."""
+    if type(max_held) is not int or max_held < 1:
+        raise OptionsError("option 'max_held' (the records the shard merge may hold before it decides a stall) "
+                           "is a whole number of at least 1", value=max_held)
+    if (isinstance(stall_seconds, bool) or not isinstance(stall_seconds, (int, float))
+            or not 0 < stall_seconds < float("inf")):
+        raise OptionsError("option 'stall_seconds' (seconds with records held and none handed on before the "
+                           "shard merge decides a stall) is a number of seconds more than 0", value=stall_seconds)
+    return max_held, float(stall_seconds)
 
 
 def is_datahub_frame(df) -> bool:
@@ -42,15 +55,18 @@ def is_datahub_frame(df) -> bool:
 class _DataHubToDts(_ToDts):
     """One DataHub topic's rows -> (key, Entry) through a DataHubAssembler, packed as `_ToDts` packs."""
 
-    def __init__(self, options: Options, mode: str, limit: int, key: str, fields, tables) -> None:
+    def __init__(self, options: Options, mode: str, limit: int, key: str, fields, tables,
+                 max_held: int = 100_000, stall_seconds: float = 300.0) -> None:
         super().__init__(mode, limit, key)
         self.options, self.fields, self.tables = options, fields, tables
+        self.max_held, self.stall_seconds = max_held, stall_seconds
         self.assembler = None
         self.final = False
 
     def fresh(self, snapshot: bytes | None):
         from bridge.stream.shards import DataHubAssembler
-        self.assembler = DataHubAssembler(self.options, settle=0.0, tables=self.tables)
+        self.assembler = DataHubAssembler(self.options, settle=0.0, tables=self.tables,
+                                          max_buffered=self.max_held, stall_seconds=self.stall_seconds)
         if snapshot:
             self.assembler.restore(pickle.loads(snapshot))
         return self.assembler
@@ -165,12 +181,13 @@ def _processor(make_job, fields, schema, tally: SparkTally | None):
 
 
 def datahub_to_dts(df, options: Options | None, mode: str, limit: int, key: str, tally: SparkTally | None,
-                   schema=None, table=None):
+                   schema=None, table=None, *, max_held: int = 100_000, stall_seconds: float = 300.0):
     """The rows of `format("datahub")` -> DTS `key`, `value` rows (`dts_schema(mode)`): Blob when
     the rows have `data`, else Tuple (`schema`: the topics' RecordSchema, default from the Spark
     types of the field columns; `table`: "db.table", or a dict topic -> "db.table", for rows
-    without `_source_table_`)."""
+    without `_source_table_`). `max_held`, `stall_seconds`: the merge's bounds (`merge_bounds`)."""
     options = options or DEFAULT_OPTIONS
+    max_held, stall_seconds = merge_bounds(max_held, stall_seconds)
     if key not in ("table", "single"):
         raise OptionsError("on DataHub rows option 'key' is table or single", value=key)
     blob = "data" in df.columns
@@ -189,7 +206,7 @@ def datahub_to_dts(df, options: Options | None, mode: str, limit: int, key: str,
     tables = table if isinstance(table, dict) or table is None else (lambda _t: table)
 
     def make_job():
-        job = _DataHubToDts(options, mode, limit, key, fields, tables)
+        job = _DataHubToDts(options, mode, limit, key, fields, tables, max_held, stall_seconds)
         return job
 
     out_ddl = _ddl(_with_error(DTS_COLUMNS, mode))
