@@ -319,6 +319,7 @@ def _tuple_pipeline(tmp_path, broker, topic: Topic, *, kills: int, seed: int, ta
               f"ends inside split Entries, faults {faults}, {time.monotonic() - began:.1f} s]\n  " + "\n  ".join(log))
 
 
+@pytest.mark.deep  # make test's time (docs/testing.md): the blob kill runs quick, this one deep
 def test_tuple_dts_kafka_killed_and_restarted(kafka_broker, clean_topic, tmp_path):
     _tuple_pipeline(tmp_path, kafka_broker, clean_topic, kills=1, seed=SEED + 4)
 
