@@ -586,11 +586,18 @@ def register(commands) -> None:
             "after DataHub acknowledged every record before them (at every CHECKPOINT entry and at the end). After "
             "a crash the run resumes at the last commit, and records that already landed are recognised by their "
             "position attributes and not written again. SIGINT/SIGTERM drain, commit and exit 0. Credentials: "
-            "$DATAHUB_ACCESS_ID, $DATAHUB_ACCESS_KEY."),
+            "$DATAHUB_ACCESS_ID, $DATAHUB_ACCESS_KEY. With --to dts, the other way: read DataHub topics (filled by "
+            "this bridge, DataWorks or any writer), rebuild whole Entries as convert does and write them to a Kafka "
+            "topic as DTS Envelopes, in Kafka transactions with the DataHub positions (its options are in the "
+            "'--to dts' group below; docs/kafka.md, 'DataHub -> Kafka in ten minutes')."),
         epilog=_epilog(f"{PROG} sync --brokers dts.example:9092 --topic topic-subs-1 --group grp-1 --to blob "
                        "--datahub-endpoint https://dh-cn-hangzhou.aliyuncs.com --project dts --datahub-topic orders_blob",
                        f"{PROG} sync --brokers h:9092 --topic t --group g --to tuple --datahub-endpoint URL "
-                       "--project dts --datahub-topic '{db}_{table}' --from-beginning"))
+                       "--project dts --datahub-topic '{db}_{table}' --from-beginning",
+                       f"{PROG} sync --to dts --datahub-endpoint URL --project dts --datahub-topic orders_blob "
+                       "--brokers h:9092 --topic dts-back --from-beginning",
+                       f"{PROG} sync --to dts --datahub-endpoint URL --project dts --datahub-topic '{{db}}_{{table}}' "
+                       "--brokers h:9092 --topic dts-back --on-error skip --rejects rejects.jsonl --stall-seconds 60"))
     _add_kafka_flags(parser)
     _add_reading_flags(parser)
     _add_datahub_flags(parser, "Blob: the topic (or one per database with {db}); Tuple: a template with {db} and "
