@@ -324,11 +324,11 @@ def test_the_models_make_what_convert_reads(writer):
         assert all(a < b for a, b in zip(rids, rids[1:])), stream  # in write order per stream
 
 
-@pytest.mark.xfail(strict=True, reason="open (found by make test-deep on 2026-12-02): with the forward sync's retries "
-                   "over 3 splits and 4 merges the merge decides a cycle of shards holding each other back, "
-                   "then rejects two rows of one Entry as out of order; docs/kafka.md, 'Reading DataHub: stalls'")
 @pytest.mark.parametrize("native", MERGES)
 def test_a_retried_batch_over_splits_and_merges_seed_1255(native):
-    """The deep profile's first failure, pinned: `sync` writer, retries, settle 1.0, seed 1255 (also
-    with restarts="snapshot"). Strict: when it passes, the fix is in and this mark must go."""
+    """The deep profile's first failure, kept: `sync` writer, retries over 3 splits and 4 merges,
+    settle 1.0, seed 1255. A retried copy behind one head of a cycle made the merge decide a
+    deadlock while another shard's head (the copy's first, waiting for `settle`) could still go
+    and end it; a cycle is now decided at once only when every head of the topic is held back by
+    an earlier record (merge.py `_all_held`)."""
     _check("sync", native, 1255, 1.0, False, retries=True)

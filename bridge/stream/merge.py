@@ -271,9 +271,17 @@ class PyMerge:
                 walked[shard] = start
                 path.append(shard)
                 shard = self._held_by(shard)
-            if shard is not None and walked[shard] == start:
+            if shard is not None and walked[shard] == start and self._all_held(shard):
                 return self._first_read(path[path.index(shard):])
         return -1
+
+    def _all_held(self, shard: int) -> bool:
+        """Whether every head of `shard`'s topic is held back by an earlier record waiting on
+        another shard: a cycle is a deadlock only then. A head that waits for a shard's end or for
+        `settle` instead can go in time, and its release can end the cycle (a retried copy behind
+        one head of the cycle goes stale once its first copy, at that head, is handed on)."""
+        bufs = self._buf
+        return all(self._held_by(s) is not None for s in self._others[shard] + (shard,) if bufs[s])
 
     def oldest(self) -> int:
         """The shard whose head was read first (ties: the passes' order), -1 when none holds a record."""

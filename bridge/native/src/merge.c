@@ -582,9 +582,26 @@ static PyObject *Merge_stuck(Merge *m, PyObject *args) {
             return NULL;
         }
         if (shard >= 0 && walked[shard] == start) {
-            Py_ssize_t from = 0;
-            while (path[from] != shard) from++;
-            found = first_read(m, path + from, len - from);
+            /* a deadlock only when every head of the topic is held back by an earlier record
+             * (PyMerge._all_held): a head waiting for time can go, and end the cycle */
+            MShard *sh = &m->shards[shard];
+            int all = 1;
+            for (Py_ssize_t j = -1; j < sh->n_others && all; j++) {
+                Py_ssize_t other = j < 0 ? shard : sh->others[j];
+                if (m->shards[other].head == NULL) continue;
+                Py_ssize_t hb = held_by(m, other);
+                if (hb == -2) {
+                    PyMem_Free(walked);
+                    PyMem_Free(path);
+                    return NULL;
+                }
+                if (hb == -1) all = 0;
+            }
+            if (all) {
+                Py_ssize_t from = 0;
+                while (path[from] != shard) from++;
+                found = first_read(m, path + from, len - from);
+            }
         }
     }
     PyMem_Free(walked);
