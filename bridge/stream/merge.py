@@ -195,15 +195,7 @@ class PyMerge:
                     head = buf[0]
                     others = self._others[shard]
                     if not others or self._stale(head) or self._blocker(shard, head, others) is None:
-                        buf.popleft()
-                        self._waiting[(shard, head.stream)].popleft()
-                        self.buffered -= 1
-                        self._progress = True
-                        self._release(head)
-                        self._touch(shard, head.stream, True)
-                        if buf:
-                            self._walk.add(shard)  # a new head
-                        return head.item
+                        return self._pop_head(shard)
                 self._draining = False
                 self._pos += 1
             self._pos = -1
@@ -293,6 +285,14 @@ class PyMerge:
         buf = self._buf[self._shard(shard)]
         if not buf:
             return None
+        item = self._pop_head(shard)
+        if buf:
+            self._dirty.add(shard)  # a new head
+        return item
+
+    def _pop_head(self, shard: int):
+        """Take `shard`'s head out of the merge (as the C merge's pop_head): its item."""
+        buf = self._buf[shard]
         head = buf.popleft()
         self._waiting[(shard, head.stream)].popleft()
         self.buffered -= 1
@@ -300,8 +300,7 @@ class PyMerge:
         self._release(head)
         self._touch(shard, head.stream, True)
         if buf:
-            self._dirty.add(shard)  # a new head
-            self._walk.add(shard)
+            self._walk.add(shard)  # a new head
         return head.item
 
     # -- what is held (snapshots, positions) ------------------------------------------------------
