@@ -23,6 +23,7 @@ from bridge.datahub.calls import make_client  # noqa: E402
 from bridge.options import Options  # noqa: E402
 from bridge.samples import build_sample_entries  # noqa: E402
 from bridge.stream import ErrorPolicy, blob_lines_to_entries  # noqa: E402
+from support.crossing import write_crossing  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
 from support.dts_kafka import read_back  # noqa: E402
 from support.pipeline import bridge_cli, run_bridge  # noqa: E402
@@ -88,34 +89,8 @@ def test_sync_to_dts_gives_back_what_convert_makes_of_a_users_lines(kafka_broker
         assert have[table] == want[table], table
 
 
-def _single_row_lines(count: int) -> list:
-    """Lossless lines of the first `count` Entries of mixed.pb that make one line each."""
-    encoder = BlobEncoder(Options())
-    out = []
-    for entry in build_sample_entries()["mixed"]:
-        lines = encoder.convert_lines(entry)
-        if len(lines) == 1:
-            out.append(lines[0])
-        if len(out) == count:
-            return out
-    raise AssertionError("too few one-line Entries in mixed.pb")
-
-
 def _crossing(server, topic: str) -> None:
-    """Two source partitions whose records cross between two shards (a writer that routed them by a
-    rule that changed): shard 0 holds partition 0's second record before partition 1's first,
-    shard 1 partition 1's second before partition 0's first. Each head waits for a record behind
-    the other's: no read can end that, so the merge must decide."""
-    a, b, c, d = _single_row_lines(4)
-    client = make_client(server.endpoint, "id", "key")
-
-    def rec(line, pos):
-        r = BlobRecord(blob_data=line)
-        r.put_attribute("dts.topic", "src")
-        r.put_attribute("dts.pos", pos)
-        return r
-    client.put_records_by_shard(PROJECT, topic, "0", [rec(b, "0:2:0:0"), rec(c, "1:1:0:0")])
-    client.put_records_by_shard(PROJECT, topic, "1", [rec(d, "1:2:0:0"), rec(a, "0:1:0:0")])
+    write_crossing(server, PROJECT, topic)
 
 
 @pytest.mark.parametrize("on_error", ["skip", "fail"])

@@ -15,45 +15,16 @@ import pytest
 pytest.importorskip("datahub")
 pytest.importorskip("pyspark")
 
-from datahub.models import BlobRecord  # noqa: E402
 
-from bridge.blob.encode import BlobEncoder  # noqa: E402
-from bridge.datahub.calls import make_client  # noqa: E402
 from bridge.errors import OptionsError  # noqa: E402
-from bridge.options import Options  # noqa: E402
-from bridge.samples import build_sample_entries  # noqa: E402
+from support.crossing import write_crossing  # noqa: E402
 from support.datahub_standin import StandInDataHub  # noqa: E402
 
 PROJECT = "stalls"
 
 
-def _single_row_lines(count: int) -> list:
-    """Lossless lines of the first `count` Entries of mixed.pb that make one line each (as
-    tests/test_reverse_foreign_writers.py, which needs Kafka to import)."""
-    encoder = BlobEncoder(Options())
-    out = []
-    for entry in build_sample_entries()["mixed"]:
-        lines = encoder.convert_lines(entry)
-        if len(lines) == 1:
-            out.append(lines[0])
-        if len(out) == count:
-            return out
-    raise AssertionError("too few one-line Entries in mixed.pb")
-
-
 def _crossing(server, topic: str) -> None:
-    """tests/test_reverse_foreign_writers.py `_crossing`: shard 0 holds source partition 0's second
-    record before partition 1's first, shard 1 partition 1's second before partition 0's first."""
-    a, b, c, d = _single_row_lines(4)
-    client = make_client(server.endpoint, "id", "key")
-
-    def rec(line, pos):
-        r = BlobRecord(blob_data=line)
-        r.put_attribute("dts.topic", "src")
-        r.put_attribute("dts.pos", pos)
-        return r
-    client.put_records_by_shard(PROJECT, topic, "0", [rec(b, "0:2:0:0"), rec(c, "1:1:0:0")])
-    client.put_records_by_shard(PROJECT, topic, "1", [rec(d, "1:2:0:0"), rec(a, "0:1:0:0")])
+    write_crossing(server, PROJECT, topic)
 
 
 @pytest.fixture(scope="module")
