@@ -40,7 +40,7 @@ from bridge.errors import BridgeError
 from bridge.pipeline.options import FETCH_PROCESS
 from bridge.stream import ErrorPolicy, Tally
 from bridge.stream.pipeline import Report
-from bridge.values import digits
+from bridge.values import signed_digits
 
 __all__ = ["register", "cmd_sync", "cmd_replay"]
 
@@ -123,7 +123,7 @@ def _since_ms(text: str | None) -> int | None:
     if text is None:
         return None
     import datetime
-    if digits(text.strip()[1:] if text.strip()[:1] == "-" else text.strip()):
+    if signed_digits(text.strip()):
         return int(text)
     try:
         when = datetime.datetime.fromisoformat(text.strip())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bridge.errors import ConversionError
-from bridge.values import digits
+from bridge.values import signed_digits
 
 __all__ = ["ATTR_TOPIC", "ATTR_POS", "ATTR_EPOCH", "MAX_REQUEST_BYTES", "MAX_STRING_BYTES", "SHARD_MAX_RATE",
            "LOST_ANSWER_MARGIN_MS", "OversizedRecord", "Position", "Pending"]
@@ -51,7 +51,7 @@ class Position:
     @staticmethod
     def parse(text: str) -> tuple[int, int, int, int] | None:
         parts = text.split(":")
-        if len(parts) != 4 or not all(digits(p[1:] if p[:1] == "-" else p) for p in parts):
+        if len(parts) != 4 or not all(signed_digits(p) for p in parts):
             return None
         return tuple(int(p) for p in parts)  # type: ignore[return-value]
 

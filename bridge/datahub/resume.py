@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from bridge.datahub.calls import DataHubError
 from bridge.datahub.records import ATTR_EPOCH, ATTR_POS, ATTR_TOPIC, LOST_ANSWER_MARGIN_MS, Pending, Position
 from bridge.datahub.routing import _Shard, _Topic
-from bridge.values import digits
+from bridge.values import signed_digits
 
 __all__ = ["TailLook", "LookStopped"]
 
@@ -192,7 +192,7 @@ class TailLook:
                 continue
             if self._epoch is not None:
                 epoch = attrs.get(ATTR_EPOCH, "")
-                if not digits(epoch[1:] if epoch[:1] == "-" else epoch) or int(epoch) < self._epoch:
+                if not signed_digits(epoch) or int(epoch) < self._epoch:
                     return found, read  # an earlier micro-batch: everything before it landed before this one
                 found.add(f"{pos[0]}:{pos[1]}:{pos[2]}:{pos[3]}")
                 continue

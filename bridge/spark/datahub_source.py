@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from bridge.errors import OptionsError
 from bridge.spark.source import _admit, _flag, _integer
-from bridge.values import digits
+from bridge.values import signed_digits
 
 __all__ = ["READ_OPTIONS", "ReadOptions", "read_schema", "register_reader"]
 
@@ -126,7 +126,7 @@ def _starting(text):
     spec = str(text).strip()
     if spec.lower() in ("oldest", "latest"):
         return spec.lower()
-    if digits(spec[1:] if spec[:1] == "-" else spec):
+    if signed_digits(spec):
         return int(spec)
     if spec.startswith("{"):
         try:

@@ -48,7 +48,7 @@ from bridge.options import DEFAULT_OPTIONS, Options
 from bridge.stream import ErrorPolicy
 from bridge.stream.merge import new_merge
 from bridge.tuple.decode import TupleDecoder
-from bridge.values import digits, entry_group
+from bridge.values import digits, entry_group, signed_digits
 
 __all__ = ["DataHubRecord", "ShardMark", "DataHubAssembler", "OutOfOrderError", "PositionError", "stream_of"]
 
@@ -115,7 +115,7 @@ class PositionError(ConversionError):
 
 def _position(pos: str) -> tuple[int, int, int, int]:
     parts = pos.split(":")
-    if len(parts) == 4 and all(digits(x[1:] if x[:1] == "-" else x) for x in parts):
+    if len(parts) == 4 and all(signed_digits(x) for x in parts):
         p, o, e, r = (int(x) for x in parts)
         return p, o, e, r
     raise PositionError(f"{ATTR_POS} {pos[:64]!r} is not partition:offset:entry:row in ASCII digits",

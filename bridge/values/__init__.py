@@ -56,6 +56,7 @@ from bridge.values.events import (
     entry_group,
     seq_id_of,
     sequence_id,
+    signed_digits,
 )
 from bridge.values.ops import (
     CONTROL_MESSAGE_TYPES,
@@ -115,7 +116,7 @@ __all__ = [
     "SUBSTITUTION_NOTES", "SUBSTITUTIONS", "Codec", "ColumnSetCache", "Inexact", "Substituted", "data_to_raw",
     "discard_substitutions", "note_substitution", "raw_to_data",
     "EVENT_FIELDS", "RESERVED_PREFIX", "ROW_DIGITS", "Decoder", "check_dml_event", "check_row_images", "sequence_id",
-    "seq_id_of", "entry_group", "digits",
+    "seq_id_of", "entry_group", "digits", "signed_digits",
     "CONTROL_MESSAGE_TYPES", "DDL_DEFAULT_OP", "DDL_OP_NAMES", "DDL_OPS", "DML_IMAGES", "DML_OPS", "OP_IMAGES",
     "OPS_BY_MESSAGE_TYPE", "SOURCE_TYPES", "SOURCE_TYPES_BY_NAME", "TUPLE_OP_IMAGES", "OpImage", "ddl_op",
     "TEMPORAL_KINDS", "InvalidDate", "format_temporal", "parse_temporal", "temporal_as_text", "utc_micros",

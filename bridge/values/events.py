@@ -66,6 +66,11 @@ def digits(text) -> bool:
     return type(text) is str and text.isascii() and text.isdigit()
 
 
+def signed_digits(text) -> bool:
+    """`digits`, after an optional leading "-": a whole number as `int()` reads it back."""
+    return digits(text[1:] if type(text) is str and text[:1] == "-" else text)
+
+
 def check_dml_event(dml: pb.DMLEvent) -> bool:
     """The event-level rules every converter of a DML event checks first; False for an event
     without rows (nothing to emit). Raises ConversionError for an unknown DMLType and for more rows
